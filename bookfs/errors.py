@@ -1,0 +1,97 @@
+"""The exceptions bookfs raises.  Every message is one line that names the file (where there
+is one) and says what was expected and what was found."""
+
+from __future__ import annotations
+
+import errno as _errno
+
+
+class BookError(Exception):
+    """Base class of every bookfs error.  ``errno`` is what the FUSE layer answers with."""
+
+    errno = _errno.EIO
+
+
+class FormatError(BookError):
+    """A file is not a log bookfs can open (bad magic, bad version, too short, ...)."""
+
+    errno = _errno.EINVAL
+
+
+class BadMagic(FormatError):
+    pass
+
+
+class BadVersion(FormatError):
+    pass
+
+
+class TooShort(FormatError):
+    pass
+
+
+class UnsupportedLayout(FormatError):
+    """A recognised layout that bookfs refuses (the padded January 2026 layout, vere's)."""
+
+
+class MetaError(BookError):
+    errno = _errno.EINVAL
+
+
+class BadMetaKey(MetaError):
+    errno = _errno.ENOENT
+
+
+class BadMetaSize(MetaError):
+    errno = _errno.EINVAL
+
+
+class BadMetaFile(MetaError):
+    pass
+
+
+class ContiguityError(BookError):
+    """A save that would leave a gap or overwrite an event.  Nothing was written."""
+
+    errno = _errno.EINVAL
+
+
+class PayloadError(BookError):
+    """A payload under 4 bytes (EINVAL) or larger than the format allows (EFBIG)."""
+
+    errno = _errno.EINVAL
+
+
+class PayloadTooLarge(PayloadError):
+    errno = _errno.EFBIG
+
+
+class CorruptDeed(BookError):
+    """A deed whose CRC or framing fails.  Its bytes are never returned as data."""
+
+    errno = _errno.EIO
+
+    def __init__(self, message: str, *, event: int | None = None, offset: int | None = None):
+        super().__init__(message)
+        self.event = event
+        self.offset = offset
+
+
+class NoSuchEvent(BookError, LookupError):
+    errno = _errno.ENOENT
+
+
+class LockHeld(BookError):
+    """Another process holds the writer lock; the message names it."""
+
+    errno = _errno.EBUSY
+
+
+class PathEscape(BookError):
+    """A log file that resolves outside its directory (a symlink elsewhere, say)."""
+
+    errno = _errno.EPERM
+
+
+class ReadOnly(BookError):
+    errno = _errno.EROFS

@@ -1,0 +1,277 @@
+"""The offset index: where each event's deed starts, 8 bytes per event.
+
+The index is derived data.  It is built by one forward pass over the log's framing
+(``len_d`` at each deed's start and ``let_d`` at its end; CRCs are checked when a deed is
+read, not here), kept in memory as an ``array('Q')`` of offsets, and persisted under the
+user's cache directory (``$BOOKFS_CACHE_DIR``, else XDG ``~/.cache/bookfs/index``), never
+inside the pier.  A persisted index is validated against its log on load (identity, header
+bytes, the last deed's tail bytes, a sample of deed lengths, its own CRC) and is rebuilt,
+never trusted, when anything disagrees.  When the log has grown, only the new part is
+scanned.
+
+Besides offsets the index keeps a sparse *timeline*: ``(first event, unix ns)`` points
+recorded when the log is seen to grow, at most one per second.  An event's mtime is the
+time of the growth that brought it, so mtimes follow append order.  After a rebuild from
+scratch every existing event gets the log file's mtime.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import logging
+import os
+import random
+import struct
+import sys
+import tempfile
+from array import array
+from dataclasses import dataclass, field
+
+from .fileio import pread_into
+from .layout import (
+    DEED_LEN,
+    DEED_OVERHEAD,
+    DEED_TAIL_SIZE,
+    HEADER_SIZE,
+    MAX_PAYLOAD,
+    MIN_PAYLOAD,
+    crc32,
+)
+
+log = logging.getLogger(__name__)
+
+_FILE_MAGIC = b"BFSIDX02"
+# magic, dev, ino, first, count, end, verified_end, ntimes, header16, tail12
+_FILE_HEAD = struct.Struct("<8sQQQQQQQ16s12s")
+_TIME = struct.Struct("<QQ")
+_SAMPLE = 32  # deed lengths re-checked against the log when a persisted index is loaded
+_CHUNK = 4 << 20  # bytes read at a time while scanning framing
+
+
+def cache_dir() -> str:
+    """Where persisted indexes live: ``$BOOKFS_CACHE_DIR`` or the XDG user cache."""
+    env = os.environ.get("BOOKFS_CACHE_DIR")
+    if env:
+        return env
+    import platformdirs
+
+    return os.path.join(platformdirs.user_cache_dir("bookfs"), "index")
+
+
+@dataclass
+class OffsetIndex:
+    """Offsets of consecutive deeds.  ``offsets[i]`` is where event ``first + i`` starts;
+    ``end`` is the offset just past the last indexed deed.  ``verified_end``: every deed
+    wholly below it has had its CRC checked by a writer's recovery or written by us."""
+
+    first: int = 0
+    offsets: array = field(default_factory=lambda: array("Q"))
+    end: int = HEADER_SIZE
+    verified_end: int = HEADER_SIZE
+    times: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def last(self) -> int:
+        return self.first + len(self.offsets) - 1 if self.offsets else 0
+
+    def offset(self, event: int) -> int:
+        return self.offsets[event - self.first]
+
+    def payload_size(self, event: int) -> int:
+        i = event - self.first
+        nxt = self.offsets[i + 1] if i + 1 < len(self.offsets) else self.end
+        return nxt - self.offsets[i] - DEED_OVERHEAD
+
+    def truncate(self, count: int) -> None:
+        """Keep only the first ``count`` deeds."""
+        if count < len(self.offsets):
+            new_end = self.offsets[count] if count < len(self.offsets) else self.end
+            del self.offsets[count:]
+            self.end = new_end
+            self.verified_end = min(self.verified_end, new_end)
+            last = self.last
+            while self.times and self.times[-1][0] > last:
+                self.times.pop()
+
+    def note_growth(self, first_new: int, now_ns: int) -> None:
+        """Record that events from ``first_new`` on arrived at ``now_ns`` (1 s granularity)."""
+        if not self.times or now_ns - self.times[-1][1] >= 1_000_000_000:
+            self.times.append((first_new, max(now_ns, self.times[-1][1] if self.times else 0)))
+
+    def mtime_ns(self, event: int) -> int:
+        if not self.times:
+            return 0
+        i = bisect.bisect_right(self.times, (event, 1 << 64)) - 1
+        return self.times[max(i, 0)][1]
+
+    def memory_bytes(self) -> int:
+        """Bytes this index holds per its arrays (8 per event plus the timeline)."""
+        return self.offsets.itemsize * self.offsets.buffer_info()[1] + 16 * len(self.times)
+
+
+def _u64_views(mv: memoryview) -> list[memoryview]:
+    """Eight zero-copy views of ``mv`` as little-endian u64 arrays, one per alignment:
+    the u64 at byte ``r`` is ``views[r & 7][r >> 3]``."""
+    views = []
+    for a in range(8):
+        k = (len(mv) - a) // 8
+        views.append(mv[a : a + 8 * k].cast("Q") if k > 0 else mv[0:0].cast("Q"))
+    return views
+
+
+def scan_framing(fd: int, index: OffsetIndex, size: int, *, progress=None) -> int:
+    """Extend ``index`` with every deed whose framing is sound, from ``index.end`` up to
+    ``size``: ``MIN_PAYLOAD <= len_d <= MAX_PAYLOAD``, the deed fits in the file, and
+    ``let_d == len_d``.  Returns the offset where the scan stopped (== ``index.end``);
+    below ``size`` means the bytes from there on do not frame a deed.  Reads in large
+    chunks with ``pread`` (no mmap, so a concurrent truncation cannot crash a reader);
+    memory stays constant whatever the deed sizes.
+    """
+    if sys.byteorder != "little":  # pragma: no cover - the views below assume LE
+        raise NotImplementedError("bookfs indexes logs on little-endian machines only")
+    append = index.offsets.append
+    off = index.end
+    reported = off
+    lo, hi = MIN_PAYLOAD, MAX_PAYLOAD
+    scratch = bytearray(_CHUNK)
+    while off + DEED_OVERHEAD + MIN_PAYLOAD <= size:
+        buf = pread_into(fd, scratch, min(_CHUNK, size - off), off)
+        if len(buf) < 8:
+            break
+        base = off
+        views = _u64_views(buf)
+        last_len = len(buf) - 8  # relative position of the last whole u64 in buf
+        rel = 0
+        while rel <= last_len:
+            n = views[rel & 7][rel >> 3]
+            t = rel + n + 12  # relative position of let_d
+            if n < lo or n > hi or base + t + 8 > size:
+                index.end = base + rel
+                return base + rel
+            if t <= last_len:
+                let = views[t & 7][t >> 3]
+            else:
+                (let,) = DEED_LEN.unpack(os.pread(fd, 8, base + t))
+            if let != n:
+                index.end = base + rel
+                return base + rel
+            append(base + rel)
+            rel = t + 8
+        off = base + rel
+        index.end = off
+        if progress is not None and off - reported >= 64 << 20:
+            progress(off - reported)
+            reported = off
+    if progress is not None and off > reported:
+        progress(off - reported)
+    index.end = off
+    return off
+
+
+# --- persistence ---------------------------------------------------------------------------
+
+
+def _index_path(log_path: str, st: os.stat_result) -> str:
+    key = f"{os.path.realpath(log_path)}\0{st.st_dev}\0{st.st_ino}".encode()
+    return os.path.join(cache_dir(), hashlib.sha256(key).hexdigest()[:40] + ".idx")
+
+
+def save_index(log_path: str, fd: int, index: OffsetIndex) -> None:
+    """Persist ``index`` atomically (temp file + rename).  Failure is logged, not raised:
+    the index is only a cache."""
+    try:
+        st = os.fstat(fd)
+        path = _index_path(log_path, st)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        header16 = os.pread(fd, HEADER_SIZE, 0)
+        tail12 = os.pread(fd, DEED_TAIL_SIZE, index.end - DEED_TAIL_SIZE) if index.offsets else b""
+        head = _FILE_HEAD.pack(
+            _FILE_MAGIC, st.st_dev, st.st_ino, index.first, index.count, index.end,
+            index.verified_end, len(index.times), header16, tail12.ljust(12, b"\0"),
+        )
+        offs = index.offsets
+        if sys.byteorder != "little":
+            offs = array("Q", offs)
+            offs.byteswap()
+        times = b"".join(_TIME.pack(e, t) for e, t in index.times)
+        crc = crc32(times, crc32(offs, crc32(head)))
+        fd_tmp, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+        try:
+            with os.fdopen(fd_tmp, "wb") as f:
+                f.write(head)
+                offs.tofile(f)
+                f.write(times)
+                f.write(struct.pack("<I", crc))
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as e:
+        log.warning("could not persist the index of %s: %s", log_path, e)
+
+
+def load_index(log_path: str, fd: int, size: int) -> OffsetIndex | None:
+    """The persisted index of this log if it is valid for it, else ``None`` (and a log line
+    saying why).  A valid index may cover less than the log: the caller extends it."""
+    st = os.fstat(fd)
+    path = _index_path(log_path, st)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        log.info("index %s unreadable (%s); rebuilding", path, e)
+        return None
+    why = _validate(raw, fd, st, size)
+    if isinstance(why, str):
+        log.info("index for %s is stale (%s); rebuilding", log_path, why)
+        return None
+    return why
+
+
+def _validate(raw: bytes, fd: int, st: os.stat_result, size: int):
+    hs = _FILE_HEAD.size
+    if len(raw) < hs + 4 or raw[:8] != _FILE_MAGIC:
+        return "not an index file"
+    (magic, dev, ino, first, count, end, verified_end, ntimes, header16, tail12) = (
+        _FILE_HEAD.unpack_from(raw)
+    )
+    if len(raw) != hs + 8 * count + 16 * ntimes + 4:
+        return "wrong size"
+    (crc,) = struct.unpack_from("<I", raw, len(raw) - 4)
+    if crc32(memoryview(raw)[:-4]) != crc:
+        return "checksum mismatch"
+    if (dev, ino) != (st.st_dev, st.st_ino):
+        return "a different file"
+    if end > size:
+        return f"covers {end} bytes but the log has {size}"
+    if os.pread(fd, HEADER_SIZE, 0) != header16:
+        return "the log header changed"
+    offsets = array("Q")
+    offsets.frombytes(raw[hs : hs + 8 * count])
+    if sys.byteorder != "little":
+        offsets.byteswap()
+    if count:
+        if os.pread(fd, DEED_TAIL_SIZE, end - DEED_TAIL_SIZE) != tail12:
+            return "the last deed changed"
+        if offsets[0] != HEADER_SIZE:
+            return "does not start after the header"
+        rng = random.Random(count)
+        picks = {0, count - 1} | {rng.randrange(count) for _ in range(_SAMPLE)}
+        for i in picks:
+            nxt = offsets[i + 1] if i + 1 < count else end
+            (n,) = DEED_LEN.unpack(os.pread(fd, 8, offsets[i]))
+            if n + DEED_OVERHEAD != nxt - offsets[i]:
+                return f"deed {i} does not match the log"
+    elif end != HEADER_SIZE:
+        return "empty index not at the header"
+    times = [
+        _TIME.unpack_from(raw, hs + 8 * count + 16 * k) for k in range(ntimes)
+    ]
+    return OffsetIndex(first, offsets, end, min(verified_end, end), times)

@@ -1,0 +1,99 @@
+"""Every constant and byte layout of the Book format, in one place.
+
+All integers on disk are little-endian.  The layout is the UIP's (``book-uip.md``), byte for
+byte; ``docs/format.md`` explains it in one page.
+
+::
+
+    book.log : header (16 B) | deed | deed | ...
+    header   : u32 magic 0x424F4F4B | u32 version 1 | u64 fir_d
+    deed     : u64 len_d | u32 mug | (len_d - 4) B jam | u32 crc | u64 let_d   (len_d + 20 B)
+    crc      : crc32(len_d ++ mug ++ jam)   -- the first len_d + 8 bytes of the deed
+    meta.bin : 16 B who | u32 version | u32 life | u8 fake | 231 B zero            (256 B)
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+try:  # ISA-L's CRC-32 is the same function as zlib's, several times faster
+    from isal.isal_zlib import crc32 as _crc32
+except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
+    from zlib import crc32 as _crc32
+
+# --- file names --------------------------------------------------------------------------
+
+LOG_NAME: Final = "book.log"
+META_NAME: Final = "meta.bin"
+#: The writer lock lives beside the log (bookfs's own; piers use the runtime's ``.vere.lock``).
+LOCK_NAME: Final = "book.lock"
+#: Quarantined bytes are copied to ``QUARANTINE_PREFIX + <offset>-<unix time>``, beside the log.
+QUARANTINE_PREFIX: Final = "quarantine-book.log.at-"
+
+FILE_MODE: Final = 0o644
+
+# --- book.log header -----------------------------------------------------------------------
+
+MAGIC: Final = 0x424F4F4B  # "BOOK"; on disk (LE) the first four bytes read "KOOB"
+VERSION: Final = 1
+HEADER = struct.Struct("<IIQ")  # magic, version, fir_d
+HEADER_SIZE: Final = HEADER.size  # 16
+FIR_OFFSET: Final = 8  # where fir_d lives inside the header
+
+# --- deeds ---------------------------------------------------------------------------------
+
+DEED_HEAD = struct.Struct("<QI")  # len_d, mug
+DEED_TAIL = struct.Struct("<IQ")  # crc, let_d
+DEED_LEN = struct.Struct("<Q")  # len_d alone (also let_d alone)
+DEED_HEAD_SIZE: Final = DEED_HEAD.size  # 12
+DEED_TAIL_SIZE: Final = DEED_TAIL.size  # 12
+#: On-disk bytes of a deed beyond its payload: len_d (8) + crc (4) + let_d (8).
+DEED_OVERHEAD: Final = 20
+#: len_d counts mug + jam, so the smallest payload is a bare 4-byte mug.
+MIN_PAYLOAD: Final = 4
+#: The largest payload a deed may carry.  The UIP rejects let_d above 2^32 during recovery.
+MAX_PAYLOAD: Final = 1 << 32
+
+# --- meta.bin ------------------------------------------------------------------------------
+
+META_SIZE: Final = 256
+#: key -> (offset, size) inside meta.bin
+META_FIELDS: Final[dict[str, tuple[int, int]]] = {
+    "who": (0, 16),
+    "version": (16, 4),
+    "life": (20, 4),
+    "fake": (24, 1),
+}
+META_KEYS: Final = ("version", "who", "fake", "life")
+
+# --- the January 2026 padded layout (detected and refused, never written) -----------------
+
+#: C structs with 4 pad bytes: deed header 16 B and tail 16 B, so a deed is len_d + 28 B.
+PADDED_DEED_OVERHEAD: Final = 28
+
+
+#: The standard CRC-32 as zlib computes it (poly 0x04C11DB7 reflected, init and xorout
+#: 0xFFFFFFFF): ``crc32(data, value=0) -> int``.  Tests check it against crcmod.
+crc32 = _crc32
+
+
+def deed_size(payload_len: int) -> int:
+    """On-disk size of a deed carrying ``payload_len`` bytes (mug + jam)."""
+    return payload_len + DEED_OVERHEAD
+
+
+def encode_deed(payload: bytes) -> bytes:
+    """The on-disk bytes of one deed carrying ``payload`` (mug ++ jam)."""
+    n = len(payload)
+    head = DEED_LEN.pack(n)
+    crc = _crc32(payload, _crc32(head))
+    return b"".join((head, payload, DEED_TAIL.pack(crc, n)))
+
+
+def deed_parts(payload) -> tuple[bytes, bytes]:
+    """The bytes that go before and after ``payload`` on disk, for vectored writes."""
+    n = len(payload)
+    head = DEED_LEN.pack(n)
+    crc = _crc32(payload, _crc32(head))
+    return head, DEED_TAIL.pack(crc, n)
