@@ -24,12 +24,14 @@ Contract
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import stat
 import struct
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
 
 from . import recovery
 from .errors import (
@@ -80,6 +82,15 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[int], None]  # called with a number of bytes just processed
 
+
+class Blob(Protocol):
+    """A payload that need not fit in memory (a staged ``new/`` file, say): its length and
+    its bytes in bounded chunks, repeatable."""
+
+    def __len__(self) -> int: ...
+
+    def chunks(self) -> Iterator[bytes]: ...
+
 _IOV_MAX = 1024
 _JOIN_LIMIT = 1 << 20  # batches smaller than this are joined into one buffer
 
@@ -106,6 +117,7 @@ class Book:
         self._meta_fd = meta_fd
         self._lock = lock
         self._index = OffsetIndex()
+        self._view = (0, 0, HEADER_SIZE)
         self._seen_size = 0
         self.recovery = recovery.RecoveryReport()
         self._index_dirty = False
@@ -254,6 +266,7 @@ class Book:
         if self.writable:
             index.verified_end = index.end
         self._seen_size = os.fstat(fd).st_size
+        self._publish()
         if index.count != before or index.end != self._seen_size:
             self._index_dirty = True
         if index.count > before and before:
@@ -288,12 +301,20 @@ class Book:
 
     # --- state ---------------------------------------------------------------------------
 
+    # What readers see is the published view ``(first, count, end)``, replaced by one
+    # atomic assignment after the index has grown, so a reader in another thread (the FUSE
+    # event loop while a save runs in a worker) never sees a half-updated index.
+
+    def _publish(self) -> None:
+        ix = self._index
+        self._view = (ix.first, ix.count, ix.end)
+
     def gulf(self) -> tuple[EventNum, EventNum]:
         """``(first, last)`` committed event numbers; ``(0, 0)`` when the log is empty."""
-        ix = self._index
-        if not ix.offsets:
+        first, count, _ = self._view
+        if not count:
             return EventNum(0), EventNum(0)
-        return EventNum(ix.first), EventNum(ix.last)
+        return EventNum(first), EventNum(first + count - 1)
 
     @property
     def first(self) -> EventNum:
@@ -301,33 +322,34 @@ class Book:
 
     @property
     def last(self) -> EventNum:
-        return EventNum(self._index.last)
+        return self.gulf()[1]
 
     @property
     def count(self) -> int:
-        return self._index.count
+        return self._view[1]
 
     @property
     def log_bytes(self) -> int:
         """Bytes of the valid log (header and committed deeds)."""
-        return self._index.end
+        return self._view[2]
 
     @property
     def index(self) -> OffsetIndex:
         return self._index
 
     def __contains__(self, event: int) -> bool:
-        ix = self._index
-        return bool(ix.offsets) and ix.first <= event <= ix.first + len(ix.offsets) - 1
+        first, count, _ = self._view
+        return 0 <= event - first < count
 
     def _locate(self, event: int) -> tuple[int, int]:
-        ix = self._index
-        i = event - ix.first
-        if not ix.offsets or i < 0 or i >= len(ix.offsets):
+        first, count, end = self._view
+        i = event - first
+        if i < 0 or i >= count:
             first, last = self.gulf()
             raise NoSuchEvent(f"{self.log_path}: no event {event} (the log holds {first}..{last})")
-        off = ix.offsets[i]
-        nxt = ix.offsets[i + 1] if i + 1 < len(ix.offsets) else ix.end
+        offsets = self._index.offsets
+        off = offsets[i]
+        nxt = offsets[i + 1] if i + 1 < count else end
         return off, nxt - off - DEED_OVERHEAD
 
     def payload_size(self, event: int) -> int:
@@ -431,12 +453,13 @@ class Book:
         bad = recovery.first_bad_deed(self._fd, ix.offsets, before, ix.end)
         if bad is not None:
             ix.truncate(bad)
-        else:
+        elif ix.end == size:  # all consumed; otherwise look again next time
             self._seen_size = size
         added = ix.count - before
         if added:
             ix.note_growth(ix.first + before, time.time_ns())
             self._index_dirty = True
+        self._publish()
         return added
 
     # --- writing ---------------------------------------------------------------------------
@@ -493,36 +516,57 @@ class Book:
         for p in payloads:
             offsets.append(off)
             off += len(p) + DEED_OVERHEAD
+        if off != os.fstat(fd).st_size:  # pragma: no cover - a bug, never disk state
+            raise BookError(f"{self.log_path}: wrote to {os.fstat(fd).st_size}, expected {off}")
         ix.end = ix.verified_end = off
+        self._publish()
         self._seen_size = off
         ix.note_growth(first_event, time.time_ns())
         self._index_dirty = True
 
-    def _write_deeds(self, payloads: list[bytes], start: int) -> None:
+    def _write_deeds(self, payloads: list, start: int) -> None:
+        """Write the deeds for ``payloads`` at ``start``: one ``pwritev`` for a batch of
+        in-memory payloads; a :class:`Blob` (a payload too large to hold in memory) is
+        streamed twice, once for its CRC and once to the file, in bounded chunks."""
         bufs: list = []
-        total = 0
-        for p in payloads:
-            head, tail = deed_parts(p)
-            bufs += (head, p, tail)
-            total += len(p) + DEED_OVERHEAD
-        if total <= _JOIN_LIMIT:
-            bufs = [b"".join(bufs)]
         off = start
-        i = 0
-        while i < len(bufs):
+        for p in payloads:
+            if isinstance(p, (bytes, bytearray, memoryview)):
+                head, tail = deed_parts(p)
+                bufs += (head, p, tail)
+                continue
+            off = self._pwritev_all(bufs, off)
+            bufs = []
+            n = len(p)
+            head = DEED_LEN.pack(n)
+            crc = crc32(head)
+            for chunk in p.chunks():
+                crc = crc32(chunk, crc)
+            off = self._pwritev_all([head], off)
+            for chunk in p.chunks():
+                off = self._pwritev_all([chunk], off)
+            off = self._pwritev_all([DEED_TAIL.pack(crc, n)], off)
+        self._pwritev_all(bufs, off)
+
+    def _pwritev_all(self, bufs: list, off: int) -> int:
+        """Write ``bufs`` contiguously at ``off`` (few syscalls, short writes resumed);
+        returns the offset after them."""
+        if sum(len(b) for b in bufs) <= _JOIN_LIMIT and len(bufs) > 1:
+            bufs = [b"".join(bufs)]
+        for i in range(0, len(bufs), _IOV_MAX):
             group = bufs[i : i + _IOV_MAX]
-            written = os.pwritev(self._fd, group, off)
             want = sum(len(b) for b in group)
+            written = os.pwritev(self._fd, group, off)
             off += written
             if written < want:  # short write: continue from where it stopped
-                rest = b"".join(bytes(b) for b in group)[written:]
+                rest = memoryview(b"".join(bytes(b) for b in group))[written:]
                 while rest:
                     k = os.pwrite(self._fd, rest, off)
                     if k == 0:
-                        raise OSError(5, "short write")
+                        raise OSError(errno.EIO, "short write")
                     off += k
                     rest = rest[k:]
-            i += _IOV_MAX
+        return off
 
     def _undo(self, start: int, was_empty: bool) -> None:
         try:

@@ -152,8 +152,14 @@ def unpath(noun: Noun) -> str:
 
 
 def noun_equal(a: Noun, b: Noun) -> bool:
-    """Structural equality of two nouns, without recursion (safe for deep nouns)."""
+    """Structural equality of two nouns, without recursion (safe for deep nouns).
+
+    Each pair of cell objects is compared once, so nouns with shared subnouns (as
+    :func:`cue` produces for back-references) compare in time linear in their
+    object count rather than their (possibly exponential) tree size.
+    """
     stack = [(a, b)]
+    visited: set[tuple[int, int]] = set()
     while stack:
         x, y = stack.pop()
         if x is y:
@@ -165,8 +171,12 @@ def noun_equal(a: Noun, b: Noun) -> bool:
             if x != y:
                 return False
             continue
-        stack.append((x[1], y[1]))
-        stack.append((x[0], y[0]))
+        pair = (id(x), id(y))
+        if pair in visited:
+            continue
+        visited.add(pair)
+        stack.append((x[1], y[1]))  # type: ignore[index]
+        stack.append((x[0], y[0]))  # type: ignore[index]
     return True
 
 
@@ -185,80 +195,59 @@ def _check_atom(noun: object) -> None:
 def _canonical_cells(noun: Noun) -> dict[int, int]:
     """Give every cell of ``noun`` a key shared exactly by the cells equal to it.
 
-    Returns a map from ``id(cell)`` to a negative int key.  Cells are hash-consed in
-    post-order: a cell's key is determined by its head's and tail's keys, where an
-    atom's key is the atom itself (non-negative, so never confused with a cell key).
-    Shared Python objects are visited once.
+    Returns a map from ``id(cell)`` to a negative int key.  Cells are hash-consed
+    children first: a cell's key is determined by its head's and tail's keys, where
+    an atom's key is the atom itself (non-negative, so never confused with a cell
+    key).  Each distinct Python object is visited once, so nouns with shared
+    subnouns (DAGs, possibly exponentially large as trees) cost their object count.
     """
-    keys: dict[int, int] = {}
-    interned: dict[tuple[int, int], int] = {}
+    keys: dict[int, int] = {}  # id(cell) -> key; 0 while the cell is in progress
     if not isinstance(noun, tuple):
         return keys
-    stack: list[tuple[Noun, bool]] = [(noun, False)]
+    interned: dict[tuple[int, int], int] = {}
+    # Depth-first, children before parents; each entry is (cell, children_done).
+    stack: list[tuple[Cell, bool]] = [(noun, False)]  # type: ignore[list-item]
+    pop, push = stack.pop, stack.append
     while stack:
-        node, children_done = stack.pop()
-        if id(node) in keys:
-            continue
-        if len(node) != 2:  # type: ignore[arg-type]
-            raise TypeError(f"cells must be 2-tuples, got a {len(node)}-tuple")  # type: ignore[arg-type]
-        head, tail = node  # type: ignore[misc]
+        node, children_done = pop()
         if not children_done:
-            stack.append((node, True))
-            for child in (tail, head):
+            if id(node) in keys:
+                continue
+            if len(node) != 2:
+                raise TypeError(f"cells must be 2-tuples, got a {len(node)}-tuple")
+            keys[id(node)] = 0
+            push((node, True))
+            for child in node:
                 if isinstance(child, tuple):
                     if id(child) not in keys:
-                        stack.append((child, False))
+                        push((child, False))
                 else:
                     _check_atom(child)
             continue
-        hk = keys[id(head)] if isinstance(head, tuple) else head
-        tk = keys[id(tail)] if isinstance(tail, tuple) else tail
-        pair = (hk, tk)
+        head, tail = node
+        pair = (
+            keys[id(head)] if isinstance(head, tuple) else head,
+            keys[id(tail)] if isinstance(tail, tuple) else tail,
+        )
         key = interned.get(pair)
         if key is None:
-            key = -1 - len(interned)
-            interned[pair] = key
+            key = interned[pair] = -1 - len(interned)
         keys[id(node)] = key
     return keys
 
 
-class _BitWriter:
-    """Append little-endian bit fields; keeps a small int accumulator, flushing whole
-    bytes to a bytearray so that the total cost stays linear in the output size."""
-
-    __slots__ = ("out", "acc", "nbits", "pos")
-    _FLUSH = 256
-
-    def __init__(self) -> None:
-        self.out = bytearray()
-        self.acc = 0
-        self.nbits = 0  # bits held in acc
-        self.pos = 0  # total bits written
-
-    def write(self, value: int, width: int) -> None:
-        self.acc |= value << self.nbits
-        self.nbits += width
-        self.pos += width
-        if self.nbits >= self._FLUSH:
-            nbytes = self.nbits >> 3
-            self.out += (self.acc & ((1 << (nbytes << 3)) - 1)).to_bytes(nbytes, "little")
-            self.acc >>= nbytes << 3
-            self.nbits &= 7
-
-    def finish(self) -> bytes:
-        """The written bits as an atom's bytes (no trailing zero bytes)."""
-        self.out += self.acc.to_bytes((self.nbits + 7) >> 3, "little")
-        return bytes(self.out.rstrip(b"\x00"))
-
-
 def _mat(atom: int) -> tuple[int, int]:
-    """``mat(atom)`` as (bits value, bit width)."""
+    """``mat(atom)`` as (bits, bit width): for ``atom > 0``, with ``b = met0(atom)`` and
+    ``c = met0(b)``: ``c`` zero bits, a one bit, the low ``c - 1`` bits of ``b``, then
+    the ``b`` bits of ``atom``; ``mat(0)`` is the single bit 1."""
     if atom == 0:
         return 1, 1
     b = atom.bit_length()
     c = b.bit_length()
-    value = (1 << c) | ((b & ((1 << (c - 1)) - 1)) << (c + 1)) | (atom << (2 * c))
-    return value, 2 * c + b
+    return (1 << c) | ((b & ((1 << (c - 1)) - 1)) << (c + 1)) | (atom << (2 * c)), 2 * c + b
+
+
+_FLUSH_BITS = 512  # flush whole bytes once the accumulator holds this many bits
 
 
 def jam(noun: Noun) -> bytes:
@@ -272,8 +261,10 @@ def jam(noun: Noun) -> bytes:
         _check_atom(noun)
     cell_keys = _canonical_cells(noun)
     seen: dict[int, int] = {}  # atom value or cell key -> bit position first written
-    w = _BitWriter()
-    write = w.write
+    # Output: whole bytes go to ``out``; the last < _FLUSH_BITS bits wait in ``acc``,
+    # so appending costs O(field width), never O(output size).
+    out = bytearray()
+    acc = nbits = pos = 0
     stack: list[Noun] = [noun]
     pop, push = stack.pop, stack.append
     while stack:
@@ -281,25 +272,34 @@ def jam(noun: Noun) -> bytes:
         if isinstance(node, tuple):
             key = cell_keys[id(node)]
             where = seen.get(key)
-            if where is not None:
-                value, width = _mat(where)
-                write(3 | (value << 2), width + 2)
-                continue
-            seen[key] = w.pos
-            write(1, 2)  # bits 1, 0
-            push(node[1])
-            push(node[0])
+            if where is None:
+                seen[key] = pos
+                push(node[1])
+                push(node[0])
+                bits, width = 1, 2  # tag bits 1, 0
+            else:
+                bits, width = _mat(where)
+                bits, width = 3 | (bits << 2), width + 2  # tag bits 1, 1
         else:
             where = seen.get(node)
-            if where is None:
-                seen[node] = w.pos
-            elif node.bit_length() > where.bit_length():
-                value, width = _mat(where)
-                write(3 | (value << 2), width + 2)
-                continue
-            value, width = _mat(node)
-            write(value << 1, width + 1)
-    return w.finish()
+            if where is not None and node.bit_length() > where.bit_length():
+                bits, width = _mat(where)
+                bits, width = 3 | (bits << 2), width + 2
+            else:
+                if where is None:
+                    seen[node] = pos
+                bits, width = _mat(node)
+                bits, width = bits << 1, width + 1  # tag bit 0
+        acc |= bits << nbits
+        nbits += width
+        pos += width
+        if nbits >= _FLUSH_BITS:
+            nbytes = nbits >> 3
+            out += (acc & ((1 << (nbytes << 3)) - 1)).to_bytes(nbytes, "little")
+            acc >>= nbytes << 3
+            nbits &= 7
+    out += acc.to_bytes((nbits + 7) >> 3, "little")
+    return bytes(out)  # the last bit written is always a 1: no trailing zero bytes
 
 
 # ---------------------------------------------------------------------------

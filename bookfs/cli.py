@@ -1,0 +1,186 @@
+"""The ``bookfs`` command.  Every subcommand has ``--help``; errors are one line on stderr
+and a non-zero exit status (1: the operation failed; 2: bad usage)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from . import __version__
+
+DEFAULT_SAMPLE_EVENTS = 100_000
+
+
+def _progress_bar(total: int, desc: str, unit: str = "B"):
+    """A tqdm bar on stderr (silent when stderr is not a terminal and BOOKFS_PROGRESS is
+    unset, so scripts and CI logs stay readable)."""
+    from tqdm import tqdm
+
+    disable = not sys.stderr.isatty() and not os.environ.get("BOOKFS_PROGRESS")
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, disable=disable,
+                mininterval=0.5, leave=False)
+
+
+def cmd_sample(args) -> int:
+    from .book import Book
+    from .sample import iter_sample_payloads, sample_meta
+
+    path = args.dir
+    if os.path.exists(os.path.join(path, "book.log")) and not args.force:
+        print(f"bookfs sample: {path}/book.log exists; use --force to add nothing and "
+              "keep it, or choose an empty directory", file=sys.stderr)
+        return 1
+    with Book.open(path, writable=True, create=True) as book:
+        if book.count:
+            print(f"bookfs sample: {path} already holds events {book.gulf()}; left as is",
+                  file=sys.stderr)
+            return 1
+        for key, value in sample_meta(args.seed).items():
+            book.save_meta(key, value)
+        batch, first = [], 1
+        batch_bytes = 0
+        with _progress_bar(args.events, "sample", unit="ev") as bar:
+            for payload in iter_sample_payloads(args.events, args.seed):
+                batch.append(payload)
+                batch_bytes += len(payload)
+                if len(batch) >= 1000 or batch_bytes >= 16 << 20:
+                    book.save(first, batch)
+                    first += len(batch)
+                    bar.update(len(batch))
+                    batch, batch_bytes = [], 0
+            if batch:
+                book.save(first, batch)
+                bar.update(len(batch))
+        print(f"bookfs sample: wrote events {book.first}..{book.last} "
+              f"({book.log_bytes:,} bytes) to {path}")
+    return 0
+
+
+def cmd_info(args) -> int:
+    from .book import Book
+    from .info import render, summary
+
+    with Book.open(args.path) as book:
+        info = summary(book)
+        if not book.recovery.clean:
+            info["damage"] = str(book.recovery)
+    sys.stdout.write(render(info, as_json=args.json))
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from .book import Book
+
+    with Book.open(args.path) as book:
+        with _progress_bar(book.log_bytes, "verify") as bar:
+            bad = book.verify(progress=bar.update)
+        if bad:
+            for event, off in bad:
+                print(f"event {event} at offset {off}: CRC mismatch")
+            return 1
+        print(f"{book.count} events, {book.log_bytes:,} bytes: every CRC checks")
+    return 0
+
+
+def cmd_mount(args) -> int:
+    from .fs.mount import mount
+
+    opts = args.options
+    return mount(args.source, args.mountpoint, options=opts, foreground=args.foreground,
+                 debug=args.debug, log_file=args.log_file)
+
+
+def cmd_umount(args) -> int:
+    from .fs.mount import umount
+
+    return umount(args.mountpoint)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bookfs",
+        description="Urbit event logs (the Book format) as a filesystem.",
+    )
+    p.add_argument("--version", action="version", version=f"bookfs {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("mount", help="mount a log", description=(
+        "Mount SOURCE (a directory holding book.log and meta.bin) at MOUNTPOINT: "
+        "events/<N> read-only, meta/<key>, new/ to append, info.  Read-write by default "
+        "(takes the writer lock); -o ro for a read-only mount that follows appends."))
+    s.add_argument("source")
+    s.add_argument("mountpoint")
+    s.add_argument("-f", "--foreground", action="store_true",
+                   help="stay in the foreground, log to stderr (Ctrl-C unmounts)")
+    s.add_argument("-o", dest="options", metavar="OPTS",
+                   help="comma-separated: ro|rw, allow_other, stall_timeout=SECONDS "
+                        "(how long a new/ writer waits for a stalled predecessor; 30)")
+    s.add_argument("--debug", action="store_true", help="log every request")
+    s.add_argument("--log-file", help="daemon log file (default /tmp/bookfs-<pid>.log)")
+    s.set_defaults(func=cmd_mount)
+
+    s = sub.add_parser("umount", help="unmount a bookfs mount",
+                       description="Unmount MOUNTPOINT and wait for its daemon to finish.")
+    s.add_argument("mountpoint")
+    s.set_defaults(func=cmd_umount)
+
+    s = sub.add_parser("info", help="summarise a log", description=(
+        "Format, first/last event, count, bytes, ship (@p), fake, life, version."))
+    s.add_argument("path", help="directory holding book.log and meta.bin")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(func=cmd_info)
+
+    s = sub.add_parser("verify", help="check every CRC of a log",
+                       description="Read the whole log and check every deed's CRC.")
+    s.add_argument("path")
+    s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("sample", help="write a deterministic sample log", description=(
+        "Write a log that looks like a real ship's: lifecycle boot events, then jammed "
+        "[date ovum] events with realistic wires and cards and a heavy-tailed size mix."))
+    s.add_argument("dir")
+    s.add_argument("--events", type=int, default=DEFAULT_SAMPLE_EVENTS,
+                   help=f"how many events (default {DEFAULT_SAMPLE_EVENTS:,})")
+    s.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    s.add_argument("--force", action="store_true", help="allow an existing, empty log")
+    s.set_defaults(func=cmd_sample)
+
+    for register in _EXTRA_COMMANDS:
+        register(sub)
+    return p
+
+
+#: Subcommands added by other modules: callables taking the subparsers object.
+_EXTRA_COMMANDS: list = []
+
+
+def _register_optional() -> None:
+    try:
+        from .spark_cli import register
+    except ImportError:
+        return
+    _EXTRA_COMMANDS.append(register)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .errors import BookError
+    from .fs.mount import MountError
+
+    _register_optional()
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="bookfs: %(message)s")
+    try:
+        return args.func(args)
+    except (BookError, MountError) as e:
+        print(f"bookfs {args.command}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

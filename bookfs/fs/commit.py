@@ -1,0 +1,175 @@
+"""The ordered group-commit queue behind ``new/`` (the durability contract of DESIGN.md).
+
+* ``reserve`` hands out the next free event number: one past the last committed event,
+  plus the reservations in flight.  Anything else is refused (EEXIST for a taken number,
+  EINVAL for a gap or a name that is not a number).
+* ``commit`` (called from ``flush``, i.e. ``close``) returns only when the event is durable
+  and visible, or raises ``FUSEError``.  Commits happen strictly in event order.  The
+  writer at the head of the queue becomes the *leader*: it takes every consecutive ready
+  reservation and saves them with one ``Book.save`` (one write, one fdatasync) in a
+  worker thread, so reads go on meanwhile.  Writers that become ready while a save runs
+  are committed together by the next leader: that is the group commit.
+* A reservation that fails (write error, a killed writer, a stall) takes every later
+  reservation with it (ECANCELED), so no gap is ever left; their numbers become free.
+  A writer that waits longer than ``stall_timeout`` for a predecessor that is still being
+  written fails with ETIMEDOUT.
+* Nothing is visible before ``Book.save`` returns; the engine undoes a failed save.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from dataclasses import dataclass, field
+
+import pyfuse3
+import trio
+
+from ..book import Book
+from ..errors import BookError
+from ..layout import MAX_PAYLOAD, MIN_PAYLOAD
+from .staging import Staging
+
+log = logging.getLogger(__name__)
+
+OPEN, READY, DONE, FAILED = "open", "ready", "done", "failed"
+
+
+def refuse(err: int, message: str) -> pyfuse3.FUSEError:
+    """Log a refusal once, in one line, and build the FUSEError to raise."""
+    log.warning("refused (%s): %s", errno.errorcode.get(err, err), message)
+    return pyfuse3.FUSEError(err)
+
+
+@dataclass(eq=False)
+class Reservation:
+    number: int
+    name: str  # as created (``42`` or ``000000000042``)
+    staging: Staging
+    pid: int
+    state: str = OPEN
+    error: int = 0
+    done: trio.Event = field(default_factory=trio.Event)
+
+    def finish(self, state: str, err: int = 0) -> None:
+        self.state, self.error = state, err
+        self.done.set()
+
+
+class CommitQueue:
+    """Reservations of ``new/<N>`` and their ordered, grouped commits."""
+
+    def __init__(self, book: Book, *, stall_timeout: float = 30.0,
+                 spill_dir: str | None = None, on_commit=None):
+        self.book = book
+        self.stall_timeout = stall_timeout
+        self.spill_dir = spill_dir
+        self._live: dict[int, Reservation] = {}  # number -> reservation not yet failed
+        self._leader = False
+        self._changed = trio.Event()
+        self._on_commit = on_commit
+        self.batches = 0  # saves done (for tests and stats)
+
+    def next_free(self) -> int:
+        n = self.book.last + 1 if self.book.count else self._epoch() + 1
+        while n in self._live:
+            n += 1
+        return n
+
+    def _epoch(self) -> int:
+        return 0
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def reserve(self, name: bytes, pid: int) -> Reservation:
+        text = name.decode("utf-8", "replace")
+        if not name.isdigit() or len(name) > 20:
+            raise refuse(errno.EINVAL, f"new/{text}: expected a decimal event number, "
+                                       f"the next free one is {self.next_free()}")
+        n = int(name)
+        expected = self.next_free()
+        if n in self.book or n in self._live or (self.book.count and n < self.book.first):
+            raise refuse(errno.EEXIST, f"new/{text}: event {n} is already committed or in "
+                                       f"flight; the next free number is {expected}")
+        if n != expected:
+            raise refuse(errno.EINVAL, f"new/{text}: would leave a gap; expected event {expected}")
+        r = Reservation(n, text, Staging(MAX_PAYLOAD, self.spill_dir), pid)
+        self._live[n] = r
+        return r
+
+    def _fail_from(self, number: int, err: int, why: str) -> None:
+        """Fail every live reservation numbered ``number`` or later."""
+        for n in sorted(k for k in self._live if k >= number):
+            r = self._live.pop(n)
+            code = err if n == number else errno.ECANCELED
+            if n != number:
+                log.warning("new/%d not committed: predecessor %d failed (%s)", n, number, why)
+            r.finish(FAILED, code)
+        self._notify()
+
+    def abandon(self, r: Reservation, why: str) -> None:
+        """Drop ``r`` (its writer died or went away) and everything after it."""
+        if r.state in (OPEN, READY) and self._live.get(r.number) is r:
+            log.warning("new/%d abandoned: %s", r.number, why)
+            self._fail_from(r.number, errno.EIO, why)
+
+    async def commit(self, r: Reservation) -> None:
+        """Wait until ``r`` is durable and visible (return) or has failed (FUSEError)."""
+        if r.state == OPEN:
+            size = len(r.staging)
+            if size < MIN_PAYLOAD:
+                self._fail_from(r.number, errno.EINVAL, "too short")
+                raise refuse(errno.EINVAL, f"new/{r.number}: {size} bytes written, expected at "
+                                           f"least {MIN_PAYLOAD} (a 4-byte mug, then the jam)")
+            r.state = READY
+            self._notify()
+        waited = 0.0
+        while r.state == READY:
+            head = self._live.get(self.book.last + 1 if self.book.count else self._epoch() + 1)
+            if head is r and not self._leader:
+                await self._lead()
+                continue
+            changed = self._changed
+            with trio.move_on_after(1.0) as scope:
+                await changed.wait()
+            if scope.cancelled_caught and r.state == READY:
+                waited += 1.0
+                stalled = head is not None and head.state == OPEN
+                if stalled and waited >= self.stall_timeout:
+                    self._fail_from(r.number, errno.ETIMEDOUT,
+                                    f"predecessor new/{head.number} still being written "
+                                    f"after {self.stall_timeout:.0f} s")
+            elif not scope.cancelled_caught:
+                waited = 0.0
+        if r.state == FAILED:
+            raise pyfuse3.FUSEError(r.error)
+
+    async def _lead(self) -> None:
+        """Save every consecutive ready reservation from the head, in one batch."""
+        self._leader = True
+        try:
+            first = self.book.last + 1 if self.book.count else self._epoch() + 1
+            batch = []
+            n = first
+            while (r := self._live.get(n)) is not None and r.state == READY:
+                batch.append(r)
+                n += 1
+            payloads = [r.staging.payload() for r in batch]
+            try:
+                await trio.to_thread.run_sync(self.book.save, first, payloads, self._epoch())
+            except (OSError, BookError) as e:
+                err = getattr(e, "errno", None) or errno.EIO
+                log.error("commit of events %d..%d failed: %s", first, n - 1, e)
+                self._fail_from(first, err, str(e))
+                return
+            self.batches += 1
+            for r in batch:
+                del self._live[r.number]
+                r.finish(DONE)
+            if self._on_commit is not None:
+                self._on_commit(first, n - 1)
+            self._notify()
+        finally:
+            self._leader = False

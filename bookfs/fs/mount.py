@@ -1,0 +1,205 @@
+"""Mounting and unmounting: the daemon's life cycle.
+
+``mount()`` opens the log (a read-write mount takes the writer lock first), mounts, and
+serves until unmounted or until SIGINT/SIGTERM, which unmount cleanly and release the
+lock.  Unless ``foreground``, it forks: the parent returns only when the mount is ready
+(or failed, with the daemon's one-line reason) and the daemon logs to a file.  The mount
+uses ``auto_unmount``, so a daemon that dies never leaves a dead mount behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LOG = "/tmp/bookfs-{pid}.log"
+KNOWN_OPTIONS = {"ro", "rw", "allow_other", "default_permissions", "auto_unmount",
+                 "stall_timeout"}
+
+
+class MountError(Exception):
+    """A mount that could not be made; the message is one line for the user."""
+
+
+def parse_options(text: str | None) -> dict[str, str | bool]:
+    """``-o`` text (``ro,allow_other,stall_timeout=5``) as a dict; unknown ones refused."""
+    opts: dict[str, str | bool] = {}
+    for item in filter(None, (text or "").split(",")):
+        key, _, value = item.partition("=")
+        if key not in KNOWN_OPTIONS:
+            raise MountError(f"unknown mount option {key!r}; expected one of "
+                             f"{', '.join(sorted(KNOWN_OPTIONS))}")
+        opts[key] = value or True
+    if opts.get("ro") and opts.get("rw"):
+        raise MountError("options ro and rw contradict each other")
+    return opts
+
+
+def _fuse_options(source: str, opts: dict, readonly: bool) -> set[str]:
+    fuse_opts = {"fsname=bookfs:" + source, "subtype=bookfs", "default_permissions"}
+    if readonly:
+        fuse_opts.add("ro")
+    if opts.get("allow_other"):
+        fuse_opts.add("allow_other")
+    if opts.get("auto_unmount", True) is not False:
+        fuse_opts.add("auto_unmount")
+    return fuse_opts
+
+
+def mount(source: str, mountpoint: str, *, options: str | None = None,
+          foreground: bool = False, debug: bool = False, log_file: str | None = None) -> int:
+    """Mount ``source`` (a directory holding book.log and meta.bin) at ``mountpoint``.
+    Returns a process exit status; prints where it mounted or why it could not."""
+    opts = parse_options(options)
+    readonly = bool(opts.get("ro"))
+    source = os.path.abspath(source)
+    mountpoint = os.path.abspath(mountpoint)
+    if not os.path.isdir(mountpoint):
+        raise MountError(f"{mountpoint}: not a directory (create the mount point first)")
+    if os.path.ismount(mountpoint):
+        raise MountError(f"{mountpoint}: something is already mounted there")
+    if foreground:
+        return _serve(source, mountpoint, opts, readonly, debug, ready_fd=None,
+                      log_file=log_file)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the daemon
+        os.close(r)
+        os.setsid()
+        code = 1
+        try:
+            code = _serve(source, mountpoint, opts, readonly, debug, ready_fd=w,
+                          log_file=log_file or DEFAULT_LOG.format(pid=os.getpid()))
+        except BaseException as e:  # report to the parent, never unwind into its code
+            try:
+                os.write(w, f"ERR {e}".encode())
+            except OSError:
+                pass
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        msg = f.read().decode("utf-8", "replace")
+    if msg.startswith("OK"):
+        print(f"bookfs: mounted {source} at {mountpoint} "
+              f"({'read-only' if readonly else 'read-write'}; daemon pid {pid}; "
+              f"log {msg[3:].strip()})")
+        return 0
+    os.waitpid(pid, 0)
+    print(f"bookfs: cannot mount {source}: {msg[4:] if msg.startswith('ERR') else 'the daemon died'}",
+          file=sys.stderr)
+    return 1
+
+
+def _setup_logging(log_file: str | None, debug: bool) -> None:
+    level = logging.DEBUG if debug else logging.INFO
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(fmt))
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
+def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file) -> int:
+    import pyfuse3
+    import trio
+
+    from ..book import Book
+    from ..errors import LockHeld
+    from .ops import BookOperations
+
+    _setup_logging(log_file, debug)
+    if ready_fd is not None:
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+    try:
+        book = Book.open(source, writable=not readonly)
+    except LockHeld as e:
+        raise MountError(f"{e}; mount it read-only with -o ro") from None
+    try:
+        ops = BookOperations(book, debug=debug, mountpoint=mountpoint,
+                             stall_timeout=float(opts.get("stall_timeout", 30)))
+        pyfuse3.init(ops, mountpoint, _fuse_options(source, opts, readonly))
+    except BaseException:
+        book.close()
+        raise
+    log.info("mounted %s at %s (%s); events %s", source, mountpoint,
+             "ro" if readonly else "rw", book.gulf())
+    if ready_fd is not None:
+        os.write(ready_fd, f"OK {log_file}".encode())
+        os.close(ready_fd)
+    else:
+        print(f"bookfs: mounted {source} at {mountpoint}; Ctrl-C unmounts", file=sys.stderr)
+
+    async def run() -> None:
+        async with trio.open_nursery() as nursery:
+            async def stop_on_signal():
+                with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for sig in signals:
+                        log.info("signal %d: unmounting", sig)
+                        pyfuse3.terminate()
+                        return
+
+            nursery.start_soon(stop_on_signal)
+            await pyfuse3.main()
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(run)
+    finally:
+        try:
+            pyfuse3.close(unmount=True)
+        finally:
+            book.close()
+            log.info("unmounted %s; lock released", mountpoint)
+    return 0
+
+
+def umount(mountpoint: str, *, timeout: float = 30.0) -> int:
+    """Unmount ``mountpoint`` and wait for its daemon to finish (index saved, lock freed)."""
+    mountpoint = os.path.abspath(mountpoint)
+    source = _mounted_source(mountpoint)
+    if source is None:
+        raise MountError(f"{mountpoint}: no bookfs mount there")
+    tool = shutil.which("fusermount3") or shutil.which("fusermount")
+    cmd = [tool, "-u", mountpoint] if tool else ["umount", mountpoint]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise MountError(f"{mountpoint}: {res.stderr.strip() or 'unmount failed'}")
+    _wait_for_daemon(source, timeout)
+    print(f"bookfs: unmounted {mountpoint}")
+    return 0
+
+
+def _mounted_source(mountpoint: str) -> str | None:
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            parts, rparts = left.split(), right.split()
+            if parts[4] == mountpoint and rparts and rparts[0].startswith("fuse"):
+                src = rparts[1] if len(rparts) > 1 else ""
+                return src[len("bookfs:"):] if src.startswith("bookfs:") else src
+    return None
+
+
+def _wait_for_daemon(source: str, timeout: float) -> None:
+    """Wait until the daemon that served ``source`` has exited (its lock is free)."""
+    from ..layout import LOCK_NAME
+    from ..lock import WriterLock
+
+    lock = os.path.join(source, LOCK_NAME)
+    deadline = time.monotonic() + timeout
+    while WriterLock.is_held(lock) and time.monotonic() < deadline:
+        time.sleep(0.05)

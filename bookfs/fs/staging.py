@@ -1,0 +1,104 @@
+"""Buffers for files being written through the mount (``new/<N>``, ``meta/<key>``).
+
+Writes may arrive at any offset, in any order.  A buffer keeps up to ``spill`` bytes in
+memory and moves to an unlinked temporary file beyond that, so the daemon's memory does not
+grow with event size.  Holes read as zeros, as in a sparse file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+
+from ..errors import PayloadTooLarge
+
+SPILL_BYTES = 1 << 20  # payloads above this are staged on disk
+CHUNK = 1 << 20  # bytes per chunk when a spilled payload is streamed back
+
+
+class Staging:
+    """The bytes written so far to one file.  Implements the engine's ``Blob`` protocol
+    (``len`` and ``chunks``) so a spilled payload is committed without loading it."""
+
+    def __init__(self, limit: int, spill_dir: str | None = None, spill: int = SPILL_BYTES):
+        self.limit = limit
+        self._spill_at = spill
+        self._spill_dir = spill_dir
+        self._mem: bytearray | None = bytearray()
+        self._fd: int | None = None
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def spilled(self) -> bool:
+        return self._fd is not None
+
+    def write(self, off: int, data: bytes) -> int:
+        """Write ``data`` at ``off``.  Raises :class:`PayloadTooLarge` (EFBIG) past ``limit``."""
+        end = off + len(data)
+        if end > self.limit:
+            raise PayloadTooLarge(f"write to byte {end}: over the {self.limit}-byte limit")
+        if self._fd is None and end > self._spill_at:
+            self._spill()
+        if self._fd is None:
+            mem = self._mem
+            if off > len(mem):
+                mem.extend(bytes(off - len(mem)))
+            mem[off:end] = data
+        else:
+            view = memoryview(data)
+            while view:
+                k = os.pwrite(self._fd, view, off)
+                off += k
+                view = view[k:]
+        self._size = max(self._size, end)
+        return len(data)
+
+    def truncate(self, size: int) -> None:
+        if size > self.limit:
+            raise PayloadTooLarge(f"truncate to {size}: over the {self.limit}-byte limit")
+        if self._fd is None:
+            if size < len(self._mem):
+                del self._mem[size:]
+            else:
+                self._mem.extend(bytes(size - len(self._mem)))
+        else:
+            os.ftruncate(self._fd, size)
+        self._size = size
+
+    def _spill(self) -> None:
+        fd, path = tempfile.mkstemp(prefix="bookfs-staging-", dir=self._spill_dir)
+        os.unlink(path)
+        os.write(fd, self._mem)
+        self._fd, self._mem = fd, None
+
+    def getvalue(self) -> bytes:
+        """All the bytes (only sensible for small buffers: meta fields, small events)."""
+        if self._fd is None:
+            return bytes(self._mem)
+        return b"".join(self.chunks())
+
+    def payload(self):
+        """What to hand to ``Book.save``: the bytes themselves when small, else ``self``."""
+        return bytes(self._mem) if self._fd is None else self
+
+    def chunks(self) -> Iterator[bytes]:
+        if self._fd is None:
+            yield bytes(self._mem)
+            return
+        off = 0
+        while off < self._size:
+            chunk = os.pread(self._fd, min(CHUNK, self._size - off), off)
+            if not chunk:  # pragma: no cover - the temp file cannot shrink under us
+                raise OSError("staging file shorter than written")
+            yield chunk
+            off += len(chunk)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._mem = None

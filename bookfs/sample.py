@@ -1,0 +1,309 @@
+"""Deterministic sample event payloads that look like a real Urbit ship's event log.
+
+Pure functions, no file I/O.  A payload is what a Book deed or an LMDB value holds:
+``mug (u32 LE) ++ jam(job)`` (reference-formats.md section 4).
+
+:func:`iter_sample_payloads` yields, for a given ``(events, seed)``:
+
+* events ``1 .. SAMPLE_LIFE``: lifecycle nouns of a pill (the lifecycle formula
+  ``[2 [0 3] 0 2]``, then kernel-sized parts, one of them over 1 MB; under 2 MB in
+  all), each with mug 0;
+* every later event: ``jam([now ovum])`` with ``ovum = [wire card]``, a nonzero random
+  31-bit mug, ``now`` an ``@da`` that starts at ``SAMPLE_EPOCH`` plus a seed-dependent
+  offset below ``SAMPLE_MAX_START_OFFSET`` and advances by ``SAMPLE_MIN_STEP`` ..
+  ``SAMPLE_MAX_STEP`` per event (at vere's 2^-16 s resolution); ``wire`` is a list of
+  knots such as ``/d/term/1``, and ``card = [tag data]`` with ``tag`` one of
+  ``SAMPLE_TAGS``.
+
+Sizes are heavy-tailed.  Every non-lifecycle payload falls in one of three ranges:
+``SMALL_PAYLOAD`` (most events), ``MEDIUM_PAYLOAD`` (each event with probability
+``MEDIUM_RATE``) and ``LARGE_PAYLOAD`` (exactly one event at a random place in each
+block of ``LARGE_EVERY`` event numbers, so at least one once ``events >=
+LARGE_EVERY``).  The bulk bytes are an atom inside the card.
+
+The output is a pure function of ``(events, seed)``, and the payloads for ``events=n``
+are a prefix of those for any larger ``events``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import random
+from typing import Callable, Iterator
+
+from bookfs.noun import (
+    DA_UNIX_EPOCH,
+    Noun,
+    cell,
+    cord,
+    from_list,
+    jam,
+    patp,
+    path,
+    tape,
+)
+
+__all__ = [
+    "SAMPLE_LIFE",
+    "SAMPLE_EPOCH",
+    "SAMPLE_MAX_START_OFFSET",
+    "SAMPLE_MIN_STEP",
+    "SAMPLE_MAX_STEP",
+    "SAMPLE_TAGS",
+    "SMALL_PAYLOAD",
+    "MEDIUM_PAYLOAD",
+    "LARGE_PAYLOAD",
+    "MEDIUM_RATE",
+    "LARGE_EVERY",
+    "iter_sample_payloads",
+    "sample_meta",
+]
+
+SAMPLE_LIFE = 5
+"""Number of lifecycle (boot) events at the start of every sample log."""
+
+SAMPLE_EPOCH = _dt.datetime(2024, 1, 1, tzinfo=_dt.timezone.utc)
+SAMPLE_MAX_START_OFFSET = _dt.timedelta(days=30)
+SAMPLE_MIN_STEP = _dt.timedelta(milliseconds=1)
+SAMPLE_MAX_STEP = _dt.timedelta(seconds=10)
+
+SAMPLE_TAGS = frozenset(
+    {"belt", "wake", "hear", "request", "plea", "boon", "send", "born", "crud", "trim"}
+)
+"""Every card tag that sample events use."""
+
+SMALL_PAYLOAD = (50, 2 * 1024)
+MEDIUM_PAYLOAD = (10 * 1024, 100 * 1024)
+LARGE_PAYLOAD = (1024 * 1024, 4 * 1024 * 1024)
+"""Inclusive (min, max) payload sizes in bytes, mug included."""
+
+MEDIUM_RATE = 0.025
+LARGE_EVERY = 2000
+
+_TICKS = 1 << 16  # vere stamps events with 16 bits of sub-second precision
+_MIN_STEP_TICKS = -(-_TICKS // 1000)  # 1 ms, rounded up
+_MAX_STEP_TICKS = 10 * _TICKS
+_MEAN_STEP_S = 0.4
+_BULK_MARGIN = 512  # bytes of noun around a bulk atom, at most
+_PEERS = 24
+
+
+def _rng(seed: int, stream: str) -> random.Random:
+    """An independent, reproducible random stream for ``seed`` (str seeds hash with
+    SHA-512, so the result does not depend on PYTHONHASHSEED)."""
+    return random.Random(f"bookfs.sample:{seed}:{stream}")
+
+
+def _blob(rng: random.Random, size: int) -> int:
+    """A random atom of exactly ``size`` bytes (top byte nonzero)."""
+    if size <= 0:
+        return 0
+    return int.from_bytes(rng.randbytes(size - 1) + bytes([rng.randrange(1, 256)]), "little")
+
+
+def _log_uniform(rng: random.Random, low: int, high: int) -> int:
+    """An int in ``[low, high]``, uniform in log scale (a heavy tail towards high)."""
+    return min(high, int(low * (high / low) ** rng.random()))
+
+
+def _uv(rng: random.Random) -> str:
+    """A random @uv knot like ``0v1.2q3u4.h7n9c`` (as used in wires for ducts)."""
+    digits = "0123456789abcdefghijklmnopqrstuv"
+    body = "".join(rng.choice(digits) for _ in range(15))
+    return f"0v{rng.randrange(1, 32):x}.{body[:5]}.{body[5:10]}.{body[10:]}"
+
+
+def _ipv4(rng: random.Random) -> int:
+    return rng.choice((0x7F000001, 0x0A000000 | rng.getrandbits(24), rng.getrandbits(32)))
+
+
+def _lane(rng: random.Random, peers: list[int]) -> Noun:
+    """An ames lane: ``[%.y ship]`` or ``[%.n ip-and-port]``."""
+    if rng.random() < 0.5:
+        return (0, rng.choice(peers))
+    return (1, _ipv4(rng) | (rng.randrange(1024, 65536) << 32))
+
+
+def _tang(rng: random.Random) -> Noun:
+    lines = ["bail: exit", "/sys/vane/gall/hoon:<[1.623 9].[1.623 29]>", "crash!", "%trap"]
+    return from_list(cell(cord("leaf"), tape(rng.choice(lines))) for _ in range(rng.randint(1, 4)))
+
+
+class _Ship:
+    """Random ovum generation for one sample ship."""
+
+    def __init__(self, seed: int) -> None:
+        peer_rng = _rng(seed, "peers")
+        self.peers = [peer_rng.randrange(0x10000, 1 << 32) for _ in range(_PEERS)]
+        self.peer_names = [patp(p) for p in self.peers]
+        self.apps = ["hood", "groups", "chat", "landscape", "dm", "channels", "docket"]
+        self.small: list[tuple[float, Callable[[random.Random], Noun]]] = [
+            (0.20, self._belt),
+            (0.20, self._wake),
+            (0.25, lambda rng: self._hear(rng, _log_uniform(rng, 60, 1400))),
+            (0.05, lambda rng: self._request(rng, _log_uniform(rng, 16, 1200))),
+            (0.09, lambda rng: self._plea(rng, _log_uniform(rng, 20, 1200))),
+            (0.09, lambda rng: self._boon(rng, _log_uniform(rng, 20, 1200))),
+            (0.06, lambda rng: self._send(rng, _log_uniform(rng, 60, 1400))),
+            (0.02, self._born),
+            (0.02, self._crud),
+            (0.02, self._trim),
+        ]
+        self.bulky: list[Callable[[random.Random, int], Noun]] = [
+            self._request,
+            self._plea,
+            self._boon,
+        ]
+
+    def small_ovum(self, rng: random.Random) -> Noun:
+        pick = rng.random()
+        for weight, make in self.small:
+            pick -= weight
+            if pick < 0:
+                return make(rng)
+        return self.small[0][1](rng)
+
+    def bulky_ovum(self, rng: random.Random, size: int) -> Noun:
+        """An ovum carrying ``size`` bytes of bulk data, plus under _BULK_MARGIN more."""
+        return rng.choice(self.bulky)(rng, size)
+
+    # -- one method per card kind: each returns [wire card] --
+
+    def _belt(self, rng: random.Random) -> Noun:
+        text = rng.choice(["+vats", "|commit %base", "(add 2 2)", "now", "our", ":hood +hood/mass"])
+        text += " " * rng.randint(0, 30)
+        return cell(path("/d/term/1"), cord("belt"), cord("txt"), from_list(map(ord, text)))
+
+    def _wake(self, rng: random.Random) -> Noun:
+        app = rng.choice(self.apps)
+        wire = path(f"/g/behn/0w{rng.getrandbits(40):x}/{app}/timer/{_uv(rng)}")
+        return cell(wire, cord("wake"), 0)
+
+    def _hear(self, rng: random.Random, size: int) -> Noun:
+        return cell(path(f"/a/newt/{_uv(rng)}"), cord("hear"), _lane(rng, self.peers), _blob(rng, size))
+
+    def _send(self, rng: random.Random, size: int) -> Noun:
+        return cell(path("/a/newt/0v0"), cord("send"), _lane(rng, self.peers), _blob(rng, size))
+
+    def _request(self, rng: random.Random, size: int) -> Noun:
+        app = rng.choice(self.apps)
+        headers = from_list(
+            [
+                (cord("content-type"), cord("application/json")),
+                (cord("cookie"), cord(f"urbauth-{rng.choice(self.peer_names)}={_uv(rng)}")),
+            ]
+        )
+        body = (0, (size, _blob(rng, size)))  # (unit octs)
+        request = cell(cord("POST"), cord(f"/~/channel/{app}-{rng.getrandbits(32)}"), headers, body)
+        address = (cord("ipv4"), _ipv4(rng))
+        return cell(path(f"/e/http-server/{_uv(rng)}"), cord("request"), rng.getrandbits(1), address, request)
+
+    def _plea(self, rng: random.Random, size: int) -> Noun:
+        ship = rng.choice(self.peers)
+        vane = rng.choice(["g", "c", "j"])
+        payload = cell(cord(vane), path(f"/ge/{rng.choice(self.apps)}"), _blob(rng, size))
+        return cell(path(f"/a/bone/{patp(ship)}/0/{rng.randrange(1, 4096) * 4}"), cord("plea"), ship, payload)
+
+    def _boon(self, rng: random.Random, size: int) -> Noun:
+        app = rng.choice(self.apps)
+        ship = rng.choice(self.peer_names)
+        wire = path(f"/g/use/{app}/0w{rng.getrandbits(30):x}/out/{ship}/{app}/watch")
+        return cell(wire, cord("boon"), _blob(rng, size))
+
+    def _born(self, rng: random.Random) -> Noun:
+        return cell(path(f"/e/http-server/{_uv(rng)}"), cord("born"), 0)
+
+    def _crud(self, rng: random.Random) -> Noun:
+        return cell(path("/d/term/1"), cord("crud"), cord("exit"), _tang(rng))
+
+    def _trim(self, rng: random.Random) -> Noun:
+        return cell(path(f"/arvo/trim/{_uv(rng)}"), cord("trim"), rng.randint(0, 4))
+
+
+def _lifecycle(seed: int) -> list[Noun]:
+    """SAMPLE_LIFE pill-like lifecycle nouns: the lifecycle formula, then kernel parts
+    (a random formula-shaped tree with shared subtrees, and bulk atoms)."""
+    rng = _rng(seed, "boot")
+    leaves: list[Noun] = [0, 1, 2, 3, 6, 7, 8, 9, 10, 11, cord("hoon"), cord("arvo")]
+    nodes: list[Noun] = []
+    for _ in range(3000):
+        pool = nodes if nodes and rng.random() < 0.6 else leaves
+        nodes.append((rng.choice(pool), rng.choice(nodes or leaves)))
+    formula = nodes[-1]
+    return [
+        cell(2, (0, 3), 0, 2),
+        cell(cord("hoon"), formula, _blob(rng, rng.randint(1024 * 1024 + 1, 1200 * 1024))),
+        cell(cord("arvo"), cord("kernel"), _blob(rng, rng.randint(200 * 1024, 300 * 1024))),
+        cell(cord("lull"), _blob(rng, rng.randint(40 * 1024, 80 * 1024))),
+        cell(cord("zuse"), _blob(rng, rng.randint(100 * 1024, 200 * 1024))),
+    ][:SAMPLE_LIFE]
+
+
+def _large_positions(seed: int) -> Iterator[int]:
+    """The 0-based event numbers of the large events, one per LARGE_EVERY block."""
+    rng = _rng(seed, "large")
+    block = 0
+    while True:
+        low = max(SAMPLE_LIFE, block * LARGE_EVERY)
+        yield rng.randrange(low, (block + 1) * LARGE_EVERY)
+        block += 1
+
+
+def _bulk_size(rng: random.Random, limits: tuple[int, int]) -> int:
+    """Bulk atom size giving a payload inside ``limits`` whatever the framing."""
+    return _log_uniform(rng, limits[0], limits[1] - _BULK_MARGIN)
+
+
+def iter_sample_payloads(events: int, seed: int = 0) -> Iterator[bytes]:
+    """Yield ``events`` sample payloads (``mug (4 B LE) ++ jam(job)``), in event order.
+
+    See the module docstring for the contract: lifecycle events first (mug 0), then
+    ``[now [wire card]]`` events with nonzero mugs, heavy-tailed sizes, strictly
+    increasing dates.  Deterministic in ``(events, seed)``, prefix-stable in
+    ``events``.
+    """
+    if events < 0:
+        raise ValueError("events must be >= 0")
+    zero_mug = bytes(4)
+    for number, noun in enumerate(_lifecycle(seed)):
+        if number >= events:
+            return
+        yield zero_mug + jam(noun)
+
+    ship = _Ship(seed)
+    rng = _rng(seed, "events")
+    large = _large_positions(seed)
+    next_large = next(large)
+    start = SAMPLE_EPOCH + _dt.timedelta(
+        seconds=rng.uniform(0, SAMPLE_MAX_START_OFFSET.total_seconds())
+    )
+    unix_seconds = int(start.timestamp())
+    ticks = (unix_seconds + DA_UNIX_EPOCH) * _TICKS + rng.randrange(_TICKS)
+    for number in range(SAMPLE_LIFE, events):
+        step = int(rng.expovariate(1 / _MEAN_STEP_S) * _TICKS)
+        ticks += min(_MAX_STEP_TICKS, max(_MIN_STEP_TICKS, step))
+        now = ticks << 48  # 64-bit seconds . 16-bit fraction . 48 zero bits
+        mug = rng.randrange(1, 1 << 31)
+        if number == next_large:
+            ovum = ship.bulky_ovum(rng, _bulk_size(rng, LARGE_PAYLOAD))
+            next_large = next(large)
+        elif rng.random() < MEDIUM_RATE:
+            ovum = ship.bulky_ovum(rng, _bulk_size(rng, MEDIUM_PAYLOAD))
+        else:
+            ovum = ship.small_ovum(rng)
+        yield mug.to_bytes(4, "little") + jam((now, ovum))
+
+
+def sample_meta(seed: int = 0) -> dict[str, bytes]:
+    """The pier metadata matching :func:`iter_sample_payloads` for ``seed``.
+
+    Keys and encodings as in ``meta.bin``: ``who`` (16 B LE, a planet),
+    ``version`` (4 B LE, 1), ``fake`` (1 B, 0), ``life`` (4 B LE, ``SAMPLE_LIFE``).
+    """
+    who = _rng(seed, "who").randrange(0x10000, 1 << 32)
+    return {
+        "who": who.to_bytes(16, "little"),
+        "version": (1).to_bytes(4, "little"),
+        "fake": b"\x00",
+        "life": SAMPLE_LIFE.to_bytes(4, "little"),
+    }
