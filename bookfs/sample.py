@@ -106,15 +106,30 @@ def _log_uniform(rng: random.Random, low: int, high: int) -> int:
     return min(high, int(low * (high / low) ** rng.random()))
 
 
-def _uv(rng: random.Random) -> str:
-    """A random @uv knot like ``0v1.2q3u4.h7n9c`` (as used in wires for ducts)."""
-    digits = "0123456789abcdefghijklmnopqrstuv"
-    body = "".join(rng.choice(digits) for _ in range(15))
-    return f"0v{rng.randrange(1, 32):x}.{body[:5]}.{body[5:10]}.{body[10:]}"
+_B32 = "0123456789abcdefghijklmnopqrstuv"
+
+
+def _uv(rng: random.Random, bits: int = 64) -> str:
+    """A random @uv knot like ``0v1.2q3u4.h7n9c``, as wires use for duct ids."""
+    n = rng.getrandbits(bits) | 1
+    digits = []
+    while n:
+        digits.append(_B32[n & 31])
+        n >>= 5
+    text = "".join(reversed(digits))
+    head = len(text) % 5 or 5
+    groups = [text[:head]] + [text[i:i + 5] for i in range(head, len(text), 5)]
+    return "0v" + ".".join(groups)
 
 
 def _ipv4(rng: random.Random) -> int:
-    return rng.choice((0x7F000001, 0x0A000000 | rng.getrandbits(24), rng.getrandbits(32)))
+    """A loopback, private or public IPv4 address."""
+    kind = rng.randrange(3)
+    if kind == 0:
+        return 0x7F000001
+    if kind == 1:
+        return 0x0A000000 | rng.getrandbits(24)
+    return rng.getrandbits(32)
 
 
 def _lane(rng: random.Random, peers: list[int]) -> Noun:
@@ -122,6 +137,19 @@ def _lane(rng: random.Random, peers: list[int]) -> Noun:
     if rng.random() < 0.5:
         return (0, rng.choice(peers))
     return (1, _ipv4(rng) | (rng.randrange(1024, 65536) << 32))
+
+
+_DOJO_LINES = (
+    "+vats %base",
+    "|commit %base",
+    "(add 2 2)",
+    ":hood +hood/mass",
+    "=dir /=base=",
+    "+tree /===/app",
+    "|install ~zod %landscape",
+    "-build-file %/lib/strandio/hoon",
+    "(turn (gulf 1 10) mul)",
+)
 
 
 def _tang(rng: random.Random) -> Noun:
@@ -170,14 +198,11 @@ class _Ship:
     # -- one method per card kind: each returns [wire card] --
 
     def _belt(self, rng: random.Random) -> Noun:
-        text = rng.choice(["+vats", "|commit %base", "(add 2 2)", "now", "our", ":hood +hood/mass"])
-        text += " " * rng.randint(0, 30)
+        text = rng.choice(_DOJO_LINES)
         return cell(path("/d/term/1"), cord("belt"), cord("txt"), from_list(map(ord, text)))
 
     def _wake(self, rng: random.Random) -> Noun:
-        app = rng.choice(self.apps)
-        wire = path(f"/g/behn/0w{rng.getrandbits(40):x}/{app}/timer/{_uv(rng)}")
-        return cell(wire, cord("wake"), 0)
+        return cell(path(f"/b/behn/{_uv(rng)}"), cord("wake"), 0)
 
     def _hear(self, rng: random.Random, size: int) -> Noun:
         return cell(path(f"/a/newt/{_uv(rng)}"), cord("hear"), _lane(rng, self.peers), _blob(rng, size))
@@ -207,7 +232,7 @@ class _Ship:
     def _boon(self, rng: random.Random, size: int) -> Noun:
         app = rng.choice(self.apps)
         ship = rng.choice(self.peer_names)
-        wire = path(f"/g/use/{app}/0w{rng.getrandbits(30):x}/out/{ship}/{app}/watch")
+        wire = path(f"/g/use/{app}/{_uv(rng, 32)}/out/{ship}/{app}/watch")
         return cell(wire, cord("boon"), _blob(rng, size))
 
     def _born(self, rng: random.Random) -> Noun:

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LOG = "/tmp/bookfs-{pid}.log"
 KNOWN_OPTIONS = {"ro", "rw", "allow_other", "default_permissions", "auto_unmount",
-                 "stall_timeout"}
+                 "stall_timeout", "segment_mb"}
 
 
 class MountError(Exception):
@@ -130,6 +130,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file) -> int
         raise MountError(f"{e}; mount it read-only with -o ro") from None
     try:
         ops = BookOperations(book, debug=debug, mountpoint=mountpoint,
+                             segment_span=int(float(opts.get("segment_mb", 64)) * (1 << 20)),
                              stall_timeout=float(opts.get("stall_timeout", 30)))
         pyfuse3.init(ops, mountpoint, _fuse_options(source, opts, readonly))
     except BaseException:

@@ -35,6 +35,7 @@ from ..book import Book
 from ..errors import BookError
 from ..info import render, summary
 from ..layout import META_FIELDS, META_KEYS
+from ..segments import DEFAULT_SPAN, Segment, Segments
 from . import inodes as I
 from .commit import CommitQueue, Reservation, refuse
 from .staging import Staging
@@ -112,6 +113,13 @@ class _EventHandle:
         self.event, self.data = event, data
 
 
+class _SegmentHandle:
+    __slots__ = ("seg",)
+
+    def __init__(self, seg: Segment):
+        self.seg = seg
+
+
 class _BytesHandle:
     """A snapshot served to readers (``info``, a meta field)."""
 
@@ -135,9 +143,12 @@ class BookOperations(pyfuse3.Operations):
     enable_writeback_cache = False
 
     def __init__(self, book: Book, *, stall_timeout: float = 30.0, debug: bool = False,
-                 spill_dir: str | None = None, mountpoint: str | None = None):
+                 spill_dir: str | None = None, mountpoint: str | None = None,
+                 segment_span: int = DEFAULT_SPAN):
         super().__init__()
         self.book = book
+        self.segments = Segments(book, segment_span)
+        self._verified_segments: set[int] = set()
         self.mountpoint = mountpoint
         self.readonly = not book.writable
         self.debug = debug
@@ -194,6 +205,10 @@ class BookOperations(pyfuse3.Operations):
         size = self.book.count if ino == I.EVENTS else 0
         return self._attrs(ino, stat.S_IFDIR | mode, size, self._log_mtime(), 0, nlink=2)
 
+    def _segment_attrs(self, seg: Segment) -> pyfuse3.EntryAttributes:
+        return self._attrs(I.segment_inode(seg.index), stat.S_IFREG | 0o444, seg.size,
+                           self.book.mtime_ns(seg.last), FOREVER if seg.complete else 0)
+
     def _info_bytes(self) -> bytes:
         return render(summary(self.book)).encode()
 
@@ -205,7 +220,12 @@ class BookOperations(pyfuse3.Operations):
             if event not in self.book:
                 raise pyfuse3.FUSEError(errno.ENOENT)
             return self._event_attrs(event)
-        if ino in (I.ROOT, I.EVENTS, I.META, I.NEW):
+        if I.is_segment(ino):
+            seg = self.segments.get(ino - I.SEGMENT_BASE)
+            if seg is None:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            return self._segment_attrs(seg)
+        if ino in (I.ROOT, I.EVENTS, I.META, I.NEW, I.SEGMENTS):
             self._follow()
             return self._dir_attrs(ino)
         if ino == I.INFO:
@@ -236,6 +256,13 @@ class BookOperations(pyfuse3.Operations):
                 if event not in self.book:
                     raise pyfuse3.FUSEError(errno.ENOENT)
             return self._event_attrs(event)
+        if parent_inode == I.SEGMENTS:
+            event = I.parse_number(name)
+            self._follow()
+            seg = self.segments.containing_first(event) if event is not None else None
+            if seg is None:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            return self._segment_attrs(seg)
         if parent_inode == I.ROOT:
             ino = _ROOT_NAMES.get(name)
         elif parent_inode == I.META:
@@ -279,7 +306,7 @@ class BookOperations(pyfuse3.Operations):
         if inode == I.NEW:
             raise refuse(errno.EACCES, "new/ is write-only: create new/<N> with the next "
                                        "event number instead of listing it")
-        if inode not in (I.ROOT, I.EVENTS, I.META):
+        if inode not in (I.ROOT, I.EVENTS, I.META, I.SEGMENTS):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         self._follow()
         return inode
@@ -299,6 +326,13 @@ class BookOperations(pyfuse3.Operations):
                 if not reply(token, name(event), attrs(event), event):
                     return
                 event += 1
+            return
+        if fh == I.SEGMENTS:  # cookie = segment index + 1
+            for k in range(start_id, self.segments.slots()):
+                seg = self.segments.get(k)
+                if seg is not None and not pyfuse3.readdir_reply(
+                        token, I.event_name(seg.first), self._segment_attrs(seg), k + 1):
+                    return
             return
         entries = _ROOT_ENTRIES if fh == I.ROOT else [
             (k.encode(), ino) for k, ino in I.META_INODES.items()]
@@ -332,6 +366,18 @@ class BookOperations(pyfuse3.Operations):
                     self._verified_large.add(event)
                 data = None
             return pyfuse3.FileInfo(fh=self._new_fh(_EventHandle(event, data)), keep_cache=True)
+        if I.is_segment(inode):
+            if writing:
+                raise refuse(errno.EROFS, "segments are read-only")
+            seg = self.segments.get(inode - I.SEGMENT_BASE)
+            if seg is None:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            if not (seg.complete and seg.index in self._verified_segments):
+                await trio.to_thread.run_sync(self.segments.verify, seg)
+                if seg.complete:
+                    self._verified_segments.add(seg.index)
+            return pyfuse3.FileInfo(fh=self._new_fh(_SegmentHandle(seg)),
+                                    keep_cache=seg.complete)
         if inode == I.INFO:
             if writing:
                 raise refuse(errno.EACCES, "info is read-only")
@@ -363,6 +409,8 @@ class BookOperations(pyfuse3.Operations):
             return self.book.read_slice(h.event, off, size)
         if isinstance(h, _BytesHandle):
             return h.data[off : off + size]
+        if isinstance(h, _SegmentHandle):
+            return self.segments.read(h.seg, off, size)
         raise pyfuse3.FUSEError(errno.EBADF)
 
     # --- writing -------------------------------------------------------------------------
@@ -476,8 +524,9 @@ class BookOperations(pyfuse3.Operations):
         return s
 
 
-_ROOT_ENTRIES = [(b"events", I.EVENTS), (b"meta", I.META), (b"new", I.NEW), (b"info", I.INFO)]
+_ROOT_ENTRIES = [(b"events", I.EVENTS), (b"meta", I.META), (b"new", I.NEW), (b"info", I.INFO),
+                 (b"segments", I.SEGMENTS)]
 _ROOT_NAMES = dict(_ROOT_ENTRIES)
-_DIRS = {I.ROOT, I.EVENTS, I.META, I.NEW}
+_DIRS = {I.ROOT, I.EVENTS, I.META, I.NEW, I.SEGMENTS}
 
 assert set(META_KEYS) == set(I.META_INODES)
