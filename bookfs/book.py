@@ -208,7 +208,8 @@ class Book:
             raise BadMagic(f"{self.log_path}: magic {magic:#010x}, expected {MAGIC:#010x} (BOOK)")
         if version != VERSION:
             raise BadVersion(f"{self.log_path}: version {version}, expected {VERSION}")
-        if len(head) == 48 and crc32(head[:44]) == struct.unpack_from("<I", head, 44)[0]:
+        slot_b = os.pread(self._fd, 48, 4096) if size >= 4096 + 48 else b""
+        if _vere_slot_ok(head) or (slot_b[:8] == head[:8] and _vere_slot_ok(slot_b)):
             raise UnsupportedLayout(
                 f"{self.log_path}: this is vere's two-slot Book layout (header CRC matches), "
                 "not the UIP layout this engine reads"
@@ -370,9 +371,11 @@ class Book:
         """
         off, n = self._locate(event)
         buf = os.pread(self._fd, n + DEED_OVERHEAD, off)
+        if len(buf) != n + DEED_OVERHEAD:  # the file was cut under us
+            self._corrupt(event, off)
         crc, let = DEED_TAIL.unpack_from(buf, n + 8)
         mv = memoryview(buf)
-        if len(buf) != n + DEED_OVERHEAD or let != n or crc32(mv[: n + 8]) != crc:
+        if let != n or crc32(mv[: n + 8]) != crc:
             self._corrupt(event, off)
         return bytes(mv[8 : n + 8])
 
@@ -401,6 +404,8 @@ class Book:
         """``(event, payload)`` for ``start..end`` inclusive (defaults: the whole log),
         each CRC-checked."""
         first, last = self.gulf()
+        if start is None and end is None and not self._index.offsets:
+            return  # walking an empty log yields nothing
         start = first if start is None else start
         end = last if end is None else end
         if start > end:
@@ -630,6 +635,11 @@ class Book:
 
     def fileno(self) -> int:
         return self._fd
+
+
+def _vere_slot_ok(slot: bytes) -> bool:
+    """A 48-byte vere header slot whose CRC (of bytes 0..43, stored at 44) matches."""
+    return len(slot) == 48 and crc32(slot[:44]) == struct.unpack_from("<I", slot, 44)[0]
 
 
 def _first_at_or_after(offsets, pos: int) -> int:

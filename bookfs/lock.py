@@ -57,7 +57,11 @@ class WriterLock:
 
     def __init__(self, path: str, *, what: str = "bookfs"):
         self.path = path
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+            os.fchmod(fd, FILE_MODE)  # a lock file we create is 0644 regardless of umask
+        except FileExistsError:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)  # someone else's: leave its mode
         try:
             fcntl.fcntl(fd, _F_OFD_SETLK, _flock(fcntl.F_WRLCK))
         except OSError as e:

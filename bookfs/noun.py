@@ -202,7 +202,7 @@ def _canonical_cells(noun: Noun) -> dict[int, int]:
     subnouns (DAGs, possibly exponentially large as trees) cost their object count.
     """
     keys: dict[int, int] = {}  # id(cell) -> key; 0 while the cell is in progress
-    if not isinstance(noun, tuple):
+    if type(noun) is not tuple:
         return keys
     interned: dict[tuple[int, int], int] = {}
     # Depth-first, children before parents; each entry is (cell, children_done).
@@ -218,7 +218,7 @@ def _canonical_cells(noun: Noun) -> dict[int, int]:
             keys[id(node)] = 0
             push((node, True))
             for child in node:
-                if isinstance(child, tuple):
+                if type(child) is tuple:
                     if id(child) not in keys:
                         push((child, False))
                 else:
@@ -226,8 +226,8 @@ def _canonical_cells(noun: Noun) -> dict[int, int]:
             continue
         head, tail = node
         pair = (
-            keys[id(head)] if isinstance(head, tuple) else head,
-            keys[id(tail)] if isinstance(tail, tuple) else tail,
+            keys[id(head)] if type(head) is tuple else head,
+            keys[id(tail)] if type(tail) is tuple else tail,
         )
         key = interned.get(pair)
         if key is None:
@@ -257,7 +257,7 @@ def jam(noun: Noun) -> bytes:
     atom is written as a reference only when it is wider in bits than the reference
     position.  ``jam(0) == b'\\x02'``.
     """
-    if not isinstance(noun, tuple):
+    if type(noun) is not tuple:
         _check_atom(noun)
     cell_keys = _canonical_cells(noun)
     seen: dict[int, int] = {}  # atom value or cell key -> bit position first written
@@ -269,7 +269,7 @@ def jam(noun: Noun) -> bytes:
     pop, push = stack.pop, stack.append
     while stack:
         node = pop()
-        if isinstance(node, tuple):
+        if type(node) is tuple:
             key = cell_keys[id(node)]
             where = seen.get(key)
             if where is None:

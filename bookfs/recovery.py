@@ -56,7 +56,10 @@ class RecoveryReport:
 
 def deed_crc_ok(fd: int, off: int, n: int) -> bool:
     """Stream the CRC of the deed at ``off`` with payload ``n`` (constant memory)."""
-    want_crc, let = DEED_TAIL.unpack(os.pread(fd, 12, off + 8 + n))
+    tail = os.pread(fd, 12, off + 8 + n)
+    if len(tail) != 12:  # the deed does not fit in the file (it was cut)
+        return False
+    want_crc, let = DEED_TAIL.unpack(tail)
     if let != n:
         return False
     crc = 0

@@ -9,12 +9,13 @@ need_pkgs=()
 command -v fusermount3 >/dev/null 2>&1 || need_pkgs+=(fuse3)
 pkg-config --exists fuse3 2>/dev/null || need_pkgs+=(libfuse3-dev)
 command -v pkg-config >/dev/null 2>&1 || need_pkgs+=(pkg-config)
+command -v xxd >/dev/null 2>&1 || need_pkgs+=(xxd)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     echo "setup: installing Debian packages: ${need_pkgs[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
     sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
     $sudo_cmd apt-get update -qq
-    $sudo_cmd apt-get install -y -qq fuse3 libfuse3-dev pkg-config >/dev/null
+    $sudo_cmd apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
 if ! command -v java >/dev/null 2>&1; then
     echo "setup: installing a Java runtime for Spark" >&2
