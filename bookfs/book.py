@@ -217,7 +217,12 @@ class Book:
         return fir
 
     def _looks_padded(self, size: int) -> bool:
-        """The January 2026 layout: deeds of len_d + 28 bytes (C structs with padding)."""
+        """The January 2026 layout: deeds of len_d + 28 bytes (C structs with padding).
+
+        The first padded deed must frame (``let_d == len_d`` at ``len_d + 28``) and end the
+        file or be followed by a plausible second one.  One deed alone is not enough: a UIP
+        log whose first deed is damaged and whose second has the same length frames the
+        same way (the second deed's ``len_d`` sits where a padded ``let_d`` would)."""
         if size < HEADER_SIZE + PADDED_DEED_OVERHEAD + MIN_PAYLOAD:
             return False
         (n,) = DEED_LEN.unpack(os.pread(self._fd, 8, HEADER_SIZE))
@@ -225,7 +230,18 @@ class Book:
         if not (MIN_PAYLOAD <= n <= MAX_PAYLOAD) or stop > size:
             return False
         (let,) = DEED_LEN.unpack(os.pread(self._fd, 8, stop - 8))
-        return let == n
+        if let != n:
+            return False
+        if stop + 8 > size:
+            return stop == size
+        (n2,) = DEED_LEN.unpack(os.pread(self._fd, 8, stop))
+        if not (MIN_PAYLOAD <= n2 <= MAX_PAYLOAD):
+            return False
+        stop2 = stop + n2 + PADDED_DEED_OVERHEAD
+        if stop2 > size:
+            return True  # a torn second deed
+        (let2,) = DEED_LEN.unpack(os.pread(self._fd, 8, stop2 - 8))
+        return let2 == n2
 
     def _load(self, progress: Progress | None, use_cache: bool) -> None:
         fd = self._fd
@@ -333,6 +349,10 @@ class Book:
     def log_bytes(self) -> int:
         """Bytes of the valid log (header and committed deeds)."""
         return self._view[2]
+
+    @property
+    def format(self) -> str:
+        return "book-v1 (UIP layout)"
 
     @property
     def index(self) -> OffsetIndex:

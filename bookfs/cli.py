@@ -159,11 +159,16 @@ _EXTRA_COMMANDS: list = []
 
 
 def _register_optional() -> None:
-    try:
-        from .spark_cli import register
-    except ImportError:
-        return
-    _EXTRA_COMMANDS.append(register)
+    import importlib
+
+    for name in ("fsck", "migrate", "spark_cli"):
+        try:
+            module = importlib.import_module(f"bookfs.{name}")
+        except ImportError:
+            continue
+        register = getattr(module, "register", None)
+        if register is not None and register not in _EXTRA_COMMANDS:
+            _EXTRA_COMMANDS.append(register)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ def summary(book: Book) -> dict:
     who = int.from_bytes(meta["who"], "little")
     fake = meta["fake"][0]
     return {
-        "format": "book-v1 (UIP layout)",
+        "format": book.format,
         "path": book.directory,
         "writable": book.writable,
         "first": first,

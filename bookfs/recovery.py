@@ -156,6 +156,10 @@ def is_torn_tail(fd: int, off: int, size: int) -> bool:
         (n,) = DEED_LEN.unpack(os.pread(fd, 8, off))
         if not (MIN_PAYLOAD <= n <= MAX_PAYLOAD) or off + n + DEED_OVERHEAD <= size:
             return False  # announces no deed, or a complete one that failed its checks
+        if region >= MIN_PAYLOAD + DEED_OVERHEAD:
+            (let,) = DEED_LEN.unpack(os.pread(fd, 8, size - 8))
+            if let + DEED_OVERHEAD == region:
+                return False  # a whole deed whose len_d was damaged, not an incomplete one
     return not find_valid_deeds(fd, off + 1, size, limit=1)
 
 
@@ -170,6 +174,7 @@ def quarantine(dir_fd_path: str, fd: int, off: int, size: int) -> str:
         path = os.path.join(dir_fd_path, f"{name}.{k}")
     out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
     try:
+        os.fchmod(out, FILE_MODE)  # regardless of umask, like the log itself
         pos = off
         while pos < size:
             chunk = os.pread(fd, min(_CRC_CHUNK, size - pos), pos)

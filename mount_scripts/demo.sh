@@ -37,11 +37,11 @@ bookfs mount "$log" "$mnt"
 
 step "browse: ls, ls -l, stat, cat, xxd, du"
 ls "$mnt"
-ls -l "$mnt/events" | head -5
+ls -l "$mnt/events" | sed -n 1,5p
 echo "... $(ls "$mnt/events" | wc -l) event files"
 stat -c '%n: %s bytes, inode %i, mtime %y' "$mnt/events/000000000006"
 cat "$mnt/info"
-xxd "$mnt/events/000000000006" | head -3
+head -c 48 "$mnt/events/000000000006" | xxd
 xxd "$mnt/meta/who"
 du -sh "$mnt/events"
 

@@ -31,8 +31,13 @@ fi
 stamp="$venv/.bookfs-installed"
 if [ ! -f "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ]; then
     echo "setup: installing bookfs and its dependencies into $venv" >&2
-    "$venv/bin/python" -m pip install -q --upgrade pip
-    "$venv/bin/python" -m pip install -q -e "$here[test]"
+    pip_log="$venv/pip-install.log"
+    if ! { "$venv/bin/python" -m pip install --upgrade pip &&
+           "$venv/bin/python" -m pip install -e "$here[test]"; } >"$pip_log" 2>&1; then
+        tail -30 "$pip_log" >&2
+        echo "setup: pip install failed; full log in $pip_log" >&2
+        exit 1
+    fi
     touch "$stamp"
 fi
 echo "$venv"

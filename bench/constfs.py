@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""constfs: the smallest pyfuse3 filesystem that looks like a bookfs mount, as a floor.
+
+It serves ``events/<N>`` (N = 1..count, names zero-padded to 12 digits like bookfs) as
+files of constant bytes held in memory, with the same caching choices as bookfs: entry
+and attribute timeouts of a day, ``keep_cache`` on open, readdirplus attributes.  It also
+has a writable ``new/`` whose files accept ``create``/``write``/``close`` and discard the
+data (no ordering, no durability), which gives pyfuse3's own floor for appends.
+
+Nothing is read from disk, so what a benchmark measures on it is the kernel, libfuse,
+pyfuse3 and trio: the per-request cost bookfs cannot go under.
+
+    python bench/constfs.py MOUNTPOINT --sizes FILE    # FILE: little-endian u64 sizes
+    python bench/constfs.py MOUNTPOINT --count 1 --size 268435456
+
+Runs in the foreground; unmount with ``fusermount3 -u MOUNTPOINT`` (or SIGINT/SIGTERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import signal
+import stat
+import sys
+import time
+from array import array
+
+import pyfuse3
+import trio
+
+FOREVER = 24 * 3600.0
+ROOT = pyfuse3.ROOT_INODE
+EVENTS, NEW = 2, 3
+FILE_BASE = 1 << 32
+STAGING_BASE = 1 << 48
+NAME_DIGITS = 12
+CHUNK = 1 << 20
+CONST = b"\xa5" * CHUNK  # every file byte
+
+
+class ConstFS(pyfuse3.Operations):
+    supports_dot_lookup = False
+    enable_writeback_cache = False
+
+    def __init__(self, sizes):
+        super().__init__()
+        self.sizes = sizes  # sizes[k - 1] is the size of events/<k>
+        self.count = len(sizes)
+        self.uid, self.gid = os.getuid(), os.getgid()
+        self.t = time.time_ns()
+        self.next_fh = 1
+        self.staging: dict[int, int] = {}  # fh -> bytes written (data discarded)
+
+    def _attrs(self, ino, mode, size, timeout, nlink=1):
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = ino
+        a.st_mode = mode
+        a.st_nlink = nlink
+        a.st_uid, a.st_gid = self.uid, self.gid
+        a.st_size = size
+        a.st_blksize = 4096
+        a.st_blocks = (size + 511) // 512
+        a.st_atime_ns = a.st_ctime_ns = a.st_mtime_ns = self.t
+        a.entry_timeout = a.attr_timeout = timeout
+        return a
+
+    def _file_attrs(self, k):
+        return self._attrs(FILE_BASE + k, stat.S_IFREG | 0o444, self.sizes[k - 1], FOREVER)
+
+    def _dir_attrs(self, ino):
+        mode = 0o777 if ino == NEW else 0o555
+        return self._attrs(ino, stat.S_IFDIR | mode, self.count if ino == EVENTS else 0, 0, 2)
+
+    async def lookup(self, parent, name, ctx=None):
+        if parent == EVENTS:
+            if not name.isdigit() or len(name) > 20:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            k = int(name)
+            if not 1 <= k <= self.count:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            return self._file_attrs(k)
+        if parent == ROOT and name in (b"events", b"new"):
+            return self._dir_attrs(EVENTS if name == b"events" else NEW)
+        raise pyfuse3.FUSEError(errno.ENOENT)
+
+    async def getattr(self, ino, ctx=None):
+        if ino in (ROOT, EVENTS, NEW):
+            return self._dir_attrs(ino)
+        if FILE_BASE <= ino < STAGING_BASE:
+            return self._file_attrs(ino - FILE_BASE)
+        if ino >= STAGING_BASE and ino - STAGING_BASE in self.staging:
+            return self._attrs(ino, stat.S_IFREG | 0o200,
+                               self.staging[ino - STAGING_BASE], 0)
+        raise pyfuse3.FUSEError(errno.ENOENT)
+
+    async def setattr(self, ino, attr, fields, fh, ctx):
+        return await self.getattr(ino)
+
+    async def opendir(self, ino, ctx):
+        if ino not in (ROOT, EVENTS, NEW):
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        return ino
+
+    async def readdir(self, fh, start_id, token):
+        if fh == EVENTS:
+            k = start_id + 1
+            reply, attrs = pyfuse3.readdir_reply, self._file_attrs
+            while k <= self.count:
+                if not reply(token, b"%0*d" % (NAME_DIGITS, k), attrs(k), k):
+                    return
+                k += 1
+        elif fh == ROOT:
+            entries = [(b"events", EVENTS), (b"new", NEW)]
+            for i in range(start_id, len(entries)):
+                name, ino = entries[i]
+                if not pyfuse3.readdir_reply(token, name, self._dir_attrs(ino), i + 1):
+                    return
+
+    async def releasedir(self, fh):
+        return None
+
+    async def open(self, ino, flags, ctx):
+        if not FILE_BASE <= ino < STAGING_BASE:
+            raise pyfuse3.FUSEError(errno.EISDIR if ino in (ROOT, EVENTS, NEW) else errno.ENOENT)
+        if flags & (os.O_WRONLY | os.O_RDWR):
+            raise pyfuse3.FUSEError(errno.EROFS)
+        return pyfuse3.FileInfo(fh=ino, keep_cache=True)
+
+    async def read(self, fh, off, size):
+        n = min(size, self.sizes[fh - FILE_BASE - 1] - off)
+        if n <= 0:
+            return b""
+        if n <= CHUNK:
+            return CONST[:n]
+        return CONST * (n // CHUNK) + CONST[: n % CHUNK]
+
+    async def create(self, parent, name, mode, flags, ctx):
+        if parent != NEW:
+            raise pyfuse3.FUSEError(errno.EROFS)
+        fh = self.next_fh
+        self.next_fh += 1
+        self.staging[fh] = 0
+        return (pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False),
+                await self.getattr(STAGING_BASE + fh))
+
+    async def write(self, fh, off, buf):
+        if fh not in self.staging:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        self.staging[fh] = max(self.staging[fh], off + len(buf))
+        return len(buf)
+
+    async def flush(self, fh):
+        return None
+
+    async def release(self, fh):
+        self.staging.pop(fh, None)
+
+    async def statfs(self, ctx):
+        s = pyfuse3.StatvfsData()
+        s.f_bsize = s.f_frsize = 4096
+        s.f_namemax = 255
+        return s
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("mountpoint")
+    p.add_argument("--sizes", help="file of little-endian u64 sizes, one per events/<N>")
+    p.add_argument("--count", type=int, default=0, help="serve this many files of --size")
+    p.add_argument("--size", type=int, default=4096)
+    a = p.parse_args(argv)
+    if a.sizes:
+        sizes = array("Q")
+        with open(a.sizes, "rb") as f:
+            sizes.frombytes(f.read())
+        if sys.byteorder != "little":
+            sizes.byteswap()
+    else:
+        sizes = array("Q", [a.size]) * a.count
+    fs = ConstFS(sizes)
+    opts = {"fsname=constfs", "subtype=constfs", "default_permissions", "auto_unmount"}
+    pyfuse3.init(fs, a.mountpoint, opts)
+
+    async def run():
+        async with trio.open_nursery() as nursery:
+            async def stop_on_signal():
+                with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for _ in signals:
+                        pyfuse3.terminate()
+                        return
+            nursery.start_soon(stop_on_signal)
+            await pyfuse3.main()
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(run)
+    finally:
+        pyfuse3.close(unmount=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

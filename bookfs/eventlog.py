@@ -1,0 +1,80 @@
+"""The small interface every on-disk log format offers, so the layers above (the pier, the
+FUSE adapter, the CLI) work with any of them.
+
+Implementations: :class:`bookfs.book.Book` (the UIP layout), :class:`bookfs.vere.VereBook`
+(vere's two-slot layout), :class:`bookfs.lmdb_log.LmdbLog` (read-only LMDB epochs), and
+:class:`bookfs.pier.Pier` (ordered epochs presented as one numbering).
+
+Contract, for every implementation:
+
+* ``gulf()`` is ``(first, last)``, or ``(0, 0)`` when empty; ``count``, ``first``,
+  ``last`` and ``in`` agree with it.  Events are contiguous.
+* ``read(event)`` returns the payload (mug ++ jam) after whatever integrity check the
+  format has; it raises ``NoSuchEvent`` or ``CorruptDeed`` (never returns corrupt bytes).
+  ``verify_event`` runs the same check without holding the payload in memory;
+  ``read_slice`` returns unchecked bytes and is used only after ``verify_event``.
+* ``payload_size`` and ``mtime_ns`` are cheap (no payload read where the format allows).
+* ``refresh()`` picks up events another process committed and returns how many.
+* ``save(first, payloads, epoch)`` appends durably or raises and leaves the log as it was
+  (``ReadOnly`` for a read-only log or format).
+* ``read_meta``/``save_meta``/``meta`` use the keys version, who, fake, life with the
+  ``meta.bin`` encodings.
+* ``close()`` releases everything (locks included); usable as a context manager.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Protocol, runtime_checkable
+
+from .types import EventNum
+
+
+@runtime_checkable
+class EventLog(Protocol):
+    directory: str
+    writable: bool
+
+    @property
+    def format(self) -> str: ...
+
+    def gulf(self) -> tuple[EventNum, EventNum]: ...
+
+    @property
+    def first(self) -> EventNum: ...
+
+    @property
+    def last(self) -> EventNum: ...
+
+    @property
+    def count(self) -> int: ...
+
+    @property
+    def log_bytes(self) -> int: ...
+
+    def __contains__(self, event: int) -> bool: ...
+
+    def payload_size(self, event: int) -> int: ...
+
+    def mtime_ns(self, event: int) -> int: ...
+
+    def read(self, event: int) -> bytes: ...
+
+    def verify_event(self, event: int) -> None: ...
+
+    def read_slice(self, event: int, offset: int, size: int) -> bytes: ...
+
+    def walk(self, start: int | None = None, end: int | None = None
+             ) -> Iterator[tuple[EventNum, bytes]]: ...
+
+    def refresh(self) -> int: ...
+
+    def save(self, first_event: int, payloads: Iterable[bytes], epoch: int = 0) -> None: ...
+
+    def read_meta(self, key: str) -> bytes: ...
+
+    def save_meta(self, key: str, value: bytes) -> None: ...
+
+    def meta(self) -> dict[str, bytes]: ...
+
+    def close(self) -> None: ...
