@@ -138,8 +138,9 @@ def scan_framing(fd: int, index: OffsetIndex, size: int, *, progress=None) -> in
     off = index.end
     reported = off
     lo, hi = MIN_PAYLOAD, MAX_PAYLOAD
-    scratch = bytearray(_CHUNK)
-    while off + DEED_OVERHEAD + MIN_PAYLOAD <= size:
+    scratch = bytearray(min(_CHUNK, max(size - off, 0)))  # no 4 MiB for a small growth
+    stopped = False
+    while not stopped and off + DEED_OVERHEAD + MIN_PAYLOAD <= size:
         buf = pread_into(fd, scratch, min(_CHUNK, size - off), off)
         if len(buf) < 8:
             break
@@ -151,15 +152,15 @@ def scan_framing(fd: int, index: OffsetIndex, size: int, *, progress=None) -> in
             n = views[rel & 7][rel >> 3]
             t = rel + n + 12  # relative position of let_d
             if n < lo or n > hi or base + t + 8 > size:
-                index.end = base + rel
-                return base + rel
+                stopped = True  # the bytes at base + rel frame no deed
+                break
             if t <= last_len:
                 let = views[t & 7][t >> 3]
             else:
                 (let,) = DEED_LEN.unpack(os.pread(fd, 8, base + t))
             if let != n:
-                index.end = base + rel
-                return base + rel
+                stopped = True
+                break
             append(base + rel)
             rel = t + 8
         off = base + rel

@@ -97,3 +97,29 @@ def deed_parts(payload) -> tuple[bytes, bytes]:
     head = DEED_LEN.pack(n)
     crc = _crc32(payload, _crc32(head))
     return head, DEED_TAIL.pack(crc, n)
+
+
+# --- vere's two-slot layout (reference-formats.md §2; engine in vere.py) -----------------
+#
+#   slot A at 0, slot B at 4096, each 48 B:
+#     u32 magic | u32 version 1 | u64 fir_d | u64 las_d | u64 seq_d | u64 bat | u32 sum | u32 crc
+#   bytes 48..4095 and 4144..8191 are zero; deeds start at 8192
+#   deed : u64 len_d | len_d B payload (mug ++ jam) | u64 let_d        (len_d + 16 B, no CRC)
+#   sum  : crc32 of the last batch's on-disk deed bytes, concatenated
+#   crc  : crc32(slot bytes 0..43)
+
+#: The CRC-covered part of a slot: magic, version, fir_d, las_d, seq_d, bat, sum (44 B).
+VERE_SLOT_BODY = struct.Struct("<IIQQQQI")
+VERE_SLOT_CRC = struct.Struct("<I")
+VERE_SLOT_SIZE: Final = 48
+#: Where slot A and slot B live.
+VERE_SLOT_OFFSETS: Final = (0, 4096)
+VERE_SLOT_NAMES: Final = ("A", "B")
+#: Where the first deed starts (everything before it is the two slots and zero padding).
+VERE_DEEDS_START: Final = 8192
+#: On-disk bytes of a vere deed beyond its payload: len_d (8) + let_d (8).
+VERE_DEED_OVERHEAD: Final = 16
+#: vere's recovery accepts any deed with len_d != 0 (bookfs still writes at least 4 bytes).
+VERE_MIN_LEN: Final = 1
+#: What vere writes to meta.bin's ``version``: the pier's disk version, not the book's.
+VERE_META_VERSION: Final = 3

@@ -7,8 +7,10 @@ The rules (``docs/format.md`` states them for users):
 2. Recovery finds the longest prefix of valid deeds.  The bytes after it, if any, are the
    *bad region*.
 3. The bad region is a *torn tail* when it can only be an incomplete final deed: it is
-   shorter than the deed its first bytes announce (or too short to announce one), and no
-   valid deed starts anywhere inside it.  A torn tail is cut.
+   shorter than the deed its first bytes announce (or too short to announce one), it does
+   not end with a length trailer that closes a deed at its start (that is a whole deed
+   whose ``len_d`` was damaged), and no valid deed starts anywhere inside it.  A torn tail
+   is cut.
 4. Any other bad region may hold valid events.  Its bytes are first copied aside to a
    quarantine file beside the log (fsync'd), then the log is cut back to the valid prefix.
    The quarantine file is reported; ``bookfs fsck --salvage`` can recover events from it.
@@ -78,7 +80,9 @@ def first_bad_deed(fd: int, offsets, start_i: int, end: int, *, progress=None) -
     ``None``.  Reads big sequential chunks and checks each deed in place."""
     count = len(offsets)
     i = start_i
-    scratch = bytearray(_CRC_CHUNK)
+    if i >= count:
+        return None
+    scratch = bytearray(min(_CRC_CHUNK, end - offsets[i]))  # no 8 MiB to check one small deed
     while i < count:
         base = offsets[i]
         nxt0 = offsets[i + 1] if i + 1 < count else end

@@ -72,11 +72,10 @@ SAMPLE_TAGS = frozenset(
 )
 """Every card tag that sample events use."""
 
+# Inclusive (min, max) payload sizes in bytes, mug included, and how often each occurs.
 SMALL_PAYLOAD = (50, 2 * 1024)
 MEDIUM_PAYLOAD = (10 * 1024, 100 * 1024)
 LARGE_PAYLOAD = (1024 * 1024, 4 * 1024 * 1024)
-"""Inclusive (min, max) payload sizes in bytes, mug included."""
-
 MEDIUM_RATE = 0.025
 LARGE_EVERY = 2000
 
@@ -102,7 +101,8 @@ def _blob(rng: random.Random, size: int) -> int:
 
 
 def _log_uniform(rng: random.Random, low: int, high: int) -> int:
-    """An int in ``[low, high]``, uniform in log scale (a heavy tail towards high)."""
+    """An int in ``[low, high]``, uniform in log scale: mostly near ``low``, with a
+    long tail up to ``high``."""
     return min(high, int(low * (high / low) ** rng.random()))
 
 
@@ -205,7 +205,8 @@ class _Ship:
         return cell(path(f"/b/behn/{_uv(rng)}"), cord("wake"), 0)
 
     def _hear(self, rng: random.Random, size: int) -> Noun:
-        return cell(path(f"/a/newt/{_uv(rng)}"), cord("hear"), _lane(rng, self.peers), _blob(rng, size))
+        lane = _lane(rng, self.peers)
+        return cell(path(f"/a/newt/{_uv(rng)}"), cord("hear"), lane, _blob(rng, size))
 
     def _send(self, rng: random.Random, size: int) -> Noun:
         return cell(path("/a/newt/0v0"), cord("send"), _lane(rng, self.peers), _blob(rng, size))
@@ -219,15 +220,18 @@ class _Ship:
             ]
         )
         body = (0, (size, _blob(rng, size)))  # (unit octs)
-        request = cell(cord("POST"), cord(f"/~/channel/{app}-{rng.getrandbits(32)}"), headers, body)
+        url = cord(f"/~/channel/{app}-{rng.getrandbits(32)}")
+        request = cell(cord("POST"), url, headers, body)
         address = (cord("ipv4"), _ipv4(rng))
-        return cell(path(f"/e/http-server/{_uv(rng)}"), cord("request"), rng.getrandbits(1), address, request)
+        wire = path(f"/e/http-server/{_uv(rng)}")
+        return cell(wire, cord("request"), rng.getrandbits(1), address, request)
 
     def _plea(self, rng: random.Random, size: int) -> Noun:
-        ship = rng.choice(self.peers)
+        peer = rng.randrange(_PEERS)
         vane = rng.choice(["g", "c", "j"])
         payload = cell(cord(vane), path(f"/ge/{rng.choice(self.apps)}"), _blob(rng, size))
-        return cell(path(f"/a/bone/{patp(ship)}/0/{rng.randrange(1, 4096) * 4}"), cord("plea"), ship, payload)
+        wire = path(f"/a/bone/{self.peer_names[peer]}/0/{rng.randrange(1, 4096) * 4}")
+        return cell(wire, cord("plea"), self.peers[peer], payload)
 
     def _boon(self, rng: random.Random, size: int) -> Noun:
         app = rng.choice(self.apps)
@@ -299,11 +303,9 @@ def iter_sample_payloads(events: int, seed: int = 0) -> Iterator[bytes]:
     rng = _rng(seed, "events")
     large = _large_positions(seed)
     next_large = next(large)
-    start = SAMPLE_EPOCH + _dt.timedelta(
-        seconds=rng.uniform(0, SAMPLE_MAX_START_OFFSET.total_seconds())
-    )
-    unix_seconds = int(start.timestamp())
-    ticks = (unix_seconds + DA_UNIX_EPOCH) * _TICKS + rng.randrange(_TICKS)
+    # Time in units of 2^-16 s since the @da epoch, as vere's clock reads it.
+    ticks = (int(SAMPLE_EPOCH.timestamp()) + DA_UNIX_EPOCH) * _TICKS
+    ticks += rng.randrange(int(SAMPLE_MAX_START_OFFSET.total_seconds()) * _TICKS)
     for number in range(SAMPLE_LIFE, events):
         step = int(rng.expovariate(1 / _MEAN_STEP_S) * _TICKS)
         ticks += min(_MAX_STEP_TICKS, max(_MIN_STEP_TICKS, step))

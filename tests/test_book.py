@@ -5,6 +5,7 @@ Real files only: every test writes a log under tmp_path and checks its bytes."""
 from __future__ import annotations
 
 import errno
+import json
 import mmap
 import os
 import stat
@@ -21,7 +22,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bookfs import layout
 from bookfs.book import Book
 from bookfs.errors import (
     BadMagic,
@@ -603,8 +603,6 @@ def test_file_size_limit_leaves_the_log_exactly_as_before(tmp_path, empty):
     r = subprocess.run([sys.executable, "-c", RLIMIT_CHILD, str(d), "1" if empty else "0"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    import json
-
     out = json.loads(r.stdout)
     assert out["err"] == errno.EFBIG
     assert out["same"] is True

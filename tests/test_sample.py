@@ -143,7 +143,9 @@ def test_wires_match_cards(decoded: list[tuple[int, object]]) -> None:
             assert uncord(to_list(wire)[0]) == vane_of[name]
 
 
-def test_bulk_bytes_are_in_the_card(payloads: list[bytes], decoded: list[tuple[int, object]]) -> None:
+def test_bulk_bytes_are_in_the_card(
+    payloads: list[bytes], decoded: list[tuple[int, object]]
+) -> None:
     for payload, (_, noun) in zip(payloads[SAMPLE_LIFE:], decoded[SAMPLE_LIFE:]):
         if len(payload) < MEDIUM_PAYLOAD[0]:
             continue

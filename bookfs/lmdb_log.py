@@ -1,0 +1,408 @@
+"""Read-only access to an LMDB epoch: the event store every running ship has today.
+
+An LMDB epoch is a directory (``<pier>/.urb/log/0i<N>/``, ``epoc.txt`` 1 or 2) holding
+``data.mdb`` and ``lock.mdb`` (``reference-formats.md`` §3)::
+
+    database EVENTS (MDB_INTEGERKEY): key = event number as 8 bytes LE -> mug ++ jam
+    database META:                    key = b"version" | b"who" | b"fake" | b"life"
+
+The values of ``EVENTS`` are exactly Book payloads.  The pier's meta lives in a separate
+environment at the top of ``.urb/log/`` (only ``META``); an epoch may also carry its own.
+
+Contract
+--------
+* The environment is opened ``readonly=True, lock=False``: no file is created or changed,
+  not even ``lock.mdb``.  (Without the lock a concurrent writer may be seen mid-commit; the
+  pier layer refuses to mix bookfs with a running ship, and a finished epoch never changes.)
+* ``EVENTS`` is opened with ``integerkey=True``.  LMDB keeps the flag in the database, so a
+  store written without ``MDB_INTEGERKEY`` sorts its keys as bytes; that is detected (by the
+  flag and by the contiguity check) and refused, never read in the wrong order.
+* On open (and on ``refresh``) the keys must be contiguous: ``entries == last - first + 1``
+  and, for a directory named ``0i<N>``, ``first == N + 1``.  Otherwise
+  :class:`ContiguityError`.
+* ``read`` returns the value bytes: LMDB has its own integrity (no CRC per event), so
+  ``verify_event`` only checks the event exists.  ``payload_size`` comes from the value's
+  length without copying it; ``mtime_ns`` is ``data.mdb``'s mtime for every event.
+* ``save``/``save_meta`` raise :class:`ReadOnly`: migrate the epoch with ``bookfs migrate``.
+
+Note: the ``lmdb`` binding refuses to open one environment twice in one process; opening
+an epoch that is already open raises :class:`BookError` saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from collections.abc import Iterable, Iterator
+
+from .errors import (
+    BadMetaKey,
+    BadMetaSize,
+    BookError,
+    ContiguityError,
+    FormatError,
+    NoSuchEvent,
+    ReadOnly,
+)
+from .layout import META_FIELDS
+from .types import EventNum
+
+DATA_NAME = "data.mdb"
+EVENTS_DB = b"EVENTS"
+META_DB = b"META"
+KEY = struct.Struct("<Q")  # event number, 8 bytes little-endian (vere's native c3_d)
+
+_EPOCH_NAME = re.compile(r"^0i(\d+)$")
+_READ_ONLY_MSG = "LMDB epochs are read-only; migrate them with bookfs migrate"
+
+
+def epoch_base(directory: str) -> int | None:
+    """``N`` for a directory named ``0i<N>``, else ``None``."""
+    m = _EPOCH_NAME.match(os.path.basename(os.path.normpath(directory)))
+    return int(m.group(1)) if m else None
+
+
+def is_lmdb_dir(directory: str) -> bool:
+    """True if ``directory`` holds an LMDB ``data.mdb`` (the cheap test: a file check)."""
+    return os.path.isfile(os.path.join(directory, DATA_NAME))
+
+
+def _open_env(directory: str):
+    """Open the LMDB environment in ``directory`` read-only, without its lock file."""
+    import lmdb
+
+    path = os.path.join(directory, DATA_NAME)
+    if not os.path.isfile(path):
+        raise BookError(f"{path}: no such file (expected an LMDB environment)")
+    try:
+        return lmdb.open(directory, readonly=True, lock=False, max_dbs=2, subdir=True,
+                         create=False)
+    except lmdb.Error as e:
+        raise FormatError(f"{path}: cannot open as LMDB: {e}") from None
+
+
+def _open_db(env, directory: str, name: bytes, *, integerkey: bool = False):
+    """The named database ``name`` of ``env``, or ``None`` if it does not exist."""
+    import lmdb
+
+    try:
+        return env.open_db(name, integerkey=integerkey, create=False)
+    except lmdb.NotFoundError:
+        return None
+    except lmdb.Error as e:
+        raise FormatError(f"{os.path.join(directory, DATA_NAME)}: cannot open database "
+                          f"{name.decode()}: {e}") from None
+
+
+def _meta_value(path: str, key: str, raw: bytes | None) -> bytes:
+    """An LMDB META value in ``meta.bin``'s encoding for ``key`` (zeros when absent).
+
+    The values are the same little-endian integers as ``meta.bin``; a shorter value is
+    zero-extended and a longer one is accepted only if the extra bytes are zero."""
+    _, size = META_FIELDS[key]
+    if raw is None:
+        return bytes(size)
+    if len(raw) <= size:
+        return raw + bytes(size - len(raw))
+    if any(raw[size:]):
+        raise BadMetaSize(f"{path}: META {key!r} is {len(raw)} bytes, expected {size}")
+    return raw[:size]
+
+
+def read_meta_db(directory: str, env=None) -> dict[str, bytes] | None:
+    """The META database of the LMDB environment in ``directory`` as ``meta.bin``-encoded
+    fields, or ``None`` if the environment has no META database.  ``env``: an already open
+    environment of that directory (the lmdb binding refuses a second open)."""
+    own = env is None
+    if own:
+        env = _open_env(directory)
+    try:
+        db = _open_db(env, directory, META_DB)
+        if db is None:
+            return None
+        path = os.path.join(directory, DATA_NAME)
+        with env.begin(db=db) as txn:
+            return {k: _meta_value(path, k, txn.get(k.encode())) for k in META_FIELDS}
+    finally:
+        if own:
+            env.close()
+
+
+class LmdbLog:
+    """An LMDB epoch, read-only.  Use :meth:`open`; close with :meth:`close` or ``with``."""
+
+    writable = False
+
+    def __init__(self, directory: str, env, events_db, base: int | None,
+                 meta: dict[str, bytes] | None, meta_source: str | None):
+        self.directory = directory
+        self.data_path = os.path.join(directory, DATA_NAME)
+        #: ``N`` of ``0i<N>`` (from the directory name), or ``None`` if the name says nothing.
+        self.base = base
+        self.meta_source = meta_source  # the data.mdb the meta came from, if any
+        self._env = env
+        self._db = events_db
+        self._meta = meta
+        self._view = (0, 0)  # (first, count)
+        self._mtime_ns = 0
+        self._size = 0
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, writable: bool = False, *,
+             meta_from: str | os.PathLike | None = None) -> "LmdbLog":
+        """Open the LMDB epoch in directory ``path`` (read-only).
+
+        ``writable=True`` raises :class:`ReadOnly`.  The meta comes from the META database
+        of ``meta_from`` (a directory holding the pier's top-level ``data.mdb``) if given,
+        else from the epoch's own environment if it has one, else from the parent directory
+        when that is a pier's ``.urb/log`` holding ``data.mdb``; else every field is zero.
+        Raises :class:`ContiguityError` if the keys are not contiguous (or do not start at
+        ``N + 1`` for a directory ``0i<N>``), :class:`FormatError` if ``EVENTS`` is missing
+        or was not created with ``MDB_INTEGERKEY``.
+        """
+        directory = os.fspath(path)
+        if writable:
+            raise ReadOnly(f"{os.path.join(directory, DATA_NAME)}: {_READ_ONLY_MSG}")
+        env = _open_env(directory)
+        try:
+            db = _open_db(env, directory, EVENTS_DB, integerkey=True)
+            if db is None:
+                raise FormatError(f"{os.path.join(directory, DATA_NAME)}: no EVENTS database "
+                                  "(not an LMDB epoch)")
+            with env.begin() as txn:
+                if not db.flags(txn).get("integerkey"):
+                    raise FormatError(
+                        f"{os.path.join(directory, DATA_NAME)}: EVENTS was not created with "
+                        "MDB_INTEGERKEY, so its keys sort as bytes, not as event numbers")
+            meta, source = cls._find_meta(directory, env, meta_from)
+            self = cls(directory, env, db, epoch_base(directory), meta, source)
+            self._scan()
+        except BaseException:
+            env.close()
+            raise
+        return self
+
+    @staticmethod
+    def _find_meta(directory: str, env, meta_from) -> tuple[dict[str, bytes] | None,
+                                                               str | None]:
+        if meta_from is not None:
+            d = os.fspath(meta_from)
+            return read_meta_db(d), os.path.join(d, DATA_NAME)
+        own = read_meta_db(directory, env)
+        if own is not None:
+            return own, os.path.join(directory, DATA_NAME)
+        parent = os.path.dirname(os.path.abspath(directory))
+        if (os.path.basename(parent) == "log"
+                and os.path.basename(os.path.dirname(parent)) == ".urb"
+                and is_lmdb_dir(parent)):
+            try:
+                return read_meta_db(parent), os.path.join(parent, DATA_NAME)
+            except BookError:
+                return None, None
+        return None, None
+
+    def _scan(self) -> None:
+        """Read the first and last keys and the entry count; check they are contiguous."""
+        import lmdb
+
+        try:
+            self._scan_txn()
+        except lmdb.MapResizedError:  # a writer grew the map since we opened it
+            self._env.set_mapsize(0)
+            self._scan_txn()
+
+    def _scan_txn(self) -> None:
+        with self._env.begin(db=self._db, buffers=True) as txn:
+            entries = txn.stat(self._db)["entries"]
+            cur = txn.cursor()
+            if not entries or not cur.first():
+                first = count = 0
+            else:
+                first = KEY.unpack(bytes(cur.key()))[0]
+                cur.last()
+                last = KEY.unpack(bytes(cur.key()))[0]
+                count = last - first + 1
+                if count != entries:
+                    raise ContiguityError(
+                        f"{self.data_path}: EVENTS holds {entries} entries but its keys run "
+                        f"{first}..{last} ({count} events): the events are not contiguous")
+                if self.base is not None and first != self.base + 1:
+                    raise ContiguityError(
+                        f"{self.data_path}: epoch 0i{self.base} must start at event "
+                        f"{self.base + 1}, but its first event is {first}")
+        st = os.stat(self.data_path)
+        self._mtime_ns = st.st_mtime_ns
+        self._size = st.st_size
+        self._view = (first, count)
+
+    # --- state ---------------------------------------------------------------------------
+
+    @property
+    def format(self) -> str:
+        return f"lmdb (epoc {self.epoc})"
+
+    @property
+    def epoc(self) -> int:
+        """The epoch format from ``epoc.txt`` (1 or 2), 1 when the file is absent."""
+        try:
+            with open(os.path.join(self.directory, "epoc.txt"), "rb") as f:
+                return int(f.read(16).strip() or b"1")
+        except (OSError, ValueError):
+            return 1
+
+    def gulf(self) -> tuple[EventNum, EventNum]:
+        """``(first, last)`` event numbers; ``(0, 0)`` when the epoch is empty."""
+        first, count = self._view
+        if not count:
+            return EventNum(0), EventNum(0)
+        return EventNum(first), EventNum(first + count - 1)
+
+    @property
+    def first(self) -> EventNum:
+        return self.gulf()[0]
+
+    @property
+    def last(self) -> EventNum:
+        return self.gulf()[1]
+
+    @property
+    def count(self) -> int:
+        return self._view[1]
+
+    @property
+    def log_bytes(self) -> int:
+        """Size of ``data.mdb`` (LMDB's pages, not just the payloads)."""
+        return self._size
+
+    def __contains__(self, event: int) -> bool:
+        first, count = self._view
+        return 0 <= event - first < count
+
+    def _check(self, event: int) -> None:
+        if event not in self:
+            first, last = self.gulf()
+            raise NoSuchEvent(f"{self.data_path}: no event {event} "
+                              f"(the epoch holds {first}..{last})")
+
+    def _get(self, txn, event: int):
+        value = txn.get(KEY.pack(event))
+        if value is None:  # the store changed under us (never for a finished epoch)
+            raise NoSuchEvent(f"{self.data_path}: event {event} is missing from EVENTS")
+        return value
+
+    def payload_size(self, event: int) -> int:
+        """Bytes of ``event``'s payload (the value's length; nothing is copied)."""
+        self._check(event)
+        with self._env.begin(db=self._db, buffers=True) as txn:
+            return len(self._get(txn, event))
+
+    def mtime_ns(self, event: int) -> int:
+        """``data.mdb``'s mtime (LMDB keeps no per-event time)."""
+        self._check(event)
+        return self._mtime_ns
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def read(self, event: int) -> bytes:
+        """The payload of ``event`` (mug ++ jam): the value bytes as LMDB stores them."""
+        self._check(event)
+        with self._env.begin(db=self._db, buffers=True) as txn:
+            return bytes(self._get(txn, event))
+
+    def verify_event(self, event: int) -> None:
+        """LMDB checks its own pages; this only checks that ``event`` exists."""
+        self._check(event)
+        with self._env.begin(db=self._db, buffers=True) as txn:
+            self._get(txn, event)
+
+    def read_slice(self, event: int, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes of ``event``'s payload from ``offset``."""
+        self._check(event)
+        with self._env.begin(db=self._db, buffers=True) as txn:
+            value = self._get(txn, event)
+            return bytes(value[offset : offset + size]) if offset < len(value) else b""
+
+    def walk(self, start: int | None = None, end: int | None = None
+             ) -> Iterator[tuple[EventNum, bytes]]:
+        """``(event, payload)`` for ``start..end`` inclusive (defaults: the whole epoch), in
+        event order, by one cursor pass."""
+        for event, value in self.iter_buffers(start, end):
+            yield event, bytes(value)
+
+    def iter_buffers(self, start: int | None = None, end: int | None = None
+                     ) -> Iterator[tuple[EventNum, memoryview]]:
+        """Like :meth:`walk`, but zero-copy: each value is a ``memoryview`` into the map,
+        valid only until the generator advances or is closed (one read transaction stays
+        open meanwhile).  Used by ``migrate`` to stream without copying."""
+        first, last = self.gulf()
+        if not self.count:
+            return
+        start = first if start is None else start
+        end = last if end is None else end
+        if start > end:
+            return
+        self._check(start)
+        self._check(end)
+        with self._env.begin(db=self._db, buffers=True) as txn:
+            cur = txn.cursor()
+            if not cur.set_key(KEY.pack(start)):
+                raise NoSuchEvent(f"{self.data_path}: event {start} is missing from EVENTS")
+            expected = start
+            for key, value in cur:
+                (event,) = KEY.unpack(bytes(key))
+                if event != expected:
+                    raise ContiguityError(f"{self.data_path}: expected event {expected}, "
+                                          f"found {event} (the events are not contiguous)")
+                yield EventNum(event), value
+                if event == end:
+                    return
+                expected += 1
+            raise NoSuchEvent(f"{self.data_path}: EVENTS ends before event {end}")
+
+    def refresh(self) -> int:
+        """Re-read the first/last keys (a finished epoch never changes).  Returns how many
+        events were added."""
+        before = self.count
+        if os.stat(self.data_path).st_mtime_ns == self._mtime_ns:
+            return 0
+        self._scan()
+        return max(0, self.count - before)
+
+    # --- writing (refused) ---------------------------------------------------------------
+
+    def save(self, first_event: int, payloads: Iterable[bytes], epoch: int = 0) -> None:
+        raise ReadOnly(f"{self.data_path}: {_READ_ONLY_MSG}")
+
+    def save_meta(self, key: str, value: bytes) -> None:
+        raise ReadOnly(f"{self.data_path}: {_READ_ONLY_MSG}")
+
+    # --- meta ----------------------------------------------------------------------------
+
+    def read_meta(self, key: str) -> bytes:
+        """Meta field ``key`` (version, who, fake, life) in ``meta.bin``'s encoding; zeros
+        when no META database was found."""
+        try:
+            _, size = META_FIELDS[key]
+        except KeyError:
+            raise BadMetaKey(f"{self.meta_source or self.data_path}: unknown meta key "
+                             f"{key!r}, expected one of {', '.join(META_FIELDS)}") from None
+        if self._meta is None:
+            return bytes(size)
+        return self._meta[key]
+
+    def meta(self) -> dict[str, bytes]:
+        return {k: self.read_meta(k) for k in META_FIELDS}
+
+    # --- closing -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+
+    def __enter__(self) -> "LmdbLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

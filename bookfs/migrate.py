@@ -1,0 +1,356 @@
+"""``bookfs migrate``: copy LMDB epochs into Book logs, restartably and verified.
+
+Sources and destinations
+------------------------
+* A single LMDB epoch directory (``data.mdb`` with ``EVENTS``) becomes one Book directory
+  ``DEST`` (``book.log``, ``meta.bin``).
+* A pier (``.urb/log/``) becomes ``DEST/0i<N>/`` for each of its LMDB epochs, with
+  ``epoc.txt`` (``3``) and the epoch's ``vere.txt``, ready to replace the LMDB epoch
+  directories of the pier (stop the ship first; ``image.bin`` snapshots are not copied).
+  The pier's Book epochs are left alone.  The pier must not be running: a held
+  ``.vere.lock`` is refused.
+
+Meta (version, who, fake, life) is copied from the META database into ``meta.bin``: the
+pier's top-level ``.urb/log/data.mdb``, or for a single epoch its own META database (or
+its pier's, if the epoch sits in one).
+
+Guarantees
+----------
+* **Streaming**: one LMDB cursor pass, zero-copy values, batches of at most 16 MB (and at
+  most 10,000 events) written with one ``save`` each.  Memory does not grow with the log.
+* **Verified**: after each batch is durable, every event is re-read from the new log (its
+  CRC checked) and compared byte for byte with the LMDB value.
+* **Restartable**: everything is written under ``DEST.partial/`` and renamed into place at
+  the end.  After a crash, rerunning the same command opens the partial log writable (Book
+  recovery cuts a torn tail), re-verifies whatever had not yet been verified, and resumes
+  after its last event.  ``DEST.partial/.bookfs-migrate`` records the source and layout;
+  a different source is refused.
+* **No overwrite**: a ``DEST`` that exists and is not an empty directory is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .errors import BookError, ContiguityError, CorruptDeed, FormatError, LockHeld
+from .fileio import fsync_dir
+from .layout import META_FIELDS
+
+#: A batch is written once it holds this many payload bytes ...
+BATCH_BYTES = 16 << 20
+#: ... or this many events (bounds the per-event bookkeeping of one batch).
+BATCH_EVENTS = 10_000
+
+PARTIAL_SUFFIX = ".partial"
+STAMP_NAME = ".bookfs-migrate"
+VERIFIED_PREFIX = ".verified-"
+LAYOUTS = ("uip", "vere")
+
+#: Test hook: exit abruptly (``os._exit``) once this many events were saved in this run,
+#: after the save and before it is verified, as a crash would.
+CRASH_ENV = "BOOKFS_MIGRATE_CRASH_AFTER"
+
+Progress = Callable[[int], None]  # called with a number of events just migrated
+
+
+@dataclass
+class MigratedEpoch:
+    name: str  # directory name under DEST (a pier) or DEST's own name
+    first: int
+    last: int
+    count: int
+    resumed: int  # events already in the partial log when this run started
+
+
+@dataclass
+class MigrateReport:
+    dest: str
+    layout: str
+    epochs: list[MigratedEpoch] = field(default_factory=list)
+
+    @property
+    def events(self) -> int:
+        return sum(e.count for e in self.epochs)
+
+    @property
+    def resumed(self) -> int:
+        return sum(e.resumed for e in self.epochs)
+
+
+@dataclass
+class _Job:
+    name: str  # target directory name inside the staging root
+    base: int | None
+    log: object  # an LmdbLog
+    vere_txt: bytes | None
+
+
+def _open_dest(directory: str, layout: str, base: int):
+    if layout == "vere":
+        try:
+            from .vere import VereBook, epoch_of_directory
+        except ImportError:
+            raise BookError("the vere layout needs bookfs.vere, which this bookfs lacks; "
+                            "use --layout uip") from None
+        named = epoch_of_directory(directory)
+        if named is not None and named != base:
+            raise BookError(f"{directory}: named 0i{named}, but the source epoch starts after "
+                            f"event {base}; the vere layout takes its base from the name")
+        return VereBook.open(directory, writable=True, create=True,
+                             epoch=None if named is not None else base)
+    from .book import Book
+
+    return Book.open(directory, writable=True, create=True)
+
+
+def _write_file(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _read_int(path: str) -> int:
+    try:
+        with open(path, "rb") as f:
+            return int(f.read(32).strip() or b"0")
+    except (OSError, ValueError):
+        return 0
+
+
+def _dir_is_empty(path: str) -> bool:
+    with os.scandir(path) as it:
+        return next(it, None) is None
+
+
+def migrate(source: str | os.PathLike, dest: str | os.PathLike, layout: str = "uip",
+            progress: Progress | None = None) -> MigrateReport:
+    """Migrate the LMDB epoch or pier ``source`` to Book log(s) at ``dest`` (see the module
+    docstring).  ``layout``: ``uip`` (bookfs's own) or ``vere`` (vere's two-slot layout).
+    ``progress(n)`` is called with event counts as they are done (including, first, the
+    events a resumed run finds already done).  Returns a :class:`MigrateReport`."""
+    from .lmdb_log import LmdbLog, is_lmdb_dir
+    from .pier import Pier, is_pier
+
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    src = os.path.abspath(os.fspath(source))
+    dst = os.path.abspath(os.fspath(dest))
+    staging = dst + PARTIAL_SUFFIX
+    root = os.path.join(staging, os.path.basename(dst))
+    if os.path.lexists(dst) and not (os.path.isdir(dst) and _dir_is_empty(dst)):
+        if os.path.isdir(staging) and not os.path.exists(root):
+            shutil.rmtree(staging)  # a finished run that crashed while tidying up
+        raise BookError(f"{dst}: already exists and is not empty; refusing to overwrite it "
+                        "(remove it or choose another DEST)")
+    if src == dst or dst.startswith(src + os.sep):
+        raise BookError(f"{dst}: inside the source {src}; choose a DEST outside it")
+
+    pier = single = None
+    try:
+        if is_pier(src):
+            _refuse_running(src)
+            pier = Pier.open(src)
+            jobs = []
+            for name, base, log in pier.epochs:
+                if isinstance(log, LmdbLog):
+                    try:
+                        with open(os.path.join(log.directory, "vere.txt"), "rb") as f:
+                            vere_txt = f.read(256)
+                    except OSError:
+                        vere_txt = None
+                    jobs.append(_Job(name, base, log, vere_txt))
+            if not jobs:
+                raise BookError(f"{src}: the pier has no LMDB epochs; nothing to migrate")
+        elif is_lmdb_dir(src):
+            _refuse_running(os.path.dirname(os.path.dirname(os.path.dirname(src))))
+            single = LmdbLog.open(src)
+            jobs = [_Job(os.path.basename(dst), single.base, single, None)]
+        else:
+            raise FormatError(f"{src}: neither an LMDB epoch (data.mdb) nor a pier (.urb/log/)")
+
+        stamp = json.dumps({"source": src, "layout": layout, "pier": pier is not None},
+                           sort_keys=True).encode()
+        _prepare_staging(staging, root, stamp)
+        report = MigrateReport(dst, layout)
+        for job in jobs:
+            target = os.path.join(root, job.name) if pier is not None else root
+            marker = os.path.join(staging, VERIFIED_PREFIX + job.name)
+            report.epochs.append(_migrate_one(job, target, marker, layout, progress))
+            if pier is not None:
+                _write_file(os.path.join(target, "epoc.txt"), b"3")
+                if job.vere_txt is not None:
+                    _write_file(os.path.join(target, "vere.txt"), job.vere_txt)
+                fsync_dir(target)
+    finally:
+        if pier is not None:
+            pier.close()
+        if single is not None:
+            single.close()
+
+    # Everything is verified and durable: move it into place, then tidy up.
+    if os.path.isdir(dst):
+        os.rmdir(dst)  # empty (checked above)
+    os.rename(root, dst)
+    fsync_dir(os.path.dirname(dst))
+    shutil.rmtree(staging)
+    return report
+
+
+def _refuse_running(pier_dir: str) -> None:
+    """Raise :class:`LockHeld` if ``pier_dir`` is a pier whose ``.vere.lock`` is held."""
+    from .lock import WriterLock, describe_holder
+    from .pier import LOCK_NAME, is_pier
+
+    lock_path = os.path.join(pier_dir, LOCK_NAME)
+    if is_pier(pier_dir) and WriterLock.is_held(lock_path):
+        raise LockHeld(f"{lock_path}: the pier is in use by {describe_holder(lock_path)}; "
+                       "stop the ship before migrating")
+
+
+def _prepare_staging(staging: str, root: str, stamp: bytes) -> None:
+    if os.path.isdir(staging):
+        try:
+            with open(os.path.join(staging, STAMP_NAME), "rb") as f:
+                old = f.read(1 << 16)
+        except FileNotFoundError:
+            old = None
+        if old != stamp:
+            what = json.loads(old)["source"] if old else "an unknown source"
+            raise BookError(f"{staging}: holds an unfinished migration from {what}; rerun "
+                            "that migration or remove this directory")
+    else:
+        os.makedirs(staging)
+        _write_file(os.path.join(staging, STAMP_NAME), stamp)
+        fsync_dir(staging)
+        fsync_dir(os.path.dirname(staging))
+    os.makedirs(root, exist_ok=True)
+
+
+def _verify(book, first: int, values, path: str) -> None:
+    for k, value in enumerate(values):
+        event = first + k
+        if book.read(event) != value:
+            raise CorruptDeed(f"{path}: event {event} reads back different from the source",
+                              event=event)
+
+
+def _migrate_one(job: _Job, target: str, marker: str, layout: str,
+                 progress: Progress | None) -> MigratedEpoch:
+    src = job.log
+    s_first, s_last = src.gulf()
+    base = job.base if job.base is not None else (s_first - 1 if src.count else 0)
+    book = _open_dest(target, layout, base)
+    try:
+        meta = src.meta()
+        for key in META_FIELDS:
+            if book.read_meta(key) != meta[key]:
+                book.save_meta(key, meta[key])
+        resumed = book.count
+        if resumed:
+            d_first, d_last = book.gulf()
+            if d_first != s_first or d_last > s_last:
+                raise ContiguityError(
+                    f"{target}: the partial log holds events {d_first}..{d_last}, "
+                    f"which do not fit the source's {s_first}..{s_last}; remove "
+                    f"{os.path.dirname(marker)} and start again")
+            verified = max(_read_int(marker), d_first - 1)
+            if verified < d_last:  # saved before a crash but never compared: compare now
+                for event, value in src.iter_buffers(verified + 1, d_last):
+                    if book.read(event) != value:
+                        raise CorruptDeed(f"{target}: event {event} reads back different "
+                                          "from the source", event=event)
+                _write_file(marker, str(d_last).encode())
+            if progress:
+                progress(resumed)
+        nxt = book.last + 1 if book.count else s_first
+        crash_after = int(os.environ.get(CRASH_ENV, "0") or 0)
+        saved = 0
+        if src.count and nxt <= s_last:
+            batch: list = []
+            batch_bytes = 0
+            start = nxt
+            for event, value in src.iter_buffers(nxt, s_last):
+                batch.append(value)
+                batch_bytes += len(value)
+                if (batch_bytes >= BATCH_BYTES or len(batch) >= BATCH_EVENTS
+                        or event == s_last):
+                    # flush before the cursor moves on: the values point into the map
+                    book.save(start, batch, epoch=base)
+                    saved += len(batch)
+                    if crash_after and saved >= crash_after:
+                        os._exit(75)
+                    _verify(book, start, batch, getattr(book, "log_path", target))
+                    _write_file(marker, str(event).encode())
+                    if progress:
+                        progress(len(batch))
+                    start = event + 1
+                    batch, batch_bytes = [], 0
+        if book.gulf() != src.gulf():  # pragma: no cover - a bug, never the disk
+            raise BookError(f"{target}: holds {book.gulf()}, source {src.gulf()}")
+        count = book.count
+    finally:
+        book.close()
+    return MigratedEpoch(os.path.basename(target), s_first, s_last, count, resumed)
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+def cmd_migrate(args) -> int:
+    from .lmdb_log import LmdbLog
+    from .pier import Pier, is_pier
+
+    total = 0
+    if is_pier(args.source):
+        with Pier.open(args.source) as p:
+            total = sum(e.log.count for e in p.epochs if isinstance(e.log, LmdbLog))
+    else:
+        try:
+            with LmdbLog.open(args.source) as lg:
+                total = lg.count
+        except BookError:
+            total = 0  # migrate() reports the problem
+    try:
+        from .cli import _progress_bar
+    except ImportError:  # pragma: no cover
+        _progress_bar = None
+    if _progress_bar is not None:
+        bar = _progress_bar(total, "migrate", unit="ev")
+    else:  # pragma: no cover
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc="migrate", unit="ev", disable=not sys.stderr.isatty())
+    with bar:
+        report = migrate(args.source, args.dest, layout=args.layout, progress=bar.update)
+    for e in report.epochs:
+        span = f"events {e.first}..{e.last}" if e.count else "no events"
+        again = f" ({e.resumed} already done by an earlier run)" if e.resumed else ""
+        print(f"bookfs migrate: {e.name}: {span} ({e.count} events), every one verified"
+              f"{again}")
+    print(f"bookfs migrate: wrote {report.dest} ({report.layout} layout)")
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add the ``migrate`` subcommand to ``bookfs``'s subparsers."""
+    s = subparsers.add_parser("migrate", help="copy LMDB epochs into Book logs", description=(
+        "Copy SOURCE, an LMDB epoch directory (data.mdb) or a pier (.urb/log/), into Book "
+        "logs at DEST: a single epoch becomes the Book directory DEST; a pier's LMDB epochs "
+        "become DEST/0iN/ (with epoc.txt 3), ready to replace the pier's epochs (stop the "
+        "ship first). Meta is copied into meta.bin. Every event is re-read and compared "
+        "after writing. Work goes to DEST.partial/ and is renamed into place at the end: "
+        "after a crash, run the same command again to resume. An existing non-empty DEST "
+        "is never overwritten."))
+    s.add_argument("source", help="LMDB epoch directory or pier")
+    s.add_argument("dest", help="new Book directory (or directory of epochs, for a pier)")
+    s.add_argument("--layout", choices=LAYOUTS, default="uip",
+                   help="uip: bookfs's Book layout (default); vere: vere's two-slot layout")
+    s.set_defaults(func=cmd_migrate)

@@ -1,0 +1,379 @@
+"""Piers: a ship's epochs presented as one event log, and opening any log source.
+
+A pier keeps its events in epochs (``reference-formats.md`` §3)::
+
+    <pier>/.urb/log/data.mdb        top-level LMDB: only the META database
+    <pier>/.urb/log/0i<N>/          epoch N: events N+1 .. M; the next epoch is 0i<M>
+        epoc.txt                    1 or 2 = LMDB (data.mdb), 3 = Book (book.log, meta.bin)
+    <pier>/.vere.lock               the runtime's lock (fcntl F_SETLK on byte 0)
+
+:class:`Pier` implements :class:`bookfs.eventlog.EventLog` over them: one numbering across
+all epochs (the oldest may start after event 1, after a *chop*), routed to the right epoch
+by bisecting over the epoch bases.  ``pier.epochs`` lists ``(name, base, log)`` so a view
+can show each epoch on its own.
+
+Contract
+--------
+* Opening checks the chain: each non-empty epoch ``0i<N>`` starts at ``N + 1`` and each
+  next epoch's ``N`` is the previous epoch's last event.  A gap or overlap raises
+  :class:`ContiguityError` naming the epochs and the missing events.  Only the newest
+  epoch may be empty (a fresh *roll*).
+* A writable pier holds the runtime's own lock ``<pier>/.vere.lock`` (a running ship makes
+  the open fail with :class:`LockHeld`), and opens only the newest epoch writable; appends
+  go there.  If the newest epoch is LMDB the open raises :class:`ReadOnly` instead (LMDB
+  epochs are never written: migrate them).  The newest epoch is opened without its own
+  ``book.lock`` where its engine allows (``VereBook.open(lock=False)``); ``Book.open`` has
+  no such switch, so a writable UIP Book epoch also takes ``book.lock`` in its directory.
+* Meta is the newest epoch's: ``meta.bin`` for a Book epoch, the top-level META database
+  for an LMDB epoch.
+* ``refresh`` delegates to the newest epoch (a new epoch created by a roll while the pier
+  is open is not picked up; reopen the pier).
+
+:func:`open_source` opens whatever a user points at: a pier, a single Book directory (UIP
+or vere layout), or a single LMDB epoch directory.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+from .errors import BookError, ContiguityError, FormatError, NoSuchEvent, ReadOnly
+from .eventlog import EventLog
+from .layout import LOG_NAME
+from .types import EventNum
+
+LOG_DIR = os.path.join(".urb", "log")
+LOCK_NAME = ".vere.lock"
+EPOC_NAME = "epoc.txt"
+
+_EPOCH_NAME = re.compile(r"^0i(\d+)$")
+
+
+class Epoch(NamedTuple):
+    """One epoch of a pier: its directory name (``0i<N>``), its base ``N`` and its log."""
+
+    name: str
+    base: int
+    log: EventLog
+
+
+def is_pier(path: str | os.PathLike) -> bool:
+    """True if ``path`` has ``.urb/log/``."""
+    return os.path.isdir(os.path.join(os.fspath(path), LOG_DIR))
+
+
+def _is_vere_layout(log_path: str) -> bool:
+    try:
+        from .vere import is_vere_layout
+    except ImportError:
+        return False
+    return is_vere_layout(log_path)
+
+
+def _takes_lock_flag(opener) -> bool:
+    import inspect
+
+    try:
+        return "lock" in inspect.signature(opener).parameters
+    except (TypeError, ValueError):  # pragma: no cover
+        return False
+
+
+def open_book_dir(directory: str, writable: bool = False, *,
+                  pier_locked: bool = False) -> EventLog:
+    """A directory holding ``book.log``: a :class:`~bookfs.vere.VereBook` if the log is in
+    vere's two-slot layout, else a UIP :class:`~bookfs.book.Book`.
+
+    ``pier_locked``: the caller holds the pier's ``.vere.lock``, so a writable open skips
+    the epoch's own ``book.lock`` where the engine allows it (``lock=False``)."""
+    if _is_vere_layout(os.path.join(directory, LOG_NAME)):
+        from .vere import VereBook as cls
+    else:
+        from .book import Book as cls
+    if writable and pier_locked and _takes_lock_flag(cls.open):
+        return cls.open(directory, writable=writable, lock=False)
+    return cls.open(directory, writable=writable)
+
+
+def open_source(path: str | os.PathLike, writable: bool = False) -> EventLog:
+    """Open ``path`` as an event log: a pier (has ``.urb/log/``; also accepted: the
+    ``.urb/log`` directory itself), a Book directory (has ``book.log``; UIP or vere layout,
+    detected), or an LMDB epoch directory (has ``data.mdb`` with ``EVENTS``).
+
+    LMDB sources are read-only: ``writable=True`` on one raises :class:`ReadOnly`."""
+    p = os.fspath(path)
+    if is_pier(p):
+        return Pier.open(p, writable=writable)
+    norm = os.path.abspath(p)
+    if (os.path.basename(norm) == "log" and os.path.basename(os.path.dirname(norm)) == ".urb"
+            and os.path.isdir(norm)):
+        return Pier.open(os.path.dirname(os.path.dirname(norm)), writable=writable)
+    if os.path.exists(os.path.join(p, LOG_NAME)):
+        return open_book_dir(p, writable)
+    from .lmdb_log import LmdbLog, is_lmdb_dir
+
+    if is_lmdb_dir(p):
+        return LmdbLog.open(p, writable=writable)
+    if not os.path.isdir(p):
+        raise BookError(f"{p}: no such directory")
+    raise FormatError(f"{p}: not a pier (.urb/log/), a Book directory ({LOG_NAME}) "
+                      "or an LMDB epoch (data.mdb)")
+
+
+def epoch_kind(directory: str) -> str:
+    """``lmdb`` or ``book`` for an epoch directory, from its ``epoc.txt`` (1 or 2: LMDB,
+    3: Book), or from the files present when ``epoc.txt`` is missing."""
+    path = os.path.join(directory, EPOC_NAME)
+    try:
+        with open(path, "rb") as f:
+            text = f.read(64).strip()
+    except FileNotFoundError:
+        text = None
+    if text is None:
+        if os.path.exists(os.path.join(directory, LOG_NAME)):
+            return "book"
+        if os.path.exists(os.path.join(directory, "data.mdb")):
+            return "lmdb"
+        raise FormatError(f"{directory}: no {EPOC_NAME}, {LOG_NAME} or data.mdb "
+                          "(not an epoch)")
+    if text in (b"1", b"2"):
+        return "lmdb"
+    if text == b"3":
+        return "book"
+    raise FormatError(f"{path}: epoch format {text[:20]!r}, expected 1, 2 (LMDB) or 3 (Book)")
+
+
+def _short_format(log: EventLog) -> str:
+    """``lmdb``, ``book-v1``, ``vere-book``: the first word of the log's format."""
+    return log.format.split(" ")[0]
+
+
+class Pier:
+    """An open pier.  Use :meth:`open`; close with :meth:`close` or ``with``."""
+
+    def __init__(self, directory: str, writable: bool):
+        self.directory = directory
+        self.log_dir = os.path.join(directory, LOG_DIR)
+        self.writable = writable
+        #: ``(name, base, log)`` per epoch, oldest first.
+        self.epochs: list[Epoch] = []
+        self._bases: list[int] = []
+        self._lock = None
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, writable: bool = False) -> "Pier":
+        """Open the pier at ``path``.  Raises :class:`ContiguityError` for a gap between
+        epochs, :class:`FormatError` for an unknown epoch format, :class:`LockHeld` if a
+        writable open finds ``.vere.lock`` held (a running ship), :class:`ReadOnly` if a
+        writable open finds an LMDB newest epoch."""
+        directory = os.fspath(path)
+        log_dir = os.path.join(directory, LOG_DIR)
+        if not os.path.isdir(log_dir):
+            raise BookError(f"{log_dir}: no such directory (not a pier)")
+        names = []
+        for name in os.listdir(log_dir):
+            m = _EPOCH_NAME.match(name)
+            if m and os.path.isdir(os.path.join(log_dir, name)):
+                names.append((int(m.group(1)), name))
+        names.sort()
+        if not names:
+            raise FormatError(f"{log_dir}: no epoch directories (0i<N>); a pier from before "
+                              "epochs is not supported")
+        kinds = [epoch_kind(os.path.join(log_dir, name)) for _, name in names]
+        pier = cls(directory, writable)
+        try:
+            if writable:
+                newest = os.path.join(log_dir, names[-1][1])
+                if kinds[-1] == "lmdb":
+                    raise ReadOnly(f"{newest}: the newest epoch is LMDB, and LMDB epochs are "
+                                   "read-only; open the pier read-only or migrate it with "
+                                   "bookfs migrate")
+                from .lock import WriterLock
+
+                pier._lock = WriterLock(os.path.join(directory, LOCK_NAME), what="bookfs")
+            for i, ((base, name), kind) in enumerate(zip(names, kinds)):
+                d = os.path.join(log_dir, name)
+                rw = writable and i == len(names) - 1
+                if kind == "lmdb":
+                    log = pier._open_lmdb(d)
+                else:
+                    log = open_book_dir(d, rw, pier_locked=rw)
+                pier.epochs.append(Epoch(name, base, log))
+                pier._bases.append(base)
+            pier._check_chain()
+        except BaseException:
+            pier.close()
+            raise
+        return pier
+
+    def _open_lmdb(self, directory: str):
+        from .lmdb_log import LmdbLog, is_lmdb_dir
+
+        meta_from = self.log_dir if is_lmdb_dir(self.log_dir) else None
+        return LmdbLog.open(directory, meta_from=meta_from)
+
+    def _check_chain(self) -> None:
+        prev_last = None
+        prev_name = None
+        for k, (name, base, log) in enumerate(self.epochs):
+            path = os.path.join(self.log_dir, name)
+            first, last = log.gulf()
+            if log.count and first != base + 1:
+                raise ContiguityError(f"{path}: epoch {name} must start at event {base + 1}, "
+                                      f"but its first event is {first}")
+            if prev_last is not None and base != prev_last:
+                if base > prev_last:
+                    what = (f"events {prev_last + 1}..{base} are missing"
+                            if base > prev_last + 1 else f"event {base} is missing")
+                else:
+                    what = f"events {base + 1}..{prev_last} would be in both"
+                raise ContiguityError(f"{path}: epoch {name} starts after event {base}, but "
+                                      f"epoch {prev_name} ends at event {prev_last}: {what}")
+            if not log.count and k != len(self.epochs) - 1:
+                nxt = self.epochs[k + 1]
+                if nxt.base != base:
+                    raise ContiguityError(
+                        f"{path}: epoch {name} is empty but is not the newest; epoch "
+                        f"{nxt.name} follows it, so events {base + 1}..{nxt.base} are missing")
+            prev_last = last if log.count else base
+            prev_name = name
+
+    # --- state ---------------------------------------------------------------------------
+
+    @property
+    def format(self) -> str:
+        kinds = ", ".join(_short_format(e.log) for e in self.epochs)
+        n = len(self.epochs)
+        return f"pier ({n} epoch{'s' if n != 1 else ''}: {kinds})"
+
+    @property
+    def newest(self) -> Epoch:
+        return self.epochs[-1]
+
+    def gulf(self) -> tuple[EventNum, EventNum]:
+        """``(first, last)`` across all epochs; ``(0, 0)`` when none holds an event."""
+        first = last = 0
+        for e in self.epochs:
+            if e.log.count:
+                if not first:
+                    first = e.log.first
+                last = e.log.last
+        return EventNum(first), EventNum(last)
+
+    @property
+    def first(self) -> EventNum:
+        return self.gulf()[0]
+
+    @property
+    def last(self) -> EventNum:
+        return self.gulf()[1]
+
+    @property
+    def count(self) -> int:
+        return sum(e.log.count for e in self.epochs)
+
+    @property
+    def log_bytes(self) -> int:
+        return sum(e.log.log_bytes for e in self.epochs)
+
+    def epoch_of(self, event: int) -> Epoch:
+        """The epoch holding ``event`` (raises :class:`NoSuchEvent`)."""
+        i = bisect.bisect_left(self._bases, event) - 1
+        if i >= 0:
+            e = self.epochs[i]
+            if event in e.log:
+                return e
+        first, last = self.gulf()
+        raise NoSuchEvent(f"{self.log_dir}: no event {event} (the pier holds {first}..{last})")
+
+    def __contains__(self, event: int) -> bool:
+        i = bisect.bisect_left(self._bases, event) - 1
+        return i >= 0 and event in self.epochs[i].log
+
+    def payload_size(self, event: int) -> int:
+        return self.epoch_of(event).log.payload_size(event)
+
+    def mtime_ns(self, event: int) -> int:
+        return self.epoch_of(event).log.mtime_ns(event)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def read(self, event: int) -> bytes:
+        """The payload of ``event``, from the epoch holding it (checked as that format
+        checks)."""
+        return self.epoch_of(event).log.read(event)
+
+    def verify_event(self, event: int) -> None:
+        self.epoch_of(event).log.verify_event(event)
+
+    def read_slice(self, event: int, offset: int, size: int) -> bytes:
+        return self.epoch_of(event).log.read_slice(event, offset, size)
+
+    def walk(self, start: int | None = None, end: int | None = None
+             ) -> Iterator[tuple[EventNum, bytes]]:
+        """``(event, payload)`` for ``start..end`` inclusive across epochs."""
+        first, last = self.gulf()
+        if not self.count:
+            return
+        start = first if start is None else start
+        end = last if end is None else end
+        if start > end:
+            return
+        self.epoch_of(start)
+        self.epoch_of(end)
+        for e in self.epochs:
+            if not e.log.count or e.log.last < start or e.log.first > end:
+                continue
+            yield from e.log.walk(max(start, e.log.first), min(end, e.log.last))
+
+    def refresh(self) -> int:
+        """Events the newest epoch gained since the last look."""
+        return self.newest.log.refresh()
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def save(self, first_event: int, payloads: Iterable[bytes], epoch: int = 0) -> None:
+        """Append to the newest epoch (``epoch`` is ignored: the newest epoch's base is
+        used).  :class:`ReadOnly` for a read-only pier."""
+        if not self.writable:
+            raise ReadOnly(f"{self.log_dir}: pier opened read-only")
+        e = self.newest
+        e.log.save(first_event, payloads, epoch=e.base)
+
+    def read_meta(self, key: str) -> bytes:
+        return self.newest.log.read_meta(key)
+
+    def meta(self) -> dict[str, bytes]:
+        return self.newest.log.meta()
+
+    def save_meta(self, key: str, value: bytes) -> None:
+        if not self.writable:
+            raise ReadOnly(f"{self.log_dir}: pier opened read-only")
+        self.newest.log.save_meta(key, value)
+
+    # --- closing -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every epoch, then release ``.vere.lock``."""
+        epochs, self.epochs, self._bases = self.epochs, [], []
+        err = None
+        for e in epochs:
+            try:
+                e.log.close()
+            except Exception as ex:  # close the rest before reporting
+                err = err or ex
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+        if err is not None:
+            raise err
+
+    def __enter__(self) -> "Pier":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

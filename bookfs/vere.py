@@ -1,0 +1,1019 @@
+"""The vere layout: one append-only event log as vere's ``ml/book`` branch writes it.
+
+A vere Book is a directory (an epoch, named ``0i<N>``) holding ``book.log`` and ``meta.bin``.
+The layout is reference-formats.md §2, byte for byte (constants in ``layout.py``)::
+
+    slot A at 0, slot B at 4096, each 48 B:
+      u32 magic | u32 version 1 | u64 fir_d | u64 las_d | u64 seq_d | u64 bat | u32 sum | u32 crc
+    bytes 48..4095 and 4144..8191 are zero; deeds start at 8192
+    deed : u64 len_d | len_d B payload (mug ++ jam) | u64 let_d       (len_d + 16 B, no CRC)
+    sum  : crc32 of the last batch's on-disk deed bytes, concatenated
+    crc  : crc32(slot bytes 0..43)
+
+``fir_d`` is the epoch base (the event before this file), so the first event stored is
+``fir_d + 1``; ``las_d`` is the last committed event (``fir_d`` when empty).  The header slot
+is the commit point: deeds past the newest valid header's ``las_d`` are not committed.
+This module knows nothing of FUSE, trio or Spark.
+
+Contract (the same as :class:`bookfs.book.Book`'s, where the format allows)
+---------------------------------------------------------------------------
+* **Readers** (``writable=False``) take no lock and never modify any file.  They see only
+  committed events: those up to ``las_d`` of a header slot whose CRC holds and whose last
+  batch checks (every deed's framing holds and the batch CRC ``sum`` matches).
+* **What reads verify.**  vere deeds carry no CRC, so per event only the *framing* can be
+  checked: ``read`` and ``verify_event`` check that ``len_d`` at the deed's start and
+  ``let_d`` at its end both equal the size the index holds (a cut file, shifted or
+  overwritten framing are caught).  Events of the *newest batch* (the ``bat`` deeds the
+  committed header vouches for) also have that batch's CRC recomputed on every read when
+  the batch is at most ``BATCH_RECHECK_LIMIT`` bytes (cheap); larger batches are checked
+  once, when they are committed, opened or picked up by ``refresh``.  Older events were
+  framing-checked when indexed, and their batch CRCs no longer exist on disk: a bit flip
+  inside an old payload cannot be detected by this format.
+* **One writer** (``writable=True``) holds an exclusive lock on ``book.lock`` in the
+  directory (``lock.py``); ``lock=False`` skips it for a caller that already holds the
+  pier's lock (``.vere.lock``).  A second writer is refused with :class:`LockHeld`.
+* **Durability**: each ``save`` writes its whole batch of deeds with one ``pwritev`` at the
+  append offset (a payload too large to hold in memory is streamed), then the header
+  (``seq_d + 1``, new ``las_d``, ``bat``, ``sum``) into the *inactive* slot, then calls one
+  ``fdatasync``.  A failed write or sync (ENOSPC, EIO) is undone by cutting the file back
+  and rewriting the inactive slot's old bytes, so both slots and the file are as before.
+* **Recovery** (reference-formats.md §2, plus DESIGN.md's "recovery must not destroy
+  evidence"): take the valid slot with the higher ``seq_d`` (tie: slot A) and check its
+  last batch.  If that fails, the whole batch is rolled back: the other slot's state is
+  used if *its* batch checks, else the forward framing scan from 8192 is cut back to
+  before every batch a valid slot names.  Bytes past the committed end are cut only when
+  they are a torn tail (an incomplete final deed that no header claims); anything more (a
+  whole uncommitted deed, any part of a rolled-back batch) is first copied to a quarantine
+  file beside the log.  A
+  writable open that rolled back rewrites the stale slot so the next open agrees; a
+  read-only open modifies nothing and reports the bytes it ignored.
+* **Index**: offsets of every committed deed, 8 bytes per event (``array('Q')``), built by
+  a forward framing scan on open (not persisted: see the report in ``docs``).  Event access
+  is O(1).
+* **Memory** does not grow with event size: ``read_slice`` and ``verify_event`` stream.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+import struct
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from . import recovery
+from .errors import (
+    BadMagic,
+    BadMetaFile,
+    BadMetaKey,
+    BadMetaSize,
+    BookError,
+    ContiguityError,
+    CorruptDeed,
+    FormatError,
+    NoSuchEvent,
+    PathEscape,
+    PayloadError,
+    PayloadTooLarge,
+    ReadOnly,
+    TooShort,
+    UnsupportedLayout,
+)
+from .fileio import fsync_dir, pread_into
+from .index import OffsetIndex
+from .layout import (
+    DEED_LEN,
+    FILE_MODE,
+    HEADER,
+    LOCK_NAME,
+    LOG_NAME,
+    MAGIC,
+    MAX_PAYLOAD,
+    META_FIELDS,
+    META_NAME,
+    META_SIZE,
+    MIN_PAYLOAD,
+    VERE_DEED_OVERHEAD,
+    VERE_DEEDS_START,
+    VERE_MIN_LEN,
+    VERE_SLOT_BODY,
+    VERE_SLOT_CRC,
+    VERE_SLOT_NAMES,
+    VERE_SLOT_OFFSETS,
+    VERE_SLOT_SIZE,
+    VERSION,
+    crc32,
+)
+from .lock import WriterLock
+from .types import EventNum
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int], None]  # called with a number of bytes just processed
+
+#: Events of the newest batch get the batch CRC recomputed on every read when the batch's
+#: deeds take at most this many bytes.
+BATCH_RECHECK_LIMIT = 1 << 20
+
+_IOV_MAX = 1024
+_JOIN_LIMIT = 1 << 20  # batches smaller than this are joined into one buffer
+_CHUNK = 4 << 20  # bytes read at a time while scanning framing
+_CRC_CHUNK = 8 << 20  # bytes per pread when computing a batch CRC
+_SALVAGE_WINDOW = 64 << 20  # bytes examined at a time when looking for framed deeds
+_EPOCH_DIR = re.compile(r"0i(\d+)")
+
+
+# --- header slots ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One header slot's fields.  ``which`` is 0 for slot A (offset 0), 1 for slot B."""
+
+    which: int
+    fir: int
+    las: int
+    seq: int
+    bat: int
+    sum: int
+
+    @property
+    def name(self) -> str:
+        return VERE_SLOT_NAMES[self.which]
+
+    @property
+    def offset(self) -> int:
+        return VERE_SLOT_OFFSETS[self.which]
+
+    def pack(self) -> bytes:
+        """The slot's 48 on-disk bytes (body, then the CRC of the body)."""
+        body = VERE_SLOT_BODY.pack(MAGIC, VERSION, self.fir, self.las, self.seq, self.bat,
+                                   self.sum)
+        return body + VERE_SLOT_CRC.pack(crc32(body))
+
+
+def parse_slot(raw: bytes, which: int) -> tuple[Slot | None, str]:
+    """``(slot, "")`` for a valid slot, else ``(None, why)``.  Valid: 48 bytes whose CRC
+    holds, magic and version right, ``las_d >= fir_d`` and ``bat <= las_d - fir_d``."""
+    if len(raw) < VERE_SLOT_SIZE:
+        return None, "missing (the file ends before it)"
+    body = raw[: VERE_SLOT_BODY.size]
+    (crc,) = VERE_SLOT_CRC.unpack_from(raw, VERE_SLOT_BODY.size)
+    if crc32(body) != crc:
+        return None, f"CRC mismatch (stored {crc:#010x}, computed {crc32(body):#010x})"
+    magic, version, fir, las, seq, bat, sm = VERE_SLOT_BODY.unpack(body)
+    if magic != MAGIC:
+        return None, f"magic {magic:#010x}, expected {MAGIC:#010x}"
+    if version != VERSION:
+        return None, f"version {version}, expected {VERSION}"
+    if las < fir:
+        return None, f"las_d {las} is below fir_d {fir}"
+    if bat > las - fir:
+        return None, f"bat {bat} exceeds the {las - fir} events it would cover"
+    return Slot(which, fir, las, seq, bat, sm), ""
+
+
+def _slot_crc_ok(raw: bytes) -> bool:
+    return (len(raw) >= VERE_SLOT_SIZE
+            and crc32(raw[: VERE_SLOT_BODY.size]) == VERE_SLOT_CRC.unpack_from(raw, 44)[0])
+
+
+def is_vere_layout(path: str | os.PathLike) -> bool:
+    """True when the file at ``path`` (a ``book.log``) is in vere's two-slot layout: slot A
+    or slot B has a matching header CRC and the Book magic.  The version number cannot tell
+    the layouts apart (both are 1); the CRC can.  False for a missing or short file."""
+    try:
+        fd = os.open(os.fspath(path), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        for off in VERE_SLOT_OFFSETS:
+            raw = os.pread(fd, VERE_SLOT_SIZE, off)
+            if _slot_crc_ok(raw) and struct.unpack_from("<I", raw)[0] == MAGIC:
+                return True
+        return False
+    finally:
+        os.close(fd)
+
+
+def epoch_of_directory(directory: str | os.PathLike) -> int | None:
+    """``N`` for a directory named ``0i<N>`` (plain decimal digits), else ``None``."""
+    m = _EPOCH_DIR.fullmatch(os.path.basename(os.path.normpath(os.fspath(directory))))
+    return int(m.group(1)) if m else None
+
+
+@dataclass
+class VereRecoveryReport(recovery.RecoveryReport):
+    """What opening a vere log found and did, beyond :class:`recovery.RecoveryReport`."""
+
+    slot: str | None = None  # "A"/"B": the slot whose state is committed; None: framing only
+    bad_slots: list[str] = field(default_factory=list)  # "B: CRC mismatch (...)", ...
+    rolled_back: tuple[int, int] | None = None  # (first, last) events a header claimed, dropped
+    header_repaired: str | None = None  # the slot rewritten to describe the recovered state
+
+    @property
+    def clean(self) -> bool:
+        return (super().clean and not self.bad_slots and self.rolled_back is None
+                and self.header_repaired is None)
+
+
+# --- low-level helpers -------------------------------------------------------------------------
+
+
+def _contained(directory: str, name: str) -> str:
+    """``directory/name``, refusing a path that resolves outside ``directory``."""
+    path = os.path.join(directory, name)
+    real = os.path.realpath(path)
+    if os.path.dirname(real) != os.path.realpath(directory):
+        raise PathEscape(f"{path}: resolves to {real}, outside {directory}; refusing it")
+    return path
+
+
+def _u64_views(mv: memoryview) -> list[memoryview]:
+    """Eight zero-copy views of ``mv`` as little-endian u64 arrays, one per alignment:
+    the u64 at byte ``r`` is ``views[r & 7][r >> 3]``."""
+    views = []
+    for a in range(8):
+        k = (len(mv) - a) // 8
+        views.append(mv[a : a + 8 * k].cast("Q") if k > 0 else mv[0:0].cast("Q"))
+    return views
+
+
+def scan_vere_framing(fd: int, index: OffsetIndex, size: int, limit: int, *,
+                      progress: Progress | None = None) -> int:
+    """Extend ``index`` with deeds whose framing is sound, from ``index.end`` up to ``size``
+    and at most ``limit`` deeds in all: ``1 <= len_d <= 2^32``, the deed (``len_d + 16``
+    bytes) fits in the file, and ``let_d == len_d``.  Returns where the scan stopped
+    (== ``index.end``).  Reads in large chunks with ``pread``; constant memory."""
+    if sys.byteorder != "little":  # pragma: no cover - the views below assume LE
+        raise NotImplementedError("bookfs indexes logs on little-endian machines only")
+    offsets = index.offsets
+    append = offsets.append
+    off = index.end
+    reported = off
+    lo, hi = VERE_MIN_LEN, MAX_PAYLOAD
+    scratch = bytearray(_CHUNK)
+    while len(offsets) < limit and off + VERE_DEED_OVERHEAD + lo <= size:
+        buf = pread_into(fd, scratch, min(_CHUNK, size - off), off)
+        if len(buf) < 8:
+            break
+        base = off
+        views = _u64_views(buf)
+        last_len = len(buf) - 8  # relative position of the last whole u64 in buf
+        rel = 0
+        while rel <= last_len and len(offsets) < limit:
+            n = views[rel & 7][rel >> 3]
+            t = rel + 8 + n  # relative position of let_d
+            if n < lo or n > hi or base + t + 8 > size:
+                index.end = base + rel
+                return base + rel
+            if t <= last_len:
+                let = views[t & 7][t >> 3]
+            else:
+                (let,) = DEED_LEN.unpack(os.pread(fd, 8, base + t))
+            if let != n:
+                index.end = base + rel
+                return base + rel
+            append(base + rel)
+            rel = t + 8
+        off = base + rel
+        index.end = off
+        if progress is not None and off - reported >= 64 << 20:
+            progress(off - reported)
+            reported = off
+    if progress is not None and off > reported:
+        progress(off - reported)
+    index.end = off
+    return off
+
+
+def crc_range(fd: int, start: int, stop: int) -> int | None:
+    """crc32 of the file's bytes ``[start, stop)``, streamed; ``None`` if the file is
+    shorter than ``stop``."""
+    crc = 0
+    pos = start
+    scratch = bytearray(min(_CRC_CHUNK, max(stop - start, 1)))
+    while pos < stop:
+        mv = pread_into(fd, scratch, min(len(scratch), stop - pos), pos)
+        if not len(mv):
+            return None
+        crc = crc32(mv, crc)
+        pos += len(mv)
+    return crc
+
+
+def find_framed_deed(fd: int, start: int, stop: int) -> int | None:
+    """The first offset in ``[start, stop)`` where a deed with sound framing (vere's only
+    check) begins and ends by ``stop``, trying every byte offset; ``None`` if there is
+    none.  Vectorised with numpy."""
+    import numpy as np
+
+    pos = start
+    while pos + VERE_DEED_OVERHEAD + VERE_MIN_LEN <= stop:
+        win = min(_SALVAGE_WINDOW, stop - pos)
+        arr = np.frombuffer(os.pread(fd, win + 7, pos), dtype=np.uint8)
+        cands = []
+        for a in range(8):
+            usable = (len(arr) - a) // 8 * 8
+            if usable <= 0:
+                continue
+            lens = arr[a : a + usable].view("<u8").astype(np.int64, copy=False)
+            starts = pos + a + 8 * np.arange(len(lens), dtype=np.int64)
+            ok = (lens >= VERE_MIN_LEN) & (starts < pos + win)
+            ok &= lens <= (stop - starts - VERE_DEED_OVERHEAD)
+            cands.extend(starts[ok].tolist())
+        for off in sorted(cands):
+            (n,) = DEED_LEN.unpack(os.pread(fd, 8, off))
+            tail = os.pread(fd, 8, off + 8 + n)
+            if len(tail) == 8 and DEED_LEN.unpack(tail)[0] == n:
+                return off
+        pos += win
+    return None
+
+
+def is_torn_vere_tail(fd: int, off: int, size: int) -> bool:
+    """True when ``[off, size)`` can only be an incomplete final deed: it is shorter than
+    the deed its first 8 bytes announce (or too short to announce one), and no framed deed
+    starts anywhere inside it.  Anything else may hold events and must be quarantined."""
+    if size - off >= 8:
+        (n,) = DEED_LEN.unpack(os.pread(fd, 8, off))
+        if not (VERE_MIN_LEN <= n <= MAX_PAYLOAD) or off + n + VERE_DEED_OVERHEAD <= size:
+            return False  # announces no deed, or a whole deed that was never committed
+    return find_framed_deed(fd, off + 1, size) is None
+
+
+# --- the engine --------------------------------------------------------------------------------
+
+
+class VereBook:
+    """An open vere-layout log.  Use :meth:`open`; close with :meth:`close` or ``with``."""
+
+    def __init__(self, directory: str, fd: int, meta_fd: int | None, writable: bool,
+                 lock: WriterLock | None):
+        self.directory = directory
+        self.log_path = os.path.join(directory, LOG_NAME)
+        self.meta_path = os.path.join(directory, META_NAME)
+        self.writable = writable
+        self._fd = fd
+        self._meta_fd = meta_fd
+        self._lock = lock
+        self._fir = 0
+        self._index = OffsetIndex(first=1, end=VERE_DEEDS_START, verified_end=VERE_DEEDS_START)
+        # The published view: (first, count, end, batch_start_i, batch_sum).  Events with
+        # index >= batch_start_i form the newest batch, whose CRC is batch_sum (-1: none).
+        self._view = (1, 0, VERE_DEEDS_START, 0, -1)
+        self._slots: list[Slot | None] = [None, None]
+        self._active: Slot | None = None  # the slot describing the committed state
+        self._seen: tuple[int, bytes] | None = None  # (size, both slots' bytes) last settled
+        self.recovery = VereRecoveryReport()
+
+    # --- opening -----------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, writable: bool = False, create: bool = False,
+             epoch: int | None = None, *, lock: bool = True,
+             progress: Progress | None = None) -> "VereBook":
+        """Open the vere-layout log in directory ``path``.
+
+        ``create=True`` (needs ``writable``) makes ``book.log`` (both slots with
+        ``fir_d = las_d = N``, ``seq_d = 0``, padded to 8192 bytes) and ``meta.bin`` (zeros)
+        if missing.  ``N`` is taken from a directory named ``0i<N>``, else from ``epoch``
+        (default 0); both given and different is a :class:`ValueError`.  ``lock=False``
+        skips ``book.lock`` (for a caller holding the pier's lock).  Raises a
+        :class:`FormatError` subclass for a file that is not a vere-layout log,
+        :class:`LockHeld` if another writer holds the lock, :class:`PathEscape` for a file
+        that resolves outside ``path``.  ``progress`` is called with byte counts during
+        long scans.
+        """
+        directory = os.fspath(path)
+        if create and not writable:
+            raise ValueError("create=True needs writable=True")
+        if not os.path.isdir(directory):
+            if create:
+                os.makedirs(directory, exist_ok=True)
+            else:
+                raise BookError(f"{directory}: not a directory holding {LOG_NAME}")
+        log_path = _contained(directory, LOG_NAME)
+        meta_path = _contained(directory, META_NAME)
+        named = epoch_of_directory(directory)
+        if create:
+            if named is not None and epoch is not None and epoch != named:
+                raise ValueError(f"{directory}: the directory name says epoch {named}, "
+                                 f"but epoch={epoch} was given")
+            fir = named if named is not None else (epoch or 0)
+        held = WriterLock(_contained(directory, LOCK_NAME)) if writable and lock else None
+        try:
+            if create:
+                cls._create_files(directory, log_path, meta_path, fir)
+            flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC
+            try:
+                fd = os.open(log_path, flags)
+            except FileNotFoundError:
+                raise BookError(f"{log_path}: no such file (expected a vere-layout Book log)"
+                                ) from None
+            try:
+                meta_fd = os.open(meta_path, flags)
+            except FileNotFoundError:
+                os.close(fd)
+                raise BookError(f"{meta_path}: no such file (expected 256 bytes of meta)") from None
+            book = cls(directory, fd, meta_fd, writable, held)
+        except BaseException:
+            if held:
+                held.release()
+            raise
+        try:
+            book._check_meta_file()
+            book._load(progress)
+            if named is not None and named != book._fir:
+                book.recovery.notes.append(
+                    f"{log_path}: fir_d is {book._fir} but the directory is named 0i{named}")
+        except BaseException:
+            book.close()
+            raise
+        return book
+
+    @staticmethod
+    def initial_log_bytes(fir: int) -> bytes:
+        """The 8192 bytes of a fresh log with epoch base ``fir``: both slots say
+        ``fir_d = las_d = fir``, ``seq_d = bat = sum = 0``."""
+        buf = bytearray(VERE_DEEDS_START)
+        for which in (0, 1):
+            off = VERE_SLOT_OFFSETS[which]
+            buf[off : off + VERE_SLOT_SIZE] = Slot(which, fir, fir, 0, 0, 0).pack()
+        return bytes(buf)
+
+    @classmethod
+    def _create_files(cls, directory: str, log_path: str, meta_path: str, fir: int) -> None:
+        made = False
+        for path, content in ((log_path, cls.initial_log_bytes(fir)),
+                              (meta_path, bytes(META_SIZE))):
+            if os.path.lexists(path):
+                continue
+            tmp = path + ".creating"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+            try:
+                os.fchmod(fd, FILE_MODE)  # regardless of umask
+                os.write(fd, content)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+            made = True
+        if made:
+            fsync_dir(directory)
+
+    def _check_meta_file(self) -> None:
+        size = os.fstat(self._meta_fd).st_size
+        if size != META_SIZE:
+            raise BadMetaFile(f"{self.meta_path}: {size} bytes, expected exactly {META_SIZE}")
+
+    def _read_slots(self) -> tuple[bytes, bytes]:
+        return tuple(os.pread(self._fd, VERE_SLOT_SIZE, off) for off in VERE_SLOT_OFFSETS)
+
+    def _refuse_unreadable(self, size: int, raw: tuple[bytes, bytes], why: list[str]):
+        if size < VERE_SLOT_SIZE:
+            raise TooShort(f"{self.log_path}: {size} bytes, under one {VERE_SLOT_SIZE}-byte "
+                           "vere header slot")
+        magic_a = struct.unpack_from("<I", raw[0])[0]
+        magic_b = struct.unpack_from("<I", raw[1])[0] if len(raw[1]) >= 4 else None
+        if magic_a != MAGIC and magic_b != MAGIC:
+            raise BadMagic(f"{self.log_path}: magic {magic_a:#010x} at offset 0, expected "
+                           f"{MAGIC:#010x} (BOOK); not a vere-layout Book log")
+        if magic_b != MAGIC and HEADER.unpack_from(raw[0])[1] == VERSION:
+            raise UnsupportedLayout(
+                f"{self.log_path}: no vere header slot has a valid CRC; this looks like the "
+                "UIP layout (16-byte header), open it with bookfs.book.Book")
+        raise FormatError(f"{self.log_path}: neither vere header slot is valid "
+                          f"({'; '.join(why)}); refusing to guess the committed state")
+
+    def _load(self, progress: Progress | None) -> None:
+        fd = self._fd
+        report = self.recovery
+        size = os.fstat(fd).st_size
+        raw = self._read_slots()
+        why = []
+        slots: list[Slot | None] = []
+        for which, r in enumerate(raw):
+            s, w = parse_slot(r, which)
+            slots.append(s)
+            if s is None:
+                why.append(f"slot {VERE_SLOT_NAMES[which]} at {VERE_SLOT_OFFSETS[which]}: {w}")
+        cands = sorted((s for s in slots if s), key=lambda s: (-s.seq, s.which))
+        if not cands:
+            self._refuse_unreadable(size, raw, why)
+        best = cands[0]
+        if len(cands) == 2 and cands[1].fir != best.fir:
+            why.append(f"slot {cands[1].name}: fir_d {cands[1].fir} disagrees with slot "
+                       f"{best.name}'s {best.fir}; ignored")
+            cands = [best]
+            slots[1 - best.which] = None
+        report.bad_slots = why
+        for w in why:
+            log.warning("%s: header %s", self.log_path, w)
+        fir = self._fir = best.fir
+        self._slots = slots
+
+        index = OffsetIndex(first=fir + 1, end=VERE_DEEDS_START, verified_end=VERE_DEEDS_START)
+        index.times.append((fir + 1, os.fstat(fd).st_mtime_ns))
+        scan_vere_framing(fd, index, size, max(c.las - fir for c in cands), progress=progress)
+
+        chosen = None
+        for c in cands:
+            if self._batch_ok(index, c):
+                chosen = c
+                break
+            report.notes.append(f"slot {c.name} (seq {c.seq}, las {c.las}): its last batch of "
+                                f"{c.bat} deeds is missing or fails its CRC")
+        if chosen is not None:
+            k = chosen.las - fir
+            batch = (k - chosen.bat, chosen.sum)
+            report.slot = chosen.name
+        else:
+            # No header vouches for what is on disk: keep deeds whose framing holds, but none
+            # of a batch any valid header names (each of those failed its check).
+            k = min([index.count] + [c.las - c.bat - fir for c in cands])
+            batch = None
+            report.notes.append(f"no header slot's last batch checks; kept {k} events whose "
+                                "framing holds (vere deeds carry no CRC)")
+        if k < best.las - fir:
+            report.rolled_back = (fir + k + 1, best.las)
+            log.warning("%s: rolled back events %d..%d (slot %s's batch does not check)",
+                        self.log_path, fir + k + 1, best.las, best.name)
+        index.truncate(k)
+        self._index = index
+        end = index.end if index.count else VERE_DEEDS_START
+        if end < size:
+            self._handle_bad_region(end, size, claimed=k < best.las - fir)
+        if self.writable and chosen is not best:
+            chosen = self._repair_header(index, best, chosen)
+            batch = (k - chosen.bat, chosen.sum)
+        elif batch is None:
+            batch = (k, -1)  # read-only, no header vouches for a batch: framing only
+        self._active = chosen
+        if self.writable:
+            index.verified_end = index.end
+        self._seen = (os.fstat(fd).st_size, b"".join(self._read_slots()))
+        self._publish(batch)
+
+    def _batch_ok(self, index: OffsetIndex, c: Slot) -> bool:
+        """Slot ``c``'s committed state is on disk: its ``las_d - fir_d`` deeds are framed
+        and the CRC of its last ``bat`` deeds equals its ``sum``."""
+        k = c.las - self._fir
+        if k > index.count:
+            return False
+        stop = index.offsets[k] if k < index.count else index.end
+        start = index.offsets[k - c.bat] if c.bat else stop
+        return crc_range(self._fd, start, stop) == c.sum
+
+    def _handle_bad_region(self, off: int, size: int, *, claimed: bool) -> None:
+        """Bytes ``[off, size)`` past the committed end.  ``claimed``: a valid header slot
+        says events there were committed (a batch that failed its check), so however short
+        they are they are evidence, never a torn tail: a flipped ``len_d`` can make a whole
+        deed look incomplete."""
+        report = self.recovery
+        if not self.writable:
+            report.bad_region = (off, size - off)
+            log.warning("%s: %d bytes at offset %d are not committed deeds; a writable open "
+                        "would recover them (read-only: left untouched)",
+                        self.log_path, size - off, off)
+            return
+        if not claimed and is_torn_vere_tail(self._fd, off, size):
+            report.torn_tail = (off, size - off)
+            log.warning("%s: cut a torn final deed of %d bytes at offset %d",
+                        self.log_path, size - off, off)
+        else:
+            qpath = recovery.quarantine(self.directory, self._fd, off, size)
+            report.quarantined.append((qpath, off, size - off))
+            log.warning("%s: %d bytes at offset %d are not committed; copied to %s "
+                        "before cutting them (try `bookfs fsck --salvage`)",
+                        self.log_path, size - off, off, qpath)
+        os.ftruncate(self._fd, off)
+        os.fsync(self._fd)
+
+    def _repair_header(self, index: OffsetIndex, best: Slot, chosen: Slot | None) -> Slot:
+        """After a rollback (writable open): write the recovered state, with a ``seq_d``
+        above every valid slot's, into a slot that does not hold the state we kept, so the
+        next open agrees and the next save's ``seq_d`` is unambiguous.  A crash during this
+        write leaves the kept state's slot (or the same framing scan) to recover from."""
+        k = index.count
+        if chosen is not None:
+            target, bat, sm = best.which, chosen.bat, chosen.sum
+        else:
+            target = 1 - best.which
+            bat = 1 if k else 0
+            sm = crc_range(self._fd, index.offsets[k - 1], index.end) if k else 0
+        seq = max(s.seq for s in self._slots if s) + 1
+        new = Slot(target, self._fir, self._fir + k, seq, bat, sm)
+        os.pwrite(self._fd, new.pack(), new.offset)
+        os.fdatasync(self._fd)
+        self._slots[target] = new
+        self.recovery.header_repaired = new.name
+        log.warning("%s: rewrote header slot %s to describe the recovered log (las_d %d)",
+                    self.log_path, new.name, new.las)
+        return new
+
+    # --- state ---------------------------------------------------------------------------
+
+    # What readers see is the published view, replaced by one atomic assignment after the
+    # index has grown, so a reader in another thread never sees a half-updated index.
+
+    def _publish(self, batch: tuple[int, int]) -> None:
+        ix = self._index
+        end = ix.end if ix.count else VERE_DEEDS_START
+        self._view = (ix.first, ix.count, end, batch[0], batch[1])
+
+    def gulf(self) -> tuple[EventNum, EventNum]:
+        """``(first, last)`` committed event numbers; ``(0, 0)`` when the log is empty."""
+        first, count = self._view[0], self._view[1]
+        if not count:
+            return EventNum(0), EventNum(0)
+        return EventNum(first), EventNum(first + count - 1)
+
+    @property
+    def first(self) -> EventNum:
+        return self.gulf()[0]
+
+    @property
+    def last(self) -> EventNum:
+        return self.gulf()[1]
+
+    @property
+    def count(self) -> int:
+        return self._view[1]
+
+    @property
+    def epoch(self) -> int:
+        """``fir_d``: the epoch base, the event just before this file's first."""
+        return self._fir
+
+    @property
+    def las_d(self) -> int:
+        """The last committed event as the header says it (``fir_d`` when empty)."""
+        return self._fir + self._view[1]
+
+    @property
+    def log_bytes(self) -> int:
+        """Bytes of the valid log (the two slots, padding and committed deeds)."""
+        return self._view[2]
+
+    @property
+    def format(self) -> str:
+        return "vere-book (two-slot layout)"
+
+    @property
+    def index(self) -> OffsetIndex:
+        return self._index
+
+    def __contains__(self, event: int) -> bool:
+        first, count = self._view[0], self._view[1]
+        return 0 <= event - first < count
+
+    def _locate(self, event: int) -> tuple[int, int, int]:
+        """``(offset, payload size, index)`` of ``event``'s deed."""
+        first, count, end = self._view[0], self._view[1], self._view[2]
+        i = event - first
+        if i < 0 or i >= count:
+            lo, hi = self.gulf()
+            raise NoSuchEvent(f"{self.log_path}: no event {event} (the log holds {lo}..{hi})")
+        offsets = self._index.offsets
+        off = offsets[i]
+        nxt = offsets[i + 1] if i + 1 < count else end
+        return off, nxt - off - VERE_DEED_OVERHEAD, i
+
+    def payload_size(self, event: int) -> int:
+        """Bytes of ``event``'s payload (mug + jam), from the index alone."""
+        return self._locate(event)[1]
+
+    def mtime_ns(self, event: int) -> int:
+        """When ``event`` arrived, as far as the index knows (see ``index.py``)."""
+        return self._index.mtime_ns(event)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def read(self, event: int) -> bytes:
+        """The payload of ``event`` (mug ++ jam), after checking its framing (``len_d`` and
+        ``let_d`` equal the indexed size) and, for an event of the newest batch of at most
+        ``BATCH_RECHECK_LIMIT`` bytes, that batch's CRC.
+
+        Raises :class:`NoSuchEvent` or :class:`CorruptDeed` (with the event and offset).
+        Holds the whole payload in memory: use :meth:`read_slice` for large events.
+        """
+        off, n, i = self._locate(event)
+        buf = os.pread(self._fd, n + VERE_DEED_OVERHEAD, off)
+        if (len(buf) != n + VERE_DEED_OVERHEAD or DEED_LEN.unpack_from(buf)[0] != n
+                or DEED_LEN.unpack_from(buf, n + 8)[0] != n):
+            self._corrupt(event, off, "framing (len_d/let_d)")
+        self._check_batch(event, off, i)
+        return bytes(memoryview(buf)[8 : n + 8])
+
+    def _check_batch(self, event: int, off: int, i: int) -> None:
+        _, count, end, b0, bsum = self._view
+        if bsum < 0 or i < b0 or b0 >= count:
+            return
+        start = self._index.offsets[b0]
+        if end - start <= BATCH_RECHECK_LIMIT and crc_range(self._fd, start, end) != bsum:
+            self._corrupt(event, off, f"batch CRC (events {self._view[0] + b0}.."
+                                      f"{self._view[0] + count - 1})")
+
+    def _corrupt(self, event: int, off: int, what: str):
+        msg = f"{self.log_path}: event {event} at offset {off} fails its {what} check"
+        log.error("%s", msg)
+        raise CorruptDeed(msg, event=event, offset=off)
+
+    def verify_event(self, event: int) -> None:
+        """Run :meth:`read`'s checks without holding the payload (constant memory), or raise
+        :class:`CorruptDeed`."""
+        off, n, i = self._locate(event)
+        head = os.pread(self._fd, 8, off)
+        tail = os.pread(self._fd, 8, off + 8 + n)
+        if (len(head) != 8 or len(tail) != 8 or DEED_LEN.unpack(head)[0] != n
+                or DEED_LEN.unpack(tail)[0] != n):
+            self._corrupt(event, off, "framing (len_d/let_d)")
+        self._check_batch(event, off, i)
+
+    def read_slice(self, event: int, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes of ``event``'s payload from ``offset``, **unchecked**: the
+        caller must have called :meth:`verify_event` (the FUSE layer does so on open)."""
+        off, n, _ = self._locate(event)
+        if offset >= n:
+            return b""
+        return os.pread(self._fd, min(size, n - offset), off + 8 + offset)
+
+    def walk(self, start: int | None = None, end: int | None = None
+             ) -> Iterator[tuple[EventNum, bytes]]:
+        """``(event, payload)`` for ``start..end`` inclusive (defaults: the whole log),
+        each checked as :meth:`read` checks it."""
+        first, last = self.gulf()
+        if start is None and end is None and not self.count:
+            return  # walking an empty log yields nothing
+        start = first if start is None else start
+        end = last if end is None else end
+        if start > end:
+            return
+        self._locate(start)
+        self._locate(end)
+        for event in range(start, end + 1):
+            yield EventNum(event), self.read(event)
+
+    def verify(self, *, progress: Progress | None = None) -> list[tuple[int, int]]:
+        """Check every deed's framing and the newest batch's CRC (whatever its size).
+        Returns ``(event, offset)`` of each bad deed."""
+        first, count, end, b0, bsum = self._view
+        offsets = self._index.offsets
+        bad = []
+        for i in range(count):
+            off = offsets[i]
+            n = (offsets[i + 1] if i + 1 < count else end) - off - VERE_DEED_OVERHEAD
+            head, tail = os.pread(self._fd, 8, off), os.pread(self._fd, 8, off + 8 + n)
+            if head != DEED_LEN.pack(n) or tail != DEED_LEN.pack(n):
+                bad.append((first + i, off))
+        if bsum >= 0 and b0 < count:
+            if crc_range(self._fd, offsets[b0], end) != bsum:
+                bad.extend((first + i, offsets[i]) for i in range(b0, count)
+                           if (first + i, offsets[i]) not in bad)
+        if progress is not None:
+            progress(end - VERE_DEEDS_START)
+        return bad
+
+    def refresh(self) -> int:
+        """Pick up events another process committed (a new header slot whose last batch
+        checks).  Deeds written but not yet committed by a header are left for a later call.
+        Returns how many events were added.  Cheap (an ``fstat`` and two 48-byte reads)
+        when nothing changed."""
+        fd = self._fd
+        size = os.fstat(fd).st_size
+        raw = self._read_slots()
+        if self._seen == (size, b"".join(raw)):
+            return 0
+        slots = [parse_slot(r, w)[0] for w, r in enumerate(raw)]
+        cands = sorted((s for s in slots if s and s.fir == self._fir),
+                       key=lambda s: (-s.seq, s.which))
+        if not cands:
+            return 0  # a header being rewritten under us, or damage: look again later
+        ix = self._index
+        before = ix.count
+        best = cands[0]
+        if best.las - self._fir < before or size < ix.end:
+            log.warning("%s: the committed log shrank (las_d %d, %d bytes); re-indexing",
+                        self.log_path, best.las, size)
+            return self._reindex()
+        scan_vere_framing(fd, ix, size, max(c.las - self._fir for c in cands))
+        for c in cands:
+            if c.las - self._fir >= before and self._batch_ok(ix, c):
+                chosen = c
+                break
+        else:
+            ix.truncate(before)  # not yet readable as committed: look again later
+            return 0
+        k = chosen.las - self._fir
+        ix.truncate(k)
+        self._slots = slots
+        self._active = chosen
+        if chosen is best:
+            self._seen = (size, b"".join(raw))
+        added = k - before
+        if added:
+            ix.note_growth(ix.first + before, time.time_ns())
+        self._publish((k - chosen.bat, chosen.sum))
+        return added
+
+    def _reindex(self) -> int:
+        before = self.count
+        old = (self._index, self._view, self._slots, self._active, self.recovery)
+        self.recovery = VereRecoveryReport()
+        try:
+            self._load(None)
+        except BookError:
+            self._index, self._view, self._slots, self._active, self.recovery = old
+            raise
+        return max(0, self.count - before)
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def _require_writable(self) -> None:
+        if not self.writable:
+            raise ReadOnly(f"{self.log_path}: opened read-only")
+
+    def save(self, first_event: int, payloads: Iterable, epoch: int = 0) -> None:
+        """Append ``payloads`` as events ``first_event, first_event + 1, ...``, durably.
+
+        Contiguity: ``first_event`` must be ``las_d + 1`` (``fir_d + 1`` when empty; the
+        epoch base is fixed at creation, so ``epoch`` may only be 0 or ``fir_d``).  A
+        violation raises :class:`ContiguityError`, a payload under 4 bytes
+        :class:`PayloadError`, one over 2^32 :class:`PayloadTooLarge`; nothing is written.
+        Payloads are bytes-like or :class:`bookfs.book.Blob` (streamed).  On a write or
+        sync error the file is cut back and the inactive slot rewritten with its old bytes,
+        so the log is exactly as before, and the ``OSError`` is raised.
+        """
+        self._require_writable()
+        payloads = payloads if isinstance(payloads, list) else list(payloads)
+        if not payloads:
+            return
+        for k, p in enumerate(payloads):
+            n = len(p)
+            if n < MIN_PAYLOAD:
+                raise PayloadError(f"event {first_event + k}: {n} bytes, expected at least "
+                                   f"{MIN_PAYLOAD} (a 4-byte mug, then the jam)")
+            if n > MAX_PAYLOAD:
+                raise PayloadTooLarge(f"event {first_event + k}: {n} bytes, over the "
+                                      f"{MAX_PAYLOAD}-byte limit")
+        ix = self._index
+        fir = self._fir
+        las = fir + ix.count
+        if epoch not in (0, fir):
+            raise ContiguityError(f"{self.log_path}: cannot save with epoch {epoch}: this log's "
+                                  f"epoch base (fir_d) is {fir}")
+        if first_event != las + 1:
+            what = f"the log ends at event {las}" if ix.count else (
+                f"the log is empty and its epoch base (fir_d) is {fir}")
+            raise ContiguityError(f"{self.log_path}: cannot save event {first_event}: {what}, "
+                                  f"so the next event must be {las + 1}")
+        fd = self._fd
+        start = ix.end if ix.count else VERE_DEEDS_START
+        size_before = os.fstat(fd).st_size
+        target = 1 - self._active.which if self._active is not None else 1
+        old_slot = os.pread(fd, VERE_SLOT_SIZE, VERE_SLOT_OFFSETS[target])
+        seq = max(s.seq for s in self._slots if s) + 1
+        try:
+            sizes, sm = self._write_deeds(payloads, start)
+            new = Slot(target, fir, las + len(payloads), seq, len(payloads), sm)
+            if os.pwrite(fd, new.pack(), new.offset) != VERE_SLOT_SIZE:
+                raise OSError(errno.EIO, "short header write")
+            os.fdatasync(fd)
+        except OSError:
+            self._undo(start, size_before, target, old_slot)
+            raise
+        offsets = ix.offsets
+        b0 = ix.count
+        off = start
+        for n in sizes:
+            offsets.append(off)
+            off += n + VERE_DEED_OVERHEAD
+        ix.end = ix.verified_end = off
+        self._slots[target] = new
+        self._active = new
+        self._publish((b0, sm))
+        self._seen = (os.fstat(fd).st_size, b"".join(self._read_slots()))
+        ix.note_growth(first_event, time.time_ns())
+
+    def _write_deeds(self, payloads: list, start: int) -> tuple[list[int], int]:
+        """Write the deeds for ``payloads`` at ``start``: one ``pwritev`` for a batch of
+        in-memory payloads; a :class:`Blob` is streamed once, in bounded chunks.  Returns
+        the payload sizes and the crc32 of all deed bytes written (the batch ``sum``)."""
+        bufs: list = []
+        sizes = []
+        crc = 0
+        off = start
+        for p in payloads:
+            n = len(p)
+            sizes.append(n)
+            frame = DEED_LEN.pack(n)
+            if isinstance(p, (bytes, bytearray, memoryview)):
+                bufs += (frame, p, frame)
+                crc = crc32(frame, crc32(p, crc32(frame, crc)))
+                continue
+            off = self._pwritev_all(bufs, off)
+            bufs = []
+            crc = crc32(frame, crc)
+            off = self._pwritev_all([frame], off)
+            got = 0
+            for chunk in p.chunks():
+                crc = crc32(chunk, crc)
+                got += len(chunk)
+                off = self._pwritev_all([chunk], off)
+            if got != n:
+                raise OSError(errno.EIO, f"payload changed size while written ({n} -> {got})")
+            crc = crc32(frame, crc)
+            off = self._pwritev_all([frame], off)
+        self._pwritev_all(bufs, off)
+        return sizes, crc
+
+    def _pwritev_all(self, bufs: list, off: int) -> int:
+        """Write ``bufs`` contiguously at ``off`` (few syscalls, short writes resumed);
+        returns the offset after them."""
+        if not bufs:
+            return off
+        if sum(len(b) for b in bufs) <= _JOIN_LIMIT and len(bufs) > 1:
+            bufs = [b"".join(bufs)]
+        for i in range(0, len(bufs), _IOV_MAX):
+            group = bufs[i : i + _IOV_MAX]
+            want = sum(len(b) for b in group)
+            written = os.pwritev(self._fd, group, off)
+            off += written
+            if written < want:  # short write: continue from where it stopped
+                rest = memoryview(b"".join(bytes(b) for b in group))[written:]
+                while rest:
+                    k = os.pwrite(self._fd, rest, off)
+                    if k == 0:
+                        raise OSError(errno.EIO, "short write")
+                    off += k
+                    rest = rest[k:]
+        return off
+
+    def _undo(self, start: int, size_before: int, target: int, old_slot: bytes) -> None:
+        try:
+            if len(old_slot) == VERE_SLOT_SIZE:
+                os.pwrite(self._fd, old_slot, VERE_SLOT_OFFSETS[target])
+            os.ftruncate(self._fd, min(start, size_before))
+            os.fsync(self._fd)
+        except OSError as e:  # pragma: no cover - the disk is failing under us
+            log.error("%s: could not undo a failed save: %s", self.log_path, e)
+
+    # --- meta ----------------------------------------------------------------------------
+
+    def read_meta(self, key: str) -> bytes:
+        """The raw bytes of meta field ``key`` (version, who, fake, life).  vere writes
+        ``version`` = 3 and ``fake`` as a loobean (0 = fake, 1 = real); bytes are returned
+        as stored, the caller interprets them."""
+        try:
+            off, size = META_FIELDS[key]
+        except KeyError:
+            raise BadMetaKey(f"{self.meta_path}: unknown meta key {key!r}, expected one of "
+                             f"{', '.join(META_FIELDS)}") from None
+        return os.pread(self._meta_fd, size, off)
+
+    def meta(self) -> dict[str, bytes]:
+        return {k: self.read_meta(k) for k in META_FIELDS}
+
+    def save_meta(self, key: str, value: bytes) -> None:
+        """Write meta field ``key`` (exactly its size, raw bytes) and fsync."""
+        self._require_writable()
+        try:
+            off, size = META_FIELDS[key]
+        except KeyError:
+            raise BadMetaKey(f"{self.meta_path}: unknown meta key {key!r}, expected one of "
+                             f"{', '.join(META_FIELDS)}") from None
+        if len(value) != size:
+            raise BadMetaSize(f"{self.meta_path}: meta {key!r} takes exactly {size} bytes, "
+                              f"got {len(value)}")
+        os.pwrite(self._meta_fd, bytes(value), off)
+        os.fsync(self._meta_fd)
+
+    # --- closing -------------------------------------------------------------------------
+
+    def close(self, save: bool = True) -> None:
+        """Close the files and release the lock.  (``save`` is accepted for compatibility
+        with :meth:`Book.close`; there is no persisted index to save.)"""
+        if self._fd < 0:
+            return
+        os.close(self._fd)
+        self._fd = -1
+        if self._meta_fd is not None:
+            os.close(self._meta_fd)
+            self._meta_fd = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> "VereBook":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def fileno(self) -> int:
+        return self._fd

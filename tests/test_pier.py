@@ -1,0 +1,290 @@
+"""Piers: epochs of mixed formats as one numbering, and open_source."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from bookfs.book import Book
+from bookfs.errors import (
+    BookError,
+    ContiguityError,
+    FormatError,
+    LockHeld,
+    NoSuchEvent,
+    ReadOnly,
+)
+from bookfs.eventlog import EventLog
+from bookfs.lmdb_log import LmdbLog
+from bookfs.pier import Pier, epoch_kind, open_source
+from lmdb_fixtures import (
+    make_book_epoch,
+    make_lmdb_epoch,
+    make_pier,
+    make_top_meta,
+    meta_values,
+    payloads,
+)
+
+try:
+    import bookfs.vere  # noqa: F401
+    HAVE_VERE = True
+except ImportError:
+    HAVE_VERE = False
+
+
+def mixed_pier(tmp_path, start=0):
+    a = payloads(start + 1, 300, size=16)
+    b = payloads(start + 301, 20)
+    c = payloads(start + 321, 7)
+    root = make_pier(tmp_path / "pier", [("lmdb", a), ("lmdb", b), ("book", c)], start=start)
+    return root, a + b + c
+
+
+def test_mixed_epochs_one_numbering(tmp_path):
+    root, events = mixed_pier(tmp_path)
+    with Pier.open(root) as pier:
+        assert isinstance(pier, EventLog)
+        assert pier.format == "pier (3 epochs: lmdb, lmdb, book-v1)"
+        assert pier.gulf() == (1, 327) and pier.count == 327
+        assert [(e.name, e.base) for e in pier.epochs] == [("0i0", 0), ("0i300", 300),
+                                                            ("0i320", 320)]
+        assert isinstance(pier.epochs[0].log, LmdbLog)
+        assert isinstance(pier.epochs[2].log, Book)
+        for e, p in enumerate(events, start=1):
+            assert e in pier
+            assert pier.read(e) == p
+            assert pier.payload_size(e) == len(p)
+            assert pier.read_slice(e, 1, 3) == p[1:4]
+            pier.verify_event(e)
+            assert pier.mtime_ns(e) > 0
+        assert list(pier.walk()) == list(enumerate(events, start=1))
+        assert list(pier.walk(299, 302)) == [(e, events[e - 1]) for e in range(299, 303)]
+        assert list(pier.walk(320, 321)) == [(320, events[319]), (321, events[320])]
+        # per-epoch views
+        name, base, log = pier.epochs[1]
+        assert log.gulf() == (301, 320) and list(log.walk()) == [
+            (e, events[e - 1]) for e in range(301, 321)]
+        assert pier.epoch_of(300).name == "0i0" and pier.epoch_of(301).name == "0i300"
+        assert pier.epoch_of(327).name == "0i320"
+        for bad in (0, 328, -1):
+            assert bad not in pier
+            with pytest.raises(NoSuchEvent, match=r"the pier holds 1\.\.327"):
+                pier.read(bad)
+        assert pier.meta() == meta_values()  # the newest (Book) epoch's meta.bin
+        assert pier.log_bytes == sum(e.log.log_bytes for e in pier.epochs)
+        assert pier.refresh() == 0
+        assert pier.writable is False
+        with pytest.raises(ReadOnly):
+            pier.save(328, [b"abcd"])
+        with pytest.raises(ReadOnly):
+            pier.save_meta("life", bytes(4))
+
+
+def test_chopped_pier_starts_late(tmp_path):
+    root, events = mixed_pier(tmp_path, start=1000)
+    with Pier.open(root) as pier:
+        assert pier.gulf() == (1001, 1327)
+        assert pier.read(1001) == events[0] and pier.read(1327) == events[-1]
+        with pytest.raises(NoSuchEvent):
+            pier.read(1000)
+
+
+def test_lmdb_only_pier_meta_from_top_level(tmp_path):
+    meta = meta_values(who=256, life=5)
+    root = make_pier(tmp_path / "p", [("lmdb", payloads(1, 3)), ("lmdb", payloads(4, 3))],
+                     meta=meta)
+    with Pier.open(root) as pier:
+        assert pier.meta() == meta
+        assert pier.read_meta("life") == (5).to_bytes(4, "little")
+        assert pier.format == "pier (2 epochs: lmdb, lmdb)"
+
+
+def test_gap_between_epochs_is_reported(tmp_path):
+    root = make_pier(tmp_path / "p", [("lmdb", payloads(1, 10))])
+    log_dir = root / ".urb" / "log"
+    d = make_book_epoch(log_dir / "0i12", 12, payloads(13, 3))
+    (d / "epoc.txt").write_text("3")
+    with pytest.raises(ContiguityError, match=r"0i12 starts after event 12, but epoch 0i0 "
+                                              r"ends at event 10: events 11\.\.12 are missing"):
+        Pier.open(root)
+
+
+def test_overlap_and_bad_start_are_reported(tmp_path):
+    root = make_pier(tmp_path / "p", [("lmdb", payloads(1, 10))])
+    log_dir = root / ".urb" / "log"
+    make_book_epoch(log_dir / "0i8", 8, payloads(9, 5))
+    with pytest.raises(ContiguityError, match=r"events 9\.\.10 would be in both"):
+        Pier.open(root)
+    shutil.rmtree(log_dir / "0i8")
+    make_book_epoch(log_dir / "0i10", 11, payloads(12, 5))  # book says 12.., name says 11..
+    with pytest.raises(ContiguityError, match="0i10 must start at event 11"):
+        Pier.open(root)
+
+
+def test_empty_epoch_only_as_newest(tmp_path):
+    root = make_pier(tmp_path / "p", [("lmdb", payloads(1, 10)), ("book", [])])
+    with Pier.open(root) as pier:
+        assert pier.gulf() == (1, 10)
+        assert pier.epochs[-1].log.count == 0
+    log_dir = root / ".urb" / "log"
+    make_book_epoch(log_dir / "0i20", 20, payloads(21, 2))
+    with pytest.raises(ContiguityError, match="0i10 is empty but is not the newest"):
+        Pier.open(root)
+
+
+def test_appends_go_to_newest_book_epoch(tmp_path):
+    root, events = mixed_pier(tmp_path)
+    newest = root / ".urb" / "log" / "0i320"
+    before = {p: p.read_bytes() for p in (root / ".urb" / "log").rglob("data.mdb")}
+    size = (newest / "book.log").stat().st_size
+    more = payloads(328, 5)
+    with Pier.open(root, writable=True) as pier:
+        assert pier.writable
+        with pytest.raises(ContiguityError):
+            pier.save(330, more)
+        pier.save(328, more)
+        pier.save_meta("life", (99).to_bytes(4, "little"))
+        assert pier.gulf() == (1, 332) and pier.read(332) == more[-1]
+        assert (root / ".vere.lock").read_text().split("\n")[0] == str(os.getpid())
+    assert (newest / "book.log").stat().st_size > size
+    assert before == {p: p.read_bytes() for p in (root / ".urb" / "log").rglob("data.mdb")}
+    with Pier.open(root) as pier:
+        assert list(pier.walk()) == list(enumerate(events + more, start=1))
+        assert pier.epochs[-1].log.gulf() == (321, 332)
+        assert pier.read_meta("life") == (99).to_bytes(4, "little")
+
+
+def test_append_to_fresh_empty_epoch(tmp_path):
+    root = make_pier(tmp_path / "p", [("lmdb", payloads(1, 10)), ("book", [])])
+    with Pier.open(root, writable=True) as pier:
+        with pytest.raises(ContiguityError):
+            pier.save(1, [b"abcd"])
+        pier.save(11, [b"abcde"])
+        assert pier.gulf() == (1, 11)
+    with Book.open(root / ".urb" / "log" / "0i10") as book:
+        assert book.gulf() == (11, 11)
+
+
+def test_writable_pier_with_lmdb_newest_is_refused(tmp_path):
+    root = make_pier(tmp_path / "p", [("book", payloads(1, 3)), ("lmdb", payloads(4, 3))])
+    with pytest.raises(ReadOnly, match=r"0i3: the newest epoch is LMDB"):
+        Pier.open(root, writable=True)
+    assert not (root / ".vere.lock").exists()
+    with Pier.open(root) as pier:  # read-only is fine
+        assert pier.gulf() == (1, 6)
+
+
+_HOLD_LOCK = textwrap.dedent("""
+    import fcntl, os, struct, sys, time
+    fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+    # what vere does: a classic record lock on byte 0, then its PID in the file
+    fcntl.fcntl(fd, fcntl.F_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 1, 0))
+    os.ftruncate(fd, 0)
+    os.write(fd, b"%d\\n" % os.getpid())
+    print("locked", flush=True)
+    sys.stdin.read()
+""")
+
+
+def test_writable_pier_refuses_a_running_ship(tmp_path):
+    root, events = mixed_pier(tmp_path)
+    lock = root / ".vere.lock"
+    ship = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(lock)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert ship.stdout.readline().strip() == "locked"
+        with pytest.raises(LockHeld, match=rf"\.vere\.lock: .* by pid {ship.pid}"):
+            Pier.open(root, writable=True)
+        with Pier.open(root) as pier:  # readers need no lock
+            assert pier.read(327) == events[-1]
+        # the refused open left no writer behind: the newest Book is not locked either
+        with Book.open(root / ".urb" / "log" / "0i320", writable=True):
+            pass
+    finally:
+        ship.stdin.close()
+        ship.wait(timeout=10)
+    with Pier.open(root, writable=True) as pier:  # the ship stopped: the lock is free
+        pier.save(328, [b"abcd"])
+
+
+def test_epoch_kind(tmp_path):
+    d = tmp_path / "e"
+    d.mkdir()
+    with pytest.raises(FormatError, match="not an epoch"):
+        epoch_kind(str(d))
+    (d / "data.mdb").write_bytes(b"")
+    assert epoch_kind(str(d)) == "lmdb"
+    for text, kind in (("1", "lmdb"), ("2", "lmdb"), ("3", "book")):
+        (d / "epoc.txt").write_text(text)
+        assert epoch_kind(str(d)) == kind
+    (d / "epoc.txt").write_text("7")
+    with pytest.raises(FormatError, match=r"epoc\.txt: epoch format b'7', expected 1, 2"):
+        epoch_kind(str(d))
+
+
+def test_no_epochs(tmp_path):
+    (tmp_path / "p" / ".urb" / "log").mkdir(parents=True)
+    with pytest.raises(FormatError, match="no epoch directories"):
+        Pier.open(tmp_path / "p")
+
+
+def test_pier_without_top_level_meta(tmp_path):
+    root = make_pier(tmp_path / "p", [("lmdb", payloads(1, 3))], top_meta=False)
+    with Pier.open(root) as pier:
+        assert pier.meta()["who"] == bytes(16)
+
+
+def test_open_source(tmp_path, make_book):
+    root, events = mixed_pier(tmp_path)
+    with open_source(root) as log:
+        assert isinstance(log, Pier) and log.gulf() == (1, 327)
+    with open_source(root / ".urb" / "log") as log:
+        assert isinstance(log, Pier) and log.directory == str(root)
+    with open_source(root / ".urb" / "log" / "0i300") as log:
+        assert isinstance(log, LmdbLog) and log.gulf() == (301, 320)
+        assert log.meta() == meta_values()
+    with pytest.raises(ReadOnly):
+        open_source(root / ".urb" / "log" / "0i300", writable=True)
+    with open_source(root / ".urb" / "log" / "0i320") as log:
+        assert isinstance(log, Book) and log.gulf() == (321, 327)
+    book = make_book([b"abcd", b"efgh"])
+    with open_source(book, writable=True) as log:
+        assert isinstance(log, Book) and log.writable
+    with pytest.raises(FormatError, match="not a pier"):
+        open_source(tmp_path)
+    with pytest.raises(BookError, match="no such directory"):
+        open_source(tmp_path / "missing")
+
+
+def test_lmdb_epoch_inside_pier_with_own_meta_wins(tmp_path):
+    log_dir = tmp_path / "p" / ".urb" / "log"
+    log_dir.mkdir(parents=True)
+    make_top_meta(log_dir, meta_values(who=1))
+    make_lmdb_epoch(log_dir / "0i0", 0, payloads(1, 2), meta=meta_values(who=2))
+    with LmdbLog.open(log_dir / "0i0") as log:
+        assert log.read_meta("who")[0] == 2
+    with Pier.open(tmp_path / "p") as pier:  # the pier's top-level META is the pier's meta
+        assert pier.read_meta("who")[0] == 1
+
+
+@pytest.mark.skipif(not HAVE_VERE, reason="bookfs.vere is not there yet")
+def test_pier_with_vere_epoch(tmp_path):
+    a, b, c = payloads(1, 5), payloads(6, 5), payloads(11, 5)
+    root = make_pier(tmp_path / "p", [("lmdb", a), ("book", b), ("vere", c)])
+    with Pier.open(root) as pier:
+        assert pier.format == "pier (3 epochs: lmdb, book-v1, vere-book)"
+        assert pier.gulf() == (1, 15)
+        assert list(pier.walk()) == list(enumerate(a + b + c, start=1))
+    newest = root / ".urb" / "log" / "0i10"
+    (newest / "book.lock").unlink(missing_ok=True)
+    with Pier.open(root, writable=True) as pier:
+        pier.save(16, [b"abcd"])
+        assert not (newest / "book.lock").exists()  # the pier's .vere.lock is the lock
+    with open_source(root / ".urb" / "log" / "0i10") as log:
+        assert log.gulf() == (11, 16)
