@@ -138,9 +138,11 @@ class CommitQueue:
                 waited += 1.0
                 stalled = head is not None and head.state == OPEN
                 if stalled and waited >= self.stall_timeout:
-                    self._fail_from(r.number, errno.ETIMEDOUT,
-                                    f"predecessor new/{head.number} still being written "
-                                    f"after {self.stall_timeout:.0f} s")
+                    why = (f"predecessor new/{head.number} still being written "
+                           f"after {self.stall_timeout:g} s")
+                    log.warning("new/%d not committed (ETIMEDOUT): %s; its number is free "
+                                "again", r.number, why)
+                    self._fail_from(r.number, errno.ETIMEDOUT, why)
             elif not scope.cancelled_caught:
                 waited = 0.0
         if r.state == FAILED:
@@ -164,7 +166,13 @@ class CommitQueue:
                 log.error("commit of events %d..%d failed: %s", first, n - 1, e)
                 self._fail_from(first, err, str(e))
                 return
+            except Exception as e:  # a bug: fail the batch (no gap, no waiter left hanging)
+                log.exception("commit of events %d..%d failed unexpectedly", first, n - 1)
+                self._fail_from(first, errno.EIO, repr(e))
+                return
             self.batches += 1
+            if len(batch) > 1:  # the group commit, visible in the daemon's log
+                log.info("group commit: events %d..%d in one save", first, n - 1)
             for r in batch:
                 del self._live[r.number]
                 r.finish(DONE)

@@ -171,27 +171,31 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file) -> int
 def umount(mountpoint: str, *, timeout: float = 30.0) -> int:
     """Unmount ``mountpoint`` and wait for its daemon to finish (index saved, lock freed)."""
     mountpoint = os.path.abspath(mountpoint)
-    source = _mounted_source(mountpoint)
-    if source is None:
+    found = _mounted_source(mountpoint)
+    if found is None:
         raise MountError(f"{mountpoint}: no bookfs mount there")
+    source, readonly = found
     tool = shutil.which("fusermount3") or shutil.which("fusermount")
     cmd = [tool, "-u", mountpoint] if tool else ["umount", mountpoint]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise MountError(f"{mountpoint}: {res.stderr.strip() or 'unmount failed'}")
-    _wait_for_daemon(source, timeout)
+    if not readonly:  # a read-only daemon holds no lock: nothing to wait for
+        _wait_for_daemon(source, timeout)
     print(f"bookfs: unmounted {mountpoint}")
     return 0
 
 
-def _mounted_source(mountpoint: str) -> str | None:
+def _mounted_source(mountpoint: str) -> tuple[str, bool] | None:
+    """``(source, readonly)`` of the FUSE mount at ``mountpoint``, or None."""
     with open("/proc/self/mountinfo") as f:
         for line in f:
             left, _, right = line.partition(" - ")
             parts, rparts = left.split(), right.split()
             if parts[4] == mountpoint and rparts and rparts[0].startswith("fuse"):
                 src = rparts[1] if len(rparts) > 1 else ""
-                return src[len("bookfs:"):] if src.startswith("bookfs:") else src
+                src = src[len("bookfs:"):] if src.startswith("bookfs:") else src
+                return src, "ro" in parts[5].split(",")
     return None
 
 

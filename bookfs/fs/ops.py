@@ -419,8 +419,11 @@ class BookOperations(pyfuse3.Operations):
     async def create(self, parent_inode, name, mode, flags, ctx):
         if self.readonly:
             raise refuse(errno.EROFS, "the mount is read-only")
+        if parent_inode == I.META:  # an existing key never reaches create: unknown key
+            raise refuse(errno.ENOENT, f"meta/{name.decode('utf-8', 'replace')}: unknown "
+                                       f"meta key; expected one of {', '.join(I.META_INODES)}")
         if parent_inode != I.NEW:
-            where = {I.EVENTS: "events/", I.META: "meta/", I.ROOT: "/"}.get(parent_inode, "")
+            where = {I.EVENTS: "events/", I.ROOT: "/"}.get(parent_inode, "")
             raise refuse(errno.EROFS if parent_inode == I.EVENTS else errno.EPERM,
                          f"cannot create {where}{name.decode('utf-8', 'replace')}: "
                          "append by creating new/<next event number>")
