@@ -59,13 +59,14 @@ def cmd_sample(args) -> int:
 
 
 def cmd_info(args) -> int:
-    from .book import Book
     from .info import render, summary
+    from .pier import open_source
 
-    with Book.open(args.path) as book:
+    with open_source(args.path) as book:
         info = summary(book)
-        if not book.recovery.clean:
-            info["damage"] = str(book.recovery)
+        report = getattr(book, "recovery", None)
+        if report is not None and not report.clean:
+            info["damage"] = str(report)
     sys.stdout.write(render(info, as_json=args.json))
     return 0
 
@@ -108,9 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("mount", help="mount a log", description=(
-        "Mount SOURCE (a directory holding book.log and meta.bin) at MOUNTPOINT: "
-        "events/<N> read-only, meta/<key>, new/ to append, info.  Read-write by default "
-        "(takes the writer lock); -o ro for a read-only mount that follows appends."))
+        "Mount SOURCE at MOUNTPOINT: events/<N> read-only, meta/<key>, new/ to append, "
+        "info, segments/ (bulk view).  SOURCE is a pier (epochs under .urb/log/0iN/, shown "
+        "under epochs/), a Book directory (book.log + meta.bin, UIP or vere layout) or an "
+        "LMDB epoch.  Read-write by default (takes the writer lock: book.lock, or a pier's "
+        ".vere.lock); -o ro for a read-only mount that follows appends.  A source whose "
+        "newest epoch is LMDB is mounted read-only."))
     s.add_argument("source")
     s.add_argument("mountpoint")
     s.add_argument("-f", "--foreground", action="store_true",
@@ -130,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("info", help="summarise a log", description=(
         "Format, first/last event, count, bytes, ship (@p), fake, life, version."))
-    s.add_argument("path", help="directory holding book.log and meta.bin")
+    s.add_argument("path", help="a pier, a Book directory or an LMDB epoch")
     s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=cmd_info)
 

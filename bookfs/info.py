@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from .book import Book
+from .eventlog import EventLog
 
 
-def summary(book: Book) -> dict:
+def summary(book: EventLog) -> dict:
     """Format, path, first/last event, count, bytes and the meta fields, decoded."""
     from .noun import patp
 
@@ -15,7 +15,7 @@ def summary(book: Book) -> dict:
     meta = book.meta()
     who = int.from_bytes(meta["who"], "little")
     fake = meta["fake"][0]
-    return {
+    info = {
         "format": book.format,
         "path": book.directory,
         "writable": book.writable,
@@ -29,6 +29,12 @@ def summary(book: Book) -> dict:
         "life": int.from_bytes(meta["life"], "little"),
         "version": int.from_bytes(meta["version"], "little"),
     }
+    epochs = getattr(book, "epochs", None)
+    if epochs:
+        info["epochs"] = "; ".join(
+            f"{e.name} {e.log.format.split(' ')[0]} {e.log.first}..{e.log.last}"
+            for e in epochs)
+    return info
 
 
 def render(info: dict, as_json: bool = False) -> str:

@@ -254,6 +254,11 @@ class Pier:
     def newest(self) -> Epoch:
         return self.epochs[-1]
 
+    @property
+    def epoch(self) -> int:
+        """The newest epoch's base: an empty pier's first event is ``epoch + 1``."""
+        return self.newest.base
+
     def gulf(self) -> tuple[EventNum, EventNum]:
         """``(first, last)`` across all epochs; ``(0, 0)`` when none holds an event."""
         first = last = 0

@@ -18,7 +18,7 @@ import pytest
 
 from bookfs.book import Book
 from bookfs.sample import iter_sample_payloads, sample_meta
-from mounting import daemon_pid, mounted, run_bookfs  # noqa: F401
+from mounting import daemon_pid, force_unmount, in_mountinfo, mounted, run_bookfs  # noqa: F401
 
 BROWSE_EVENTS = 3000
 
@@ -79,23 +79,6 @@ def wait_for(pred, timeout: float = 10.0, step: float = 0.05) -> bool:
             return True
         time.sleep(step)
     return pred()
-
-
-def in_mountinfo(path) -> bool:
-    """True if ``path`` is a mount point, even a dead one (``os.path.ismount`` says False
-    for a FUSE mount whose daemon died: its lstat fails with ENOTCONN)."""
-    path = os.path.abspath(path)
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == path for line in f)
-
-
-def force_unmount(path) -> None:
-    """Lazily unmount ``path`` if anything (alive or dead) is mounted there."""
-    for _ in range(100):
-        if not in_mountinfo(path):
-            return
-        subprocess.run(["fusermount3", "-u", "-z", os.fspath(path)], capture_output=True)
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")

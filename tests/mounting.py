@@ -25,12 +25,20 @@ def daemon_pid(mountpoint: str) -> int | None:
 _PIDS: dict[str, int] = {}
 
 
-def force_unmount(mountpoint: str) -> None:
-    if os.path.ismount(mountpoint):
-        subprocess.run(["fusermount3", "-u", "-z", mountpoint], capture_output=True)
+def in_mountinfo(path) -> bool:
+    """True if ``path`` is a mount point, even a dead one (``os.path.ismount`` says False
+    for a FUSE mount whose daemon died: its lstat fails with ENOTCONN)."""
+    path = os.path.abspath(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == path for line in f)
+
+
+def force_unmount(path) -> None:
+    """Lazily unmount ``path`` if anything (alive or dead) is mounted there."""
     for _ in range(100):
-        if not os.path.ismount(mountpoint):
+        if not in_mountinfo(path):
             return
+        subprocess.run(["fusermount3", "-u", "-z", os.fspath(path)], capture_output=True)
         time.sleep(0.05)
 
 
@@ -48,7 +56,7 @@ def mounted(source, mountpoint, *args: str, log_file: str | None = None):
     try:
         yield mountpoint
     finally:
-        if os.path.ismount(mountpoint):
+        if in_mountinfo(mountpoint):
             run_bookfs("umount", mountpoint, check=False)
         force_unmount(mountpoint)
         _PIDS.pop(os.path.abspath(mountpoint), None)

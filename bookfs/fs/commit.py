@@ -70,14 +70,19 @@ class CommitQueue:
         self._on_commit = on_commit
         self.batches = 0  # saves done (for tests and stats)
 
+    def _head(self) -> int:
+        """The number the next committed event must have."""
+        return self.book.last + 1 if self.book.count else self._epoch() + 1
+
     def next_free(self) -> int:
-        n = self.book.last + 1 if self.book.count else self._epoch() + 1
+        n = self._head()
         while n in self._live:
             n += 1
         return n
 
     def _epoch(self) -> int:
-        return 0
+        """The epoch base of an empty log (a pier's newest epoch, vere's ``fir_d``)."""
+        return getattr(self.book, "epoch", 0)
 
     def _notify(self) -> None:
         self._changed.set()
@@ -127,7 +132,7 @@ class CommitQueue:
             self._notify()
         waited = 0.0
         while r.state == READY:
-            head = self._live.get(self.book.last + 1 if self.book.count else self._epoch() + 1)
+            head = self._live.get(self._head())
             if head is r and not self._leader:
                 await self._lead()
                 continue
@@ -152,7 +157,7 @@ class CommitQueue:
         """Save every consecutive ready reservation from the head, in one batch."""
         self._leader = True
         try:
-            first = self.book.last + 1 if self.book.count else self._epoch() + 1
+            first = self._head()
             batch = []
             n = first
             while (r := self._live.get(n)) is not None and r.state == READY:

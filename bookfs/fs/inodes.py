@@ -3,7 +3,9 @@ event's inode is derived from its number (stable across remounts); files being w
 into ``new/`` get inodes from a separate range.
 
     1 /            2 events/      3 meta/       4 new/        5 info      6 segments/
-    16.. meta/<key>                 2^32 + N      events/<N>
+    7 epochs/ (piers)
+    16.. meta/<key>                 2^32 + N      events/<N> (also epochs/0iB/events/<N>)
+    2^36 + 4k      epochs/<k-th>/   2^36 + 4k + 1  its events/   2^36 + 4k + 2  its info
     2^40 + k   segments/<k>         2^48 + h      new/<N> while handle h is open
 """
 
@@ -23,12 +25,15 @@ META: Final = InodeT(3)
 NEW: Final = InodeT(4)
 INFO: Final = InodeT(5)
 SEGMENTS: Final = InodeT(6)
+EPOCHS: Final = InodeT(7)
 
 META_BASE: Final = 16
 META_INODES: Final = {key: InodeT(META_BASE + i) for i, key in enumerate(META_KEYS)}
 META_BY_INODE: Final = {ino: key for key, ino in META_INODES.items()}
 
 EVENT_BASE: Final = 1 << 32
+EPOCH_BASE: Final = 1 << 36
+EPOCH_DIR, EPOCH_EVENTS, EPOCH_INFO = 0, 1, 2  # kinds of inode inside an epoch
 SEGMENT_BASE: Final = 1 << 40
 STAGING_BASE: Final = 1 << 48
 
@@ -41,7 +46,20 @@ def event_inode(event: int) -> InodeT:
 
 
 def is_event(inode: int) -> bool:
-    return EVENT_BASE <= inode < SEGMENT_BASE
+    return EVENT_BASE <= inode < EPOCH_BASE
+
+
+def epoch_inode(k: int, kind: int) -> InodeT:
+    return InodeT(EPOCH_BASE + 4 * k + kind)
+
+
+def is_epoch(inode: int) -> bool:
+    return EPOCH_BASE <= inode < SEGMENT_BASE
+
+
+def inode_epoch(inode: int) -> tuple[int, int]:
+    """``(k, kind)`` of an epoch inode."""
+    return divmod(inode - EPOCH_BASE, 4)
 
 
 def inode_event(inode: int) -> int:

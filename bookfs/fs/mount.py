@@ -114,8 +114,8 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file) -> int
     import pyfuse3
     import trio
 
-    from ..book import Book
-    from ..errors import LockHeld
+    from ..errors import LockHeld, ReadOnly
+    from ..pier import open_source
     from .ops import BookOperations
 
     _setup_logging(log_file, debug)
@@ -125,9 +125,15 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file) -> int
             os.dup2(devnull, fd)
         os.close(devnull)
     try:
-        book = Book.open(source, writable=not readonly)
+        book = open_source(source, writable=not readonly)
     except LockHeld as e:
         raise MountError(f"{e}; mount it read-only with -o ro") from None
+    except ReadOnly as e:
+        if opts.get("rw"):
+            raise MountError(f"{e}; it cannot be mounted read-write") from None
+        log.warning("%s; mounting read-only", e)
+        readonly = True
+        book = open_source(source, writable=False)
     try:
         ops = BookOperations(book, debug=debug, mountpoint=mountpoint,
                              segment_span=int(float(opts.get("segment_mb", 64)) * (1 << 20)),
@@ -204,7 +210,9 @@ def _wait_for_daemon(source: str, timeout: float) -> None:
     from ..layout import LOCK_NAME
     from ..lock import WriterLock
 
-    lock = os.path.join(source, LOCK_NAME)
+    from ..pier import LOCK_NAME as PIER_LOCK
+
+    locks = [os.path.join(source, name) for name in (LOCK_NAME, PIER_LOCK)]
     deadline = time.monotonic() + timeout
-    while WriterLock.is_held(lock) and time.monotonic() < deadline:
+    while any(WriterLock.is_held(p) for p in locks) and time.monotonic() < deadline:
         time.sleep(0.05)

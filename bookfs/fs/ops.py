@@ -137,7 +137,9 @@ class _MetaWriteHandle:
 
 
 class BookOperations(pyfuse3.Operations):
-    """FUSE operations over one open :class:`Book`."""
+    """FUSE operations over one open log: a :class:`Book`, or any ``EventLog`` (a vere
+    log, an LMDB epoch, a :class:`~bookfs.pier.Pier`, whose epochs appear under
+    ``epochs/``)."""
 
     supports_dot_lookup = False
     enable_writeback_cache = False
@@ -147,8 +149,18 @@ class BookOperations(pyfuse3.Operations):
                  segment_span: int = DEFAULT_SPAN):
         super().__init__()
         self.book = book
-        self.segments = Segments(book, segment_span)
+        # the bulk view needs the UIP layout's deeds; a pier shows its epochs instead
+        self.segments = Segments(book, segment_span) if isinstance(book, Book) else None
         self._verified_segments: set[int] = set()
+        self.epochs = list(getattr(book, "epochs", []))
+        self._epoch_by_name = {e.name.encode(): k for k, e in enumerate(self.epochs)}
+        self._root = list(_ROOT_ENTRIES)
+        if self.segments is not None:
+            self._root.append((b"segments", I.SEGMENTS))
+        if self.epochs:
+            self._root.append((b"epochs", I.EPOCHS))
+        self._root_names = dict(self._root)
+        self._dirs = {ino for _, ino in self._root if ino != I.INFO} | {I.ROOT}
         self.mountpoint = mountpoint
         self.readonly = not book.writable
         self.debug = debug
@@ -156,7 +168,7 @@ class BookOperations(pyfuse3.Operations):
         self._handles: dict[int, object] = {}
         self._next_fh = 1
         self._verified_large: set[int] = set()
-        st = os.stat(book.log_path)
+        st = os.stat(book.directory)
         self._uid, self._gid = st.st_uid, st.st_gid
         self._mounted_ns = time.time_ns()
 
@@ -212,6 +224,31 @@ class BookOperations(pyfuse3.Operations):
     def _info_bytes(self) -> bytes:
         return render(summary(self.book)).encode()
 
+    def _epoch_info(self, k: int) -> bytes:
+        e = self.epochs[k]
+        first, last = e.log.gulf()
+        return render({"epoch": e.name, "format": e.log.format, "base": e.base,
+                       "first": first, "last": last, "events": e.log.count,
+                       "bytes": e.log.log_bytes, "path": e.log.directory}).encode()
+
+    def _meta_mtime(self) -> int:
+        book = self.book
+        log = self.epochs[-1].log if self.epochs else book
+        path = getattr(log, "meta_path", None)
+        return os.stat(path).st_mtime_ns if path else self._mounted_ns
+
+    def _epoch_attrs(self, ino: int) -> pyfuse3.EntryAttributes:
+        k, kind = I.inode_epoch(ino)
+        if k >= len(self.epochs):
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        if kind == I.EPOCH_INFO:
+            return self._attrs(ino, stat.S_IFREG | 0o444, len(self._epoch_info(k)),
+                               self._log_mtime(), 0)
+        if kind in (I.EPOCH_DIR, I.EPOCH_EVENTS):
+            size = self.epochs[k].log.count if kind == I.EPOCH_EVENTS else 0
+            return self._attrs(ino, stat.S_IFDIR | 0o555, size, self._log_mtime(), 0, nlink=2)
+        raise pyfuse3.FUSEError(errno.ENOENT)
+
     async def _attrs_of(self, ino: int) -> pyfuse3.EntryAttributes:
         if I.is_event(ino):
             event = I.inode_event(ino)
@@ -220,12 +257,15 @@ class BookOperations(pyfuse3.Operations):
             if event not in self.book:
                 raise pyfuse3.FUSEError(errno.ENOENT)
             return self._event_attrs(event)
-        if I.is_segment(ino):
+        if I.is_epoch(ino):
+            self._follow()
+            return self._epoch_attrs(ino)
+        if I.is_segment(ino) and self.segments is not None:
             seg = self.segments.get(ino - I.SEGMENT_BASE)
             if seg is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
             return self._segment_attrs(seg)
-        if ino in (I.ROOT, I.EVENTS, I.META, I.NEW, I.SEGMENTS):
+        if ino in self._dirs:
             self._follow()
             return self._dir_attrs(ino)
         if ino == I.INFO:
@@ -235,7 +275,7 @@ class BookOperations(pyfuse3.Operations):
         if ino in I.META_BY_INODE:
             key = I.META_BY_INODE[ino]
             mode = 0o444 if self.readonly else 0o644
-            mtime = os.stat(self.book.meta_path).st_mtime_ns
+            mtime = self._meta_mtime()
             return self._attrs(ino, stat.S_IFREG | mode, META_FIELDS[key][1], mtime, 0)
         if I.is_staging(ino):
             r = self._handles.get(ino - I.STAGING_BASE)
@@ -256,7 +296,27 @@ class BookOperations(pyfuse3.Operations):
                 if event not in self.book:
                     raise pyfuse3.FUSEError(errno.ENOENT)
             return self._event_attrs(event)
-        if parent_inode == I.SEGMENTS:
+        if parent_inode == I.EPOCHS and self.epochs:
+            k = self._epoch_by_name.get(name)
+            if k is None:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            return self._epoch_attrs(I.epoch_inode(k, I.EPOCH_DIR))
+        if I.is_epoch(parent_inode):
+            k, kind = I.inode_epoch(parent_inode)
+            if k >= len(self.epochs):
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            if kind == I.EPOCH_DIR:
+                sub = {b"events": I.EPOCH_EVENTS, b"info": I.EPOCH_INFO}.get(name)
+                if sub is None:
+                    raise pyfuse3.FUSEError(errno.ENOENT)
+                return self._epoch_attrs(I.epoch_inode(k, sub))
+            event = I.parse_number(name)
+            if event is None or event not in self.epochs[k].log:
+                self._follow()
+                if event is None or event not in self.epochs[k].log:
+                    raise pyfuse3.FUSEError(errno.ENOENT)
+            return self._event_attrs(event)
+        if parent_inode == I.SEGMENTS and self.segments is not None:
             event = I.parse_number(name)
             self._follow()
             seg = self.segments.containing_first(event) if event is not None else None
@@ -264,7 +324,7 @@ class BookOperations(pyfuse3.Operations):
                 raise pyfuse3.FUSEError(errno.ENOENT)
             return self._segment_attrs(seg)
         if parent_inode == I.ROOT:
-            ino = _ROOT_NAMES.get(name)
+            ino = self._root_names.get(name)
         elif parent_inode == I.META:
             ino = I.META_INODES.get(name.decode("utf-8", "replace"))
         else:  # new/: entries are never looked up, so that open(O_CREAT) reaches create
@@ -306,16 +366,19 @@ class BookOperations(pyfuse3.Operations):
         if inode == I.NEW:
             raise refuse(errno.EACCES, "new/ is write-only: create new/<N> with the next "
                                        "event number instead of listing it")
-        if inode not in (I.ROOT, I.EVENTS, I.META, I.SEGMENTS):
+        is_dir = inode in self._dirs or (
+            I.is_epoch(inode) and I.inode_epoch(inode)[1] != I.EPOCH_INFO)
+        if not is_dir:
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         self._follow()
         return inode
 
     @guarded
     async def readdir(self, fh, start_id, token):
-        if fh == I.EVENTS:
+        if fh == I.EVENTS or (I.is_epoch(fh) and I.inode_epoch(fh)[1] == I.EPOCH_EVENTS):
             # cookie = the event number of the entry just returned: O(1) resume
-            first, last = self.book.gulf()
+            log = self.book if fh == I.EVENTS else self.epochs[I.inode_epoch(fh)[0]].log
+            first, last = log.gulf()
             if not last:
                 return
             event = max(first, start_id + 1)
@@ -334,12 +397,24 @@ class BookOperations(pyfuse3.Operations):
                         token, I.event_name(seg.first), self._segment_attrs(seg), k + 1):
                     return
             return
-        entries = _ROOT_ENTRIES if fh == I.ROOT else [
-            (k.encode(), ino) for k, ino in I.META_INODES.items()]
-        for i in range(start_id, len(entries)):
+        entries = self._small_dir(fh)
+        for i in range(start_id, len(entries)):  # cookie = position + 1
             name, ino = entries[i]
             if not pyfuse3.readdir_reply(token, name, await self._attrs_of(ino), i + 1):
                 return
+
+    def _small_dir(self, fh: int) -> list[tuple[bytes, int]]:
+        """The fixed entries of /, meta/, epochs/ and an epoch's directory."""
+        if fh == I.ROOT:
+            return self._root
+        if fh == I.META:
+            return [(k.encode(), ino) for k, ino in I.META_INODES.items()]
+        if fh == I.EPOCHS:
+            return [(e.name.encode(), I.epoch_inode(k, I.EPOCH_DIR))
+                    for k, e in enumerate(self.epochs)]
+        k = I.inode_epoch(fh)[0]
+        return [(b"events", I.epoch_inode(k, I.EPOCH_EVENTS)),
+                (b"info", I.epoch_inode(k, I.EPOCH_INFO))]
 
     @guarded
     async def releasedir(self, fh):
@@ -366,7 +441,15 @@ class BookOperations(pyfuse3.Operations):
                     self._verified_large.add(event)
                 data = None
             return pyfuse3.FileInfo(fh=self._new_fh(_EventHandle(event, data)), keep_cache=True)
-        if I.is_segment(inode):
+        if I.is_epoch(inode):
+            k, kind = I.inode_epoch(inode)
+            if kind != I.EPOCH_INFO or k >= len(self.epochs):
+                raise pyfuse3.FUSEError(errno.EISDIR)
+            if writing:
+                raise refuse(errno.EACCES, "epochs/*/info is read-only")
+            return pyfuse3.FileInfo(fh=self._new_fh(_BytesHandle(self._epoch_info(k))),
+                                    direct_io=True, keep_cache=False)
+        if I.is_segment(inode) and self.segments is not None:
             if writing:
                 raise refuse(errno.EROFS, "segments are read-only")
             seg = self.segments.get(inode - I.SEGMENT_BASE)
@@ -398,7 +481,7 @@ class BookOperations(pyfuse3.Operations):
                                     direct_io=True, keep_cache=False)
         if I.is_staging(inode):
             raise refuse(errno.EBUSY, "an event being written cannot be opened again")
-        raise pyfuse3.FUSEError(errno.EISDIR if inode in _DIRS else errno.ENOENT)
+        raise pyfuse3.FUSEError(errno.EISDIR if inode in self._dirs else errno.ENOENT)
 
     @guarded
     async def read(self, fh, off, size):
@@ -527,9 +610,6 @@ class BookOperations(pyfuse3.Operations):
         return s
 
 
-_ROOT_ENTRIES = [(b"events", I.EVENTS), (b"meta", I.META), (b"new", I.NEW), (b"info", I.INFO),
-                 (b"segments", I.SEGMENTS)]
-_ROOT_NAMES = dict(_ROOT_ENTRIES)
-_DIRS = {I.ROOT, I.EVENTS, I.META, I.NEW, I.SEGMENTS}
+_ROOT_ENTRIES = [(b"events", I.EVENTS), (b"meta", I.META), (b"new", I.NEW), (b"info", I.INFO)]
 
 assert set(META_KEYS) == set(I.META_INODES)
