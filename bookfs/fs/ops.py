@@ -5,8 +5,14 @@ Caching contract
 * ``events/<N>`` files are immutable: entry and attribute timeouts of a day, and the
   kernel page cache is kept across opens (``keep_cache``).  ``st_ino`` is derived from
   the event number, so it is stable across remounts; ``st_size`` is exact.
-* ``events/``, ``info`` and ``meta/*`` change on append: no attribute caching; ``info`` is
-  served with ``direct_io`` so its size may change under readers.
+* The names of the fixed directories and files never change: entries cached for a day.
+  Their attributes (``events/``'s size and mtime, ``info``'s size, ``meta/*``'s mtime)
+  change on append and are cached for ``CHANGING`` (1 s); the content of ``info`` and
+  ``meta/*`` is served with ``direct_io``, so it is always current.  Without attribute
+  caching on directories, ``default_permissions`` would cost a round trip per directory
+  on every path walk.
+* Extended attributes are not supported (ENOSYS), which the kernel remembers, so ``ls -l``
+  does not ask once per file.
 * ``new/<N>`` entries are never cached, so every ``open(O_CREAT)`` reaches ``create``.
 
 Errors follow DESIGN.md's table.  Every handler is guarded: a ``BookError`` becomes its
@@ -43,6 +49,7 @@ from .staging import Staging
 log = logging.getLogger(__name__)
 
 FOREVER = 24 * 3600.0  # cache timeout for immutable entries (seconds)
+CHANGING = 1.0  # attribute timeout for things an append changes (seconds)
 SMALL_EVENT = 128 << 10  # events up to this size are read whole on open
 PF_EXITING = 0x4  # /proc/<pid>/stat flags bit: the task is exiting
 
@@ -181,7 +188,7 @@ class BookOperations(pyfuse3.Operations):
         return fh
 
     def _attrs(self, ino: int, mode: int, size: int, mtime_ns: int, timeout: float,
-               nlink: int = 1) -> pyfuse3.EntryAttributes:
+               nlink: int = 1, entry_timeout: float | None = None) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()
         a.st_ino = ino
         a.st_mode = mode
@@ -191,7 +198,8 @@ class BookOperations(pyfuse3.Operations):
         a.st_blksize = 4096
         a.st_blocks = (size + 511) // 512
         a.st_atime_ns = a.st_ctime_ns = a.st_mtime_ns = mtime_ns
-        a.entry_timeout = a.attr_timeout = timeout
+        a.attr_timeout = timeout
+        a.entry_timeout = timeout if entry_timeout is None else entry_timeout
         return a
 
     def _follow(self) -> None:
@@ -215,11 +223,13 @@ class BookOperations(pyfuse3.Operations):
         else:
             mode = 0o555
         size = self.book.count if ino == I.EVENTS else 0
-        return self._attrs(ino, stat.S_IFDIR | mode, size, self._log_mtime(), 0, nlink=2)
+        return self._attrs(ino, stat.S_IFDIR | mode, size, self._log_mtime(), CHANGING,
+                           nlink=2, entry_timeout=FOREVER)
 
     def _segment_attrs(self, seg: Segment) -> pyfuse3.EntryAttributes:
         return self._attrs(I.segment_inode(seg.index), stat.S_IFREG | 0o444, seg.size,
-                           self.book.mtime_ns(seg.last), FOREVER if seg.complete else 0)
+                           self.book.mtime_ns(seg.last), FOREVER if seg.complete else 0,
+                           entry_timeout=FOREVER)
 
     def _info_bytes(self) -> bytes:
         return render(summary(self.book)).encode()
@@ -243,10 +253,11 @@ class BookOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOENT)
         if kind == I.EPOCH_INFO:
             return self._attrs(ino, stat.S_IFREG | 0o444, len(self._epoch_info(k)),
-                               self._log_mtime(), 0)
+                               self._log_mtime(), CHANGING, entry_timeout=FOREVER)
         if kind in (I.EPOCH_DIR, I.EPOCH_EVENTS):
             size = self.epochs[k].log.count if kind == I.EPOCH_EVENTS else 0
-            return self._attrs(ino, stat.S_IFDIR | 0o555, size, self._log_mtime(), 0, nlink=2)
+            return self._attrs(ino, stat.S_IFDIR | 0o555, size, self._log_mtime(), CHANGING,
+                               nlink=2, entry_timeout=FOREVER)
         raise pyfuse3.FUSEError(errno.ENOENT)
 
     async def _attrs_of(self, ino: int) -> pyfuse3.EntryAttributes:
@@ -271,16 +282,18 @@ class BookOperations(pyfuse3.Operations):
         if ino == I.INFO:
             self._follow()
             return self._attrs(ino, stat.S_IFREG | 0o444, len(self._info_bytes()),
-                               self._log_mtime(), 0)
+                               self._log_mtime(), CHANGING, entry_timeout=FOREVER)
         if ino in I.META_BY_INODE:
             key = I.META_BY_INODE[ino]
             mode = 0o444 if self.readonly else 0o644
             mtime = self._meta_mtime()
-            return self._attrs(ino, stat.S_IFREG | mode, META_FIELDS[key][1], mtime, 0)
+            return self._attrs(ino, stat.S_IFREG | mode, META_FIELDS[key][1], mtime, CHANGING,
+                               entry_timeout=FOREVER)
         if I.is_staging(ino):
             r = self._handles.get(ino - I.STAGING_BASE)
             if isinstance(r, Reservation):
-                return self._attrs(ino, stat.S_IFREG | 0o200, len(r.staging), time.time_ns(), 0)
+                return self._attrs(ino, stat.S_IFREG | 0o200, len(r.staging), time.time_ns(),
+                                   CHANGING, entry_timeout=0)
         raise pyfuse3.FUSEError(errno.ENOENT)
 
     # --- lookups and attributes ----------------------------------------------------------
@@ -382,11 +395,21 @@ class BookOperations(pyfuse3.Operations):
             if not last:
                 return
             event = max(first, start_id + 1)
-            reply = pyfuse3.readdir_reply
-            attrs = self._event_attrs
-            name = I.event_name
+            if event > last:
+                return
+            # readdir_reply copies the attributes into the reply buffer, so one object is
+            # reused and only the fields that differ are set (this is the ls -l hot path)
+            a = self._event_attrs(event)
+            reply, name = pyfuse3.readdir_reply, I.event_name
+            size_of, mtime_of = log.payload_size, log.mtime_ns
+            base = I.EVENT_BASE
             while event <= last:
-                if not reply(token, name(event), attrs(event), event):
+                size = size_of(event)
+                a.st_ino = base + event
+                a.st_size = size
+                a.st_blocks = (size + 511) >> 9
+                a.st_mtime_ns = a.st_ctime_ns = a.st_atime_ns = mtime_of(event)
+                if not reply(token, name(event), a, event):
                     return
                 event += 1
             return
@@ -597,6 +620,22 @@ class BookOperations(pyfuse3.Operations):
     @guarded
     async def link(self, inode, new_parent_inode, new_name, ctx):
         self._refuse_change(new_parent_inode, new_name, "link")
+
+    @guarded
+    async def getxattr(self, inode, name, ctx):
+        raise pyfuse3.FUSEError(errno.ENOSYS)  # the kernel stops asking
+
+    @guarded
+    async def listxattr(self, inode, ctx):
+        raise pyfuse3.FUSEError(errno.ENOSYS)
+
+    @guarded
+    async def setxattr(self, inode, name, value, ctx):
+        raise pyfuse3.FUSEError(errno.ENOSYS)
+
+    @guarded
+    async def removexattr(self, inode, name, ctx):
+        raise pyfuse3.FUSEError(errno.ENOSYS)
 
     @guarded
     async def statfs(self, ctx):
