@@ -303,27 +303,19 @@ def test_sigterm_unmounts_and_releases_lock(small_src, mnt, tmp_path):
     assert got[11] == b"before term" and got[12] == b"after term"
 
 
-def test_sigkill_with_auto_unmount_leaves_no_dead_mount(small_src, mnt):
-    """Real behaviour (libfuse 3.14 fusermount3 auto_unmount): when the daemon is SIGKILLed
-    its fusermount3 helper sees the socket close and lazily unmounts, but this races with
-    the kernel aborting the connection: usually the mount is gone within a second, sometimes
-    a dead mount stays.  What always holds: nothing hangs (``ls`` answers at once, with
-    ENOTCONN on a dead mount), the lock is released, and a lazy unmount plus remount works."""
-    with mounted(small_src, mnt):
-        pid = daemon_pid(str(mnt))
-        assert os.listdir(f"{mnt}/events")
-        os.kill(pid, signal.SIGKILL)
-        assert wait_for(lambda: not pid_alive(pid), timeout=10)
-        gone = wait_for(lambda: not in_mountinfo(mnt), timeout=3)
-        r = subprocess.run(["ls", str(mnt)], capture_output=True, timeout=10)  # never hangs
-        if gone:
+def test_sigkill_leaves_no_dead_mount(small_src, mnt):
+    """A SIGKILLed daemon leaves no mount behind: its watchdog (and libfuse's auto_unmount
+    helper) unmount it, nothing hangs, the lock is released, and a remount works."""
+    for _ in range(3):  # libfuse's helper alone failed about one time in three
+        with mounted(small_src, mnt):
+            pid = daemon_pid(str(mnt))
+            assert os.listdir(f"{mnt}/events")
+            os.kill(pid, signal.SIGKILL)
+            assert wait_for(lambda: not pid_alive(pid), timeout=10)
+            assert wait_for(lambda: not in_mountinfo(mnt), timeout=5)
+            r = subprocess.run(["ls", str(mnt)], capture_output=True, timeout=10)
             assert r.returncode == 0 and r.stdout == b""  # the empty mount point directory
-        else:
-            assert r.returncode != 0 and b"Transport endpoint is not connected" in r.stderr
-            assert err_of_listdir(mnt) == errno.ENOTCONN
-        assert wait_for(lambda: not WriterLock.is_held(str(small_src / "book.lock")), 10)
-        force_unmount(str(mnt))
-        assert not in_mountinfo(mnt)
+            assert wait_for(lambda: not WriterLock.is_held(str(small_src / "book.lock")), 10)
     with mounted(small_src, mnt):
         assert len(os.listdir(f"{mnt}/events")) == 10
 

@@ -142,6 +142,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file) -> int
     except BaseException:
         book.close()
         raise
+    _start_watchdog(mountpoint)
     log.info("mounted %s at %s (%s); events %s", source, mountpoint,
              "ro" if readonly else "rw", book.gulf())
     if ready_fd is not None:
@@ -172,6 +173,50 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file) -> int
             book.close()
             log.info("unmounted %s; lock released", mountpoint)
     return 0
+
+
+def _mount_id(mountpoint: str) -> str | None:
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == mountpoint:
+                found = fields[0]  # the last (topmost) mount there wins
+    return locals().get("found")
+
+
+def _start_watchdog(mountpoint: str) -> None:
+    """Fork a tiny process that lazily unmounts ``mountpoint`` if this daemon dies without
+    unmounting (SIGKILL, a crash), so no dead mount is left behind.  libfuse's
+    ``auto_unmount`` aims at the same, but its helper was seen to leave dead mounts; this
+    one waits on a pipe that only the daemon holds open and unmounts only the very mount
+    it was started for (by mount ID), never a later one at the same place."""
+    mount_id = _mount_id(mountpoint)
+    if mount_id is None:
+        return
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(r)
+        os.set_inheritable(w, False)
+        _WATCHDOG_FDS.append(w)  # held until this process dies
+        return
+    try:  # the watchdog: no FUSE descriptor, no signals from the daemon's terminal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.setsid()
+        os.closerange(3, r)
+        os.closerange(r + 1, 65536)
+        while os.read(r, 1):
+            pass
+        if _mount_id(mountpoint) == mount_id:
+            tool = shutil.which("fusermount3") or shutil.which("fusermount") or "umount"
+            subprocess.run([tool, "-u", "-z", mountpoint] if "fuse" in tool
+                           else [tool, "-l", mountpoint], capture_output=True)
+    finally:
+        os._exit(0)
+
+
+_WATCHDOG_FDS: list[int] = []
 
 
 def umount(mountpoint: str, *, timeout: float = 30.0) -> int:
