@@ -27,7 +27,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import stat
 import struct
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -43,7 +42,6 @@ from .errors import (
     BookError,
     ContiguityError,
     CorruptDeed,
-    FormatError,
     NoSuchEvent,
     PathEscape,
     PayloadError,

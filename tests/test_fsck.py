@@ -11,7 +11,7 @@ import pytest
 
 from bookfs import fsck
 from bookfs.book import Book
-from bookfs.layout import DEED_OVERHEAD, HEADER_SIZE
+
 
 
 def _payload(i: int) -> bytes:

@@ -318,11 +318,3 @@ def test_sigkill_leaves_no_dead_mount(small_src, mnt):
             assert wait_for(lambda: not WriterLock.is_held(str(small_src / "book.lock")), 10)
     with mounted(small_src, mnt):
         assert len(os.listdir(f"{mnt}/events")) == 10
-
-
-def err_of_listdir(path) -> int | None:
-    try:
-        os.listdir(path)
-    except OSError as e:
-        return e.errno
-    return None

@@ -1,0 +1,420 @@
+"""PySpark over a bookfs mount: one table row per event.
+
+``read_events(spark, mountpoint)`` reads the mount's ``events/`` directory with Spark's
+``binaryFile`` source (the directory, never a glob naming every file), selects event ranges
+with ``_metadata.file_name`` filters (pruned at planning time, so unselected files are
+never opened) and decodes each payload in Python with ``mapInArrow``.  Only the head of
+each jam is decoded (:func:`bookfs.noun.peek_event`), so a multi-megabyte event costs a
+copy, not a cue.
+
+``read_events(..., bulk=True)`` reads ``segments/`` instead: a few large files of whole
+on-disk deeds, split in Python (each deed's CRC checked), for logs too large for one file
+per event.  It yields the same rows.
+
+Columns (:data:`SCHEMA`):
+
+==============  =========  ======================================================
+event           long       the event number (from the file name)
+epoch           long       null: plain Book logs have no epoch directories
+mug             int        payload bytes 0..4, little-endian (mugs are 31-bit)
+size            long       payload bytes (mug + jam)
+jam             binary     payload bytes 4..
+committed_at    timestamp  the event file's mtime (millisecond precision, as Hadoop
+                           reports it); bulk rows get the very same value
+date            timestamp  the @da of a ``[date ovum]`` event, truncated to
+                           microseconds; null for lifecycle events and anything that
+                           does not decode
+wire            string     the ovum's wire, e.g. ``/d/term/1`` (null likewise)
+card            string     the card's tag, e.g. ``hear`` (null likewise)
+==============  =========  ======================================================
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import sys
+from typing import Iterator
+
+SCHEMA = ("event long, epoch long, mug int, size long, jam binary, committed_at timestamp, "
+          "date timestamp, wire string, card string")
+COLUMNS = ["event", "epoch", "mug", "size", "jam", "committed_at", "date", "wire", "card"]
+
+DEFAULT_MAX_LENGTH = 2**31 - 1
+MAX_LENGTH_KEY = "spark.sql.sources.binaryFile.maxLength"
+
+#: The small-file settings :func:`tune` applies, with why (figures: docs/benchmarks.md).
+TUNED: dict[str, tuple[str, str]] = {
+    "spark.sql.files.openCostInBytes": (
+        "8192", "a file costs length + this when packed into tasks; the 4 MB default "
+        "makes ~32 small events a task (3,125 tasks per 100k events), 8 KiB packs "
+        "thousands of events per task"),
+    "spark.sql.files.maxPartitionBytes": (
+        str(64 << 20), "at most 64 MiB of payload per task: enough events per task to "
+        "amortise task start-up, small enough that large events spread over cores"),
+    "spark.sql.files.minPartitionNum": (
+        "4", "at least 2 tasks per core of local[2], so one large event does not leave "
+        "a core idle"),
+    "spark.hadoop.fs.file.checksum.verify": (
+        "false", "Hadoop's local filesystem otherwise looks up .<name>.crc beside every "
+        "event: an extra FUSE lookup per file"),
+    "spark.sql.files.ignoreCorruptFiles": (
+        "false", "an unreadable event (EIO: its CRC failed) must fail the job, never "
+        "silently drop a row"),
+    "spark.sql.files.ignoreMissingFiles": (
+        "false", "events are never deleted; a missing file is an error"),
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": (
+        "32", "listing is parallelised only across more than this many subdirectories; "
+        "events/ is one flat directory, so listing stays on the driver (kept at the "
+        "default: a listing job per directory costs more than it saves here)"),
+    "spark.sql.execution.arrow.maxRecordsPerBatch": (
+        "2000", "events per Arrow batch to the Python decoder: bounds worker memory "
+        "when large (multi-MB) events cluster"),
+}
+
+
+class EventTooLarge(ValueError):
+    """A file is over ``spark.sql.sources.binaryFile.maxLength``: Spark cannot read it."""
+
+
+# --- sessions ------------------------------------------------------------------------------
+
+
+def tune(builder_or_session):
+    """Apply :data:`TUNED` to a ``SparkSession.Builder`` (before ``getOrCreate``) or to a
+    live ``SparkSession`` (SQL settings take effect at once; the Hadoop setting is also set
+    under its bare name so new Hadoop configurations pick it up).  Returns its argument."""
+    target = builder_or_session
+    if hasattr(target, "getOrCreate"):  # a builder
+        for key, (value, _) in TUNED.items():
+            target = target.config(key, value)
+        return target
+    for key, (value, _) in TUNED.items():
+        target.conf.set(key, value)
+        if key.startswith("spark.hadoop."):
+            target.conf.set(key[len("spark.hadoop."):], value)
+    return target
+
+
+def session(master: str = "local[2]", app: str = "bookfs", *, tuned: bool = True,
+            progress: bool = False, conf: dict[str, str] | None = None):
+    """A SparkSession with the configuration that works here (spark-notes.md): workers
+    run this interpreter (``PYSPARK_PYTHON=sys.executable``), UI off, driver on
+    127.0.0.1, session time zone UTC, small-file settings from :func:`tune` unless
+    ``tuned=False``.  ``master`` may be ``local[N]``, ``local-cluster[W,C,MB]`` or a
+    ``spark://`` URL."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if master.startswith("local-cluster"):
+        # executors are launched with SPARK_HOME's scripts: pyspark's bundled tree has them
+        import pyspark
+
+        os.environ.setdefault("SPARK_HOME", os.path.dirname(pyspark.__file__))
+    from pyspark.sql import SparkSession
+
+    b = (SparkSession.builder.master(master).appName(app)
+         .config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "true" if progress else "false")
+         .config("spark.sql.shuffle.partitions", "2")
+         .config("spark.driver.bindAddress", "127.0.0.1")
+         .config("spark.driver.host", "127.0.0.1")
+         .config("spark.sql.session.timeZone", "UTC")
+         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
+    if tuned:
+        b = tune(b)
+    for key, value in (conf or {}).items():
+        b = b.config(key, value)
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+# --- decoding (runs in the Python workers) ------------------------------------------------
+
+_SECONDS_MIN, _SECONDS_MAX = -62135596800, 253402300799  # years 1..9999
+
+
+def _da_micros(da: int) -> int:
+    """An @da as microseconds since the Unix epoch (fraction truncated), as
+    :func:`bookfs.noun.da_to_datetime` computes it."""
+    from .noun import DA_UNIX_EPOCH
+
+    return ((da >> 64) - DA_UNIX_EPOCH) * 1_000_000 + (((da & ((1 << 64) - 1)) * 1_000_000) >> 64)
+
+
+def _out_schema():
+    import pyarrow as pa
+
+    ts = pa.timestamp("us", tz="UTC")
+    return pa.schema([("event", pa.int64()), ("epoch", pa.int64()), ("mug", pa.int32()),
+                      ("size", pa.int64()), ("jam", pa.binary()), ("committed_at", ts),
+                      ("date", ts), ("wire", pa.string()), ("card", pa.string())])
+
+
+class _Rows:
+    """Column lists for one output batch."""
+
+    def __init__(self):
+        self.event, self.mug, self.size, self.jam = [], [], [], []
+        self.committed, self.date, self.wire, self.card = [], [], [], []
+        self.bytes = 0
+
+    def add(self, event: int, payload, committed_us) -> None:
+        from .noun import peek_event
+
+        n = len(payload)
+        self.event.append(event)
+        self.size.append(n)
+        self.committed.append(committed_us)
+        if n >= 4:
+            self.mug.append(int.from_bytes(payload[:4], "little", signed=True))
+            jam = payload[4:]
+        else:
+            self.mug.append(None)
+            jam = payload
+        self.jam.append(bytes(jam))
+        self.bytes += n
+        da, wire, tag = peek_event(jam)
+        if da is None:
+            self.date.append(None)
+            self.wire.append(None)
+            self.card.append(None)
+        else:
+            self.date.append(_da_micros(da))
+            self.wire.append(wire)
+            self.card.append(tag)
+
+    def __len__(self):
+        return len(self.event)
+
+    def batch(self):
+        import pyarrow as pa
+
+        schema = _out_schema()
+        n = len(self.event)
+        cols = [pa.array(self.event, pa.int64()), pa.nulls(n, pa.int64()),
+                pa.array(self.mug, pa.int32()), pa.array(self.size, pa.int64()),
+                pa.array(self.jam, pa.binary()),
+                pa.array(self.committed, pa.int64()).cast(schema.field("committed_at").type),
+                pa.array(self.date, pa.int64()).cast(schema.field("date").type),
+                pa.array(self.wire, pa.string()), pa.array(self.card, pa.string())]
+        return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+_BATCH_BYTES = 64 << 20
+_BATCH_ROWS = 2000
+
+
+def _binary_views(arr) -> Iterator[memoryview | None]:
+    """Zero-copy views of the values of a pyarrow binary array."""
+    import numpy as np
+
+    arr = arr.combine_chunks() if hasattr(arr, "combine_chunks") else arr
+    validity, offsets, data = arr.buffers()
+    import pyarrow as pa
+
+    width = 8 if pa.types.is_large_binary(arr.type) else 4
+    offs = np.frombuffer(offsets, dtype=np.int64 if width == 8 else np.int32,
+                         count=len(arr) + 1, offset=arr.offset * width)
+    mv = memoryview(data) if data is not None else memoryview(b"")
+    valid = arr.is_valid().to_pylist() if validity is not None else None
+    for i in range(len(arr)):
+        yield mv[offs[i]:offs[i + 1]] if valid is None or valid[i] else None
+
+
+def _micros(col) -> list:
+    """A pyarrow timestamp column as integer microseconds (None kept)."""
+    import pyarrow as pa
+
+    return col.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
+
+
+def _decode_files(batches):
+    """mapInArrow: (event, committed_at, content) rows from events/ → :data:`SCHEMA`."""
+    rows = _Rows()
+    for b in batches:
+        events = b.column("event").to_pylist()
+        committed = _micros(b.column("committed_at"))
+        for event, when, payload in zip(events, committed, _binary_views(b.column("content"))):
+            rows.add(event, payload, when)
+            if len(rows) >= _BATCH_ROWS or rows.bytes >= _BATCH_BYTES:
+                yield rows.batch()
+                rows = _Rows()
+    if len(rows):
+        yield rows.batch()
+
+
+def _split_segments(since: int, until: int, starts: list[int], stamps: list[int]):
+    """mapInArrow factory: (first, content) rows from segments/ → :data:`SCHEMA`, each
+    deed's CRC checked.  ``starts``/``stamps`` is the committed_at step function
+    (event ``e`` has ``stamps[bisect_right(starts, e) - 1]`` microseconds)."""
+
+    def split(batches):
+        from .layout import DEED_LEN, DEED_OVERHEAD, DEED_TAIL, crc32
+
+        rows = _Rows()
+        for b in batches:
+            firsts = b.column("first").to_pylist()
+            for first, seg in zip(firsts, _binary_views(b.column("content"))):
+                pos, event, end = 0, first, len(seg)
+                while pos < end and event <= until:
+                    if pos + DEED_OVERHEAD > end:
+                        raise ValueError(f"segments/{first:012d}: truncated deed for event "
+                                         f"{event} at byte {pos}")
+                    (n,) = DEED_LEN.unpack_from(seg, pos)
+                    stop = pos + 8 + n
+                    if stop + 12 > end:
+                        raise ValueError(f"segments/{first:012d}: event {event} at byte {pos} "
+                                         f"claims {n} bytes, past the segment's end")
+                    crc, let = DEED_TAIL.unpack_from(seg, stop)
+                    if let != n or crc32(seg[pos:stop]) != crc:
+                        raise ValueError(f"segments/{first:012d}: event {event} at byte {pos} "
+                                         "fails its CRC check")
+                    if event >= since:
+                        when = stamps[bisect.bisect_right(starts, event) - 1]
+                        rows.add(event, seg[pos + 8:stop], when)
+                        if len(rows) >= _BATCH_ROWS or rows.bytes >= _BATCH_BYTES:
+                            yield rows.batch()
+                            rows = _Rows()
+                    pos, event = stop + 12, event + 1
+        if len(rows):
+            yield rows.batch()
+
+    return split
+
+
+# --- the driver side -----------------------------------------------------------------------
+
+
+def _max_length(spark) -> int:
+    try:
+        return int(spark.conf.get(MAX_LENGTH_KEY, str(DEFAULT_MAX_LENGTH)))
+    except Exception:  # an unparsable setting: Spark would refuse it too
+        return DEFAULT_MAX_LENGTH
+
+
+def _name_num():
+    from pyspark.sql import functions as F
+
+    return F.col("_metadata.file_name").try_cast("long")
+
+
+def _check_lengths(spark, df, what: str) -> None:
+    """Raise :class:`EventTooLarge` (one clear line) if a selected file is over the
+    binaryFile limit, before any content is read (a stat-only job: no file is opened)."""
+    from pyspark.sql import functions as F
+
+    limit = _max_length(spark)
+    big = (df.filter(F.col("length") > limit).select("num", "length")
+           .orderBy("num").limit(1).collect())
+    if big:
+        num, length = big[0]
+        raise EventTooLarge(
+            f"{what} {num} is {length:,} bytes, over Spark's binaryFile limit "
+            f"{MAX_LENGTH_KEY} = {limit:,} bytes; raise that setting (at most 2 GiB - 1)"
+            + ("" if what == "segment" else " or read this log with bulk=True (--bulk)"))
+
+
+def read_events(spark, mountpoint: str | os.PathLike, since: int | None = None,
+                until: int | None = None, bulk: bool = False, *, check_limit: bool = True):
+    """The events of the bookfs mount at ``mountpoint`` as a DataFrame (:data:`SCHEMA`),
+    events ``since..until`` inclusive (either bound may be None).
+
+    ``bulk=False`` reads ``events/`` (one file per event); ``bulk=True`` reads
+    ``segments/`` and splits the deeds in Python, checking every CRC, with the same rows.
+    With ``check_limit`` (the default) a file over ``spark.sql.sources.binaryFile.maxLength``
+    raises :class:`EventTooLarge` here, naming the event and the limit, instead of a task
+    failure later.
+    """
+    mnt = os.fspath(mountpoint)
+    if not os.path.isdir(os.path.join(mnt, "events")):
+        raise FileNotFoundError(f"{mnt} is not a bookfs mount (no events/ directory)")
+    if bulk:
+        return _read_bulk(spark, mnt, since, until, check_limit)
+    from pyspark.sql import functions as F
+
+    num = _name_num()
+    df = spark.read.format("binaryFile").load(os.path.join(mnt, "events"))
+    if since is not None:
+        df = df.filter(num >= since)
+    if until is not None:
+        df = df.filter(num <= until)
+    df = df.filter(num.isNotNull()).withColumn("num", num)
+    if check_limit:
+        _check_lengths(spark, df, "event")
+    files = df.select(F.col("num").alias("event"),
+                      F.col("modificationTime").alias("committed_at"), "content")
+    return files.mapInArrow(_decode_files, SCHEMA)
+
+
+def _mtime_us(path: str) -> int:
+    """A file's mtime as Spark's binaryFile reports it (Hadoop: whole milliseconds)."""
+    return os.stat(path).st_mtime_ns // 1_000_000 * 1000
+
+
+def _stamps(mnt: str, ranges: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """The committed_at step function over ``ranges`` ((first, last) event pairs, in
+    order): ``(starts, stamps)``, event ``e`` having ``stamps[bisect_right(starts, e)-1]``.
+
+    Event mtimes never decrease along the log, so when the first and last event of a
+    range share an mtime every event between has it; otherwise bisect with ``stat`` of
+    events/<N> (a few stats per change of mtime, never a read)."""
+    starts: list[int] = []
+    stamps: list[int] = []
+
+    def ev(n: int) -> int:
+        return _mtime_us(os.path.join(mnt, "events", f"{n:012d}"))
+
+    def put(event: int, stamp: int) -> None:
+        if not stamps or stamps[-1] != stamp:
+            starts.append(event)
+            stamps.append(stamp)
+
+    def fill(lo: int, hi: int, mlo: int, mhi: int) -> None:
+        # events lo..hi; lo has mlo, hi has mhi
+        while True:
+            put(lo, mlo)
+            if mlo == mhi:
+                return
+            if hi - lo <= 1:
+                put(hi, mhi)
+                return
+            mid = (lo + hi) // 2
+            mm = ev(mid)
+            fill(lo, mid, mlo, mm)
+            lo, mlo = mid, mm
+
+    for first, last in ranges:
+        fill(first, last, ev(first), ev(last))
+    return starts, stamps
+
+
+def _read_bulk(spark, mnt: str, since, until, check_limit: bool):
+    from pyspark.sql import functions as F
+
+    seg_dir = os.path.join(mnt, "segments")
+    firsts = sorted(int(n) for n in os.listdir(seg_dir) if n.isdigit())
+    count = os.stat(os.path.join(mnt, "events")).st_size  # the mount reports its count
+    lo = since if since is not None else (firsts[0] if firsts else 1)
+    if not firsts or not count:
+        hi = -1
+    else:
+        hi = firsts[0] + count - 1  # this read's snapshot: later appends are not included
+        if until is not None:
+            hi = min(hi, until)
+    chosen, ranges = [], []
+    for i, first in enumerate(firsts):
+        last = firsts[i + 1] - 1 if i + 1 < len(firsts) else firsts[0] + count - 1
+        if last < lo or first > hi:
+            continue
+        chosen.append(first)
+        ranges.append((max(first, lo), min(last, hi)))
+    starts, stamps = _stamps(mnt, ranges)
+    num = _name_num()
+    df = (spark.read.format("binaryFile").load(seg_dir)
+          .filter(num.isin(chosen or [-1])).withColumn("num", num))
+    if check_limit:
+        _check_lengths(spark, df, "segment")
+    segs = df.select(F.col("num").alias("first"), "content")
+    return segs.mapInArrow(_split_segments(lo, hi, starts or [0], stamps or [None]), SCHEMA)

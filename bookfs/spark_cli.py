@@ -1,0 +1,270 @@
+"""``bookfs spark MOUNTPOINT --out DIR``: the events of a mount as Parquet.
+
+Output layout (under ``--out``)::
+
+    data/run=<first event, 12 digits>/event_bucket=<event // 100000>/part-*.parquet
+    data/run=.../_bookfs_run.json     what the run holds: first, last, events
+    state.json                         {"high_water": last event published, ...}
+    _staging/                          a run being written (discarded when found)
+
+``spark.read.parquet(OUT + "/data")`` reads every run (``run`` and ``event_bucket`` become
+columns).  Each run is written to ``_staging/run=<first>``, published by one ``rename``
+into ``data/``, and only then is the high-water mark recorded in ``state.json`` (temp
+file + rename).  A run is named after the first event it may hold (the mark + 1), so:
+
+* killed before the rename: the staging directory is discarded on restart and the run
+  redone from the recorded mark;
+* killed after the rename, before the mark: ``data/run=<mark+1>`` already exists, its
+  ``_bookfs_run.json`` says what it holds, and the restart records that mark (roll
+  forward) instead of writing it again.
+
+Either way no event is duplicated or skipped.  A lock file (``.lock``, ``flock``) keeps two
+runs on one ``--out`` apart.  Without ``--incremental`` the whole ``data/`` is replaced
+(again staged and renamed into place).
+
+Failure injection for tests: ``BOOKFS_SPARK_FAIL=staged`` exits (status 75) after the
+staging directory is complete, ``BOOKFS_SPARK_FAIL=published`` after the rename and before
+the mark is recorded (in-process, :func:`run` raises :class:`InjectedFailure` there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import shutil
+import sys
+import time
+
+BUCKET = 100_000
+FAIL_ENV = "BOOKFS_SPARK_FAIL"
+
+
+def _status(msg: str) -> None:
+    print(f"bookfs spark: {msg}", file=sys.stderr, flush=True)
+
+
+class InjectedFailure(BaseException):
+    """Raised at the point ``$BOOKFS_SPARK_FAIL`` names (the command exits with 75)."""
+
+
+def _fail_point(name: str) -> None:
+    if os.environ.get(FAIL_ENV) == name:
+        _status(f"{FAIL_ENV}={name}: stopping here on purpose")
+        raise InjectedFailure(name)
+
+
+def _write_json(path: str, obj) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(path))
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_state(out: str) -> dict:
+    try:
+        with open(os.path.join(out, "state.json")) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {}
+
+
+def _recover(out: str, state: dict) -> dict:
+    """Finish or discard what a killed run left behind; return the state to go on from."""
+    staging = os.path.join(out, "_staging")
+    if os.path.isdir(staging):
+        _status("discarding the staging left by an interrupted run")
+        shutil.rmtree(staging)
+    hw = state.get("high_water")
+    if hw is None:  # the first run may have been published but not recorded
+        runs = []
+        data = os.path.join(out, "data")
+        for name in (os.listdir(data) if os.path.isdir(data) else []):
+            path = os.path.join(data, name, "_bookfs_run.json")
+            if name.startswith("run=") and os.path.exists(path):
+                with open(path) as f:
+                    runs.append(json.load(f)["last"])
+        if not runs:
+            return state
+        _status("a published run was not recorded; recording it")
+        state = dict(state, high_water=max(runs))
+        _write_json(os.path.join(out, "state.json"), state)
+        return _recover(out, state)
+    nxt = os.path.join(out, "data", f"run={hw + 1:012d}")
+    manifest = os.path.join(nxt, "_bookfs_run.json")
+    if os.path.exists(manifest):  # published, mark not recorded: roll forward
+        with open(manifest) as f:
+            run = json.load(f)
+        _status(f"run from event {hw + 1} was published but not recorded; recording it")
+        state = dict(state, high_water=run["last"])
+        _write_json(os.path.join(out, "state.json"), state)
+        return _recover(out, state)
+    return state
+
+
+def summarize(spark, path: str) -> dict:
+    """Events, bytes, first/last event, events per card tag and size percentiles of the
+    Parquet data at ``path``."""
+    from pyspark.sql import functions as F
+
+    df = spark.read.parquet(path)
+    row = df.agg(F.count("*").alias("events"), F.sum("size").alias("bytes"),
+                 F.min("event").alias("first"), F.max("event").alias("last"),
+                 F.expr("percentile(size, array(0.5, 0.9, 0.99))").alias("p"),
+                 F.max("size").alias("max")).collect()[0]
+    tags = {(r["card"] if r["card"] is not None else "(none)"): r["count"]
+            for r in df.groupBy("card").count().collect()}
+    p = row["p"] or [None, None, None]
+    return {"events": row["events"], "bytes": row["bytes"] or 0, "first": row["first"],
+            "last": row["last"], "cards": dict(sorted(tags.items(), key=lambda kv: -kv[1])),
+            "size": {"p50": p[0], "p90": p[1], "p99": p[2], "max": row["max"]}}
+
+
+def render_summary(s: dict) -> str:
+    lines = [f"events:  {s['events']:,}", f"bytes:   {s['bytes']:,}",
+             f"first:   {s['first']}", f"last:    {s['last']}",
+             "size:    " + "  ".join(f"{k} {int(v):,}" if v is not None else f"{k} -"
+                                     for k, v in s["size"].items()),
+             "cards:"]
+    lines += [f"  {tag:<12} {n:,}" for tag, n in s["cards"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def _write(df, path: str) -> None:
+    from pyspark.sql import functions as F
+
+    (df.withColumn("event_bucket", (F.col("event") / BUCKET).cast("long"))
+     .write.mode("error").partitionBy("event_bucket").parquet(path))
+
+
+def run(args) -> int:
+    from . import spark as bs
+
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    lock = open(os.path.join(out, ".lock"), "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"bookfs spark: another run holds {out}/.lock", file=sys.stderr)
+        return 1
+    state = _recover(out, _read_state(out))
+    since = args.since
+    if args.incremental and state.get("high_water") is not None:
+        since = max(since or 0, state["high_water"] + 1)
+    first = since if since is not None else 1
+    progress = sys.stderr.isatty() or bool(os.environ.get("BOOKFS_PROGRESS"))
+    _status(f"starting Spark ({args.master})")
+    t0 = time.monotonic()
+    from pyspark.sql import SparkSession
+
+    own = SparkSession.getActiveSession() is None  # else reuse it (tests) and keep it
+    spark = bs.session(args.master, "bookfs spark", progress=progress)
+    try:
+        _status(f"reading {'segments' if args.bulk else 'events'} of {args.mountpoint} "
+                f"from event {first}" + (f" to {args.until}" if args.until else ""))
+        df = bs.read_events(spark, args.mountpoint, since=since, until=args.until,
+                            bulk=args.bulk)
+        staging = os.path.join(out, "_staging")
+        name = f"run={first:012d}" if args.incremental else "data"
+        stage = os.path.join(staging, name)
+        os.makedirs(staging, exist_ok=True)
+        _status(f"writing Parquet to {stage}")
+        _write(df, stage)
+        summary = summarize(spark, stage)
+        if args.incremental and not summary["events"]:
+            shutil.rmtree(staging)
+            _status(f"no events after {first - 1}: nothing to do")
+            print(f"0 new events (high-water mark {state.get('high_water')})")
+            return 0
+        manifest = {"first": summary["first"], "last": summary["last"],
+                    "events": summary["events"], "since": first,
+                    "mountpoint": os.path.abspath(args.mountpoint), "bulk": args.bulk}
+        _write_json(os.path.join(stage, "_bookfs_run.json"), manifest)
+        _fail_point("staged")
+        data = os.path.join(out, "data")
+        if args.incremental:
+            os.makedirs(data, exist_ok=True)
+            os.rename(stage, os.path.join(data, name))
+            _fsync_dir(data)
+            _fail_point("published")
+            state = dict(state, high_water=summary["last"], updated=time.time())
+        else:
+            old = os.path.join(staging, "old")
+            if os.path.exists(data):
+                os.rename(data, old)
+            os.rename(stage, data)
+            _fsync_dir(out)
+            _fail_point("published")
+            state = {"high_water": summary["last"], "updated": time.time()}
+        _write_json(os.path.join(out, "state.json"), state)
+        shutil.rmtree(staging, ignore_errors=True)
+        secs = time.monotonic() - t0
+        sys.stdout.write(render_summary(summary))
+        print(f"wrote {out}/data in {secs:.1f} s "
+              f"({summary['events'] / secs:,.0f} events/s); high-water mark {summary['last']}")
+        return 0
+    except bs.EventTooLarge as e:
+        print(f"bookfs spark: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # one line, not a JVM stack trace
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"bookfs spark: {type(e).__name__}: {msg[:500]}", file=sys.stderr)
+        return 1
+    finally:
+        if own:
+            spark.stop()
+
+
+def cmd_spark(args) -> int:
+    try:
+        return run(args)
+    except InjectedFailure:
+        return 75
+
+
+def register(subparsers) -> None:
+    s = subparsers.add_parser(
+        "spark", help="export a mount's events to Parquet with PySpark",
+        description=("Read MOUNTPOINT/events (or, with --bulk, MOUNTPOINT/segments) with "
+                     "Spark's binaryFile source and write Parquet under OUT/data, "
+                     "partitioned by run and event_bucket (event // 100000).  Prints a "
+                     "summary.  --incremental processes only events after the last "
+                     "run's high-water mark (OUT/state.json), exactly once even across "
+                     "crashes."),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    s.add_argument("mountpoint", help="a bookfs mount")
+    s.add_argument("--out", required=True, help="output directory")
+    s.add_argument("--incremental", action="store_true",
+                   help="only events after the recorded high-water mark")
+    s.add_argument("--bulk", action="store_true",
+                   help="read segments/ (few large files) instead of events/")
+    s.add_argument("--since", type=int, help="first event (inclusive)")
+    s.add_argument("--until", type=int, help="last event (inclusive)")
+    s.add_argument("--master", default="local[2]",
+                   help="Spark master: local[N], local-cluster[W,C,MB] or spark://HOST:PORT")
+    s.set_defaults(func=cmd_spark)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="bookfs")
+    sub = p.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = p.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

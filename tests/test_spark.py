@@ -1,0 +1,250 @@
+"""The Spark pipeline over a real mount of a 2,000-event sample log, with one Spark session
+for the whole module (spark-notes.md: start-up costs 10-20 s)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+from bookfs import spark as bs  # noqa: E402
+from bookfs import spark_cli  # noqa: E402
+from bookfs.book import Book  # noqa: E402
+from bookfs.noun import cord, cue, da_to_datetime, datetime_to_da, jam, path, uncord, unpath  # noqa: E402
+from tests.mounting import BOOKFS, mounted  # noqa: E402
+
+pytestmark = pytest.mark.spark
+EVENTS = 2000
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("spark")
+    src, mnt = root / "log", root / "mnt"
+    subprocess.run([*BOOKFS, "sample", str(src), "--events", str(EVENTS)], check=True,
+                   capture_output=True)
+    with mounted(src, mnt):
+        spark = bs.session()
+        try:
+            yield argparse.Namespace(root=root, src=str(src), mnt=str(mnt), spark=spark,
+                                     cache={})
+        finally:
+            spark.stop()
+
+
+def expected(payload: bytes, event: int) -> dict:
+    noun = cue(payload[4:])
+    date = wire = card = None
+    try:
+        d, (w, (tag, _)) = noun
+        if isinstance(d, int):
+            date = da_to_datetime(d).replace(tzinfo=None)
+            wire, card = unpath(w), uncord(tag)
+    except (TypeError, ValueError):
+        pass
+    return {"event": event, "epoch": None,
+            "mug": int.from_bytes(payload[:4], "little", signed=True), "size": len(payload),
+            "jam": payload[4:], "date": date, "wire": wire, "card": card}
+
+
+def rows_of(df) -> dict[int, dict]:
+    return {r["event"]: r.asDict() for r in df.collect()}
+
+
+def per_event(env):
+    if "rows" not in env.cache:
+        env.cache["rows"] = rows_of(bs.read_events(env.spark, env.mnt))
+    return env.cache["rows"]
+
+
+def test_every_column_matches_the_engine(env):
+    rows = per_event(env)
+    assert sorted(rows) == list(range(1, EVENTS + 1))
+    with Book.open(env.src) as book:
+        for event in range(1, EVENTS + 1):
+            got = dict(rows[event])
+            committed = got.pop("committed_at")
+            assert got == expected(book.read(event), event), event
+            st = os.stat(os.path.join(env.mnt, "events", f"{event:012d}"))
+            mtime_ms = st.st_mtime_ns // 1_000_000  # what the mount says, to the ms
+            assert committed == dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=mtime_ms)
+    assert sum(r["date"] is None for r in rows.values()) == 5  # the lifecycle events
+    assert {r["card"] for r in rows.values()} - {None} <= {
+        "belt", "wake", "hear", "request", "plea", "boon", "send", "born", "crud", "trim"}
+
+
+def test_since_until(env):
+    for bulk in (False, True):
+        df = bs.read_events(env.spark, env.mnt, since=100, until=150, bulk=bulk)
+        assert sorted(r["event"] for r in df.select("event").collect()) == list(range(100, 151))
+        assert [r["event"] for r in bs.read_events(env.spark, env.mnt, since=EVENTS - 2,
+                                                   bulk=bulk).select("event").collect()
+                ] == [EVENTS - 2, EVENTS - 1, EVENTS]
+
+
+def test_range_prunes_files_at_planning(env):
+    df = bs.read_events(env.spark, env.mnt, since=10, until=12, check_limit=False)
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert "file_name" in plan
+    assert df.count() == 3
+
+
+def test_bulk_equals_per_event(env):
+    rows = per_event(env)
+    bulk = rows_of(bs.read_events(env.spark, env.mnt, bulk=True))
+    assert bulk == rows  # committed_at included: both are the event's own mtime
+
+
+def test_too_large_is_one_clear_line(env):
+    env.spark.conf.set(bs.MAX_LENGTH_KEY, str(1 << 20))
+    try:
+        with pytest.raises(bs.EventTooLarge) as e:
+            bs.read_events(env.spark, env.mnt)
+    finally:
+        env.spark.conf.unset(bs.MAX_LENGTH_KEY)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert "event 2 " in msg and "1,048,576" in msg and bs.MAX_LENGTH_KEY in msg
+
+
+def _append(mnt: str, payloads: list[bytes]) -> list[int]:
+    with open(os.path.join(mnt, "info")) as f:
+        last = int(next(ln for ln in f if ln.startswith("last:")).split()[1])
+    numbers = []
+    for i, payload in enumerate(payloads):
+        n = last + 1 + i
+        fd = os.open(os.path.join(mnt, "new", str(n)), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, payload)
+        finally:
+            os.close(fd)
+        numbers.append(n)
+    return numbers
+
+
+def _event(i: int, size: int = 0) -> bytes:
+    when = dt.datetime(2025, 6, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=i)
+    data = int.from_bytes(os.urandom(size), "little") | (1 << (8 * size)) if size else i
+    noun = (datetime_to_da(when), (path(f"/d/test/{i}"), (cord("hear"), data)))
+    return (1000 + i).to_bytes(4, "little") + jam(noun)
+
+
+def _cli(out, *extra, since=None):
+    args = argparse.Namespace(mountpoint=None, out=str(out), incremental=True, bulk=False,
+                              since=since, until=None, master="local[2]")
+    for k, v in extra:
+        setattr(args, k, v)
+    return args
+
+
+def _published(out) -> list[int]:
+    import pyarrow.parquet as pq
+
+    files = glob.glob(f"{out}/data/run=*/event_bucket=*/*.parquet")
+    return sorted(e for f in files for e in pq.read_table(f, columns=["event"])["event"].to_pylist())
+
+
+def test_incremental_runs_and_a_five_mb_event(env, monkeypatch):
+    out = env.root / "inc"
+    args = _cli(out, ("mountpoint", env.mnt), since=EVENTS - 20)
+    assert spark_cli.run(args) == 0
+    assert _published(out) == list(range(EVENTS - 20, EVENTS + 1))
+    big = _event(0, 5 << 20)
+    new = _append(env.mnt, [_event(1), big, _event(2)])
+    assert spark_cli.run(args) == 0
+    assert _published(out) == list(range(EVENTS - 20, new[-1] + 1))
+    assert json.load(open(out / "state.json"))["high_water"] == new[-1]
+    # the 5 MB event round-trips, through the per-event and the bulk views
+    for bulk in (False, True):
+        (row,) = bs.read_events(env.spark, env.mnt, since=new[1], until=new[1], bulk=bulk).collect()
+        assert row["jam"] == big[4:] and row["size"] == len(big) and row["card"] == "hear"
+    # nothing new: nothing written
+    assert spark_cli.run(args) == 0
+    assert _published(out) == list(range(EVENTS - 20, new[-1] + 1))
+    env.cache.pop("rows", None)
+
+    # injected failures at both dangerous points, then a rerun: exactly once
+    for point in ("staged", "published"):
+        more = _append(env.mnt, [_event(10), _event(11)])
+        monkeypatch.setenv(spark_cli.FAIL_ENV, point)
+        with pytest.raises(spark_cli.InjectedFailure):
+            spark_cli.run(args)
+        monkeypatch.delenv(spark_cli.FAIL_ENV)
+        assert spark_cli.run(args) == 0
+        assert _published(out) == list(range(EVENTS - 20, more[-1] + 1)), point
+        assert not os.path.exists(out / "_staging")
+
+
+def test_killed_run_then_rerun_is_exactly_once(env):
+    out = env.root / "kill"
+    base = [*BOOKFS, "spark", env.mnt, "--out", str(out), "--incremental",
+            "--since", str(EVENTS - 50)]
+    proc = subprocess.Popen(base, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if glob.glob(f"{out}/_staging/run=*/**", recursive=True)[1:]:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert os.path.exists(out / "_staging") and not os.path.exists(out / "state.json")
+    args = _cli(out, ("mountpoint", env.mnt), since=EVENTS - 50)
+    assert spark_cli.run(args) == 0
+    with open(os.path.join(env.mnt, "info")) as f:
+        last = int(next(ln for ln in f if ln.startswith("last:")).split()[1])
+    assert _published(out) == list(range(EVENTS - 50, last + 1))
+
+
+def test_local_cluster(env):
+    """The same pipeline with master local-cluster[2,1,1024] (two executor JVMs)."""
+    out = env.root / "cluster"
+    res = subprocess.run([*BOOKFS, "spark", env.mnt, "--out", str(out), "--since", "1",
+                          "--until", "300", "--master", "local-cluster[2,1,1024]"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "events:  300" in res.stdout
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(str(out / "data")).to_pylist()
+    got = {r["event"]: r for r in table}
+    rows = rows_of(bs.read_events(env.spark, env.mnt, until=300))
+    assert sorted(got) == list(range(1, 301))
+    for e, want in rows.items():
+        assert {k: got[e][k] for k in ("mug", "size", "jam", "wire", "card")} == {
+            k: want[k] for k in ("mug", "size", "jam", "wire", "card")}
+
+
+def test_cli_help():
+    res = subprocess.run([*BOOKFS, "spark", "--help"], capture_output=True, text=True)
+    assert res.returncode == 0 and "--incremental" in res.stdout
+
+
+def test_cli_too_large_message(env):
+    out = env.root / "big"
+    code = f"""
+import sys
+from bookfs import spark as bs
+orig = bs.session
+def session(*a, **k):
+    k.setdefault("conf", {{}})[bs.MAX_LENGTH_KEY] = str(1 << 20)
+    return orig(*a, **k)
+bs.session = session
+from bookfs.cli import main
+sys.exit(main(["spark", {env.mnt!r}, "--out", {str(out)!r}, "--until", "10"]))
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 1
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("bookfs spark: event 2 is") and "1,048,576" in last
