@@ -171,6 +171,40 @@ def clear_index_cache(cache: str) -> int:
     return n
 
 
+def warm_page_cache(*paths: str) -> None:
+    """Read each file once so it is in the page cache (this VM, like some hosts, may evict
+    page-cache pages that have not been touched for a while)."""
+    buf = bytearray(8 << 20)
+    view = memoryview(buf)
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            off = 0
+            while True:
+                got = os.preadv(fd, [view], off)
+                if not got:
+                    break
+                off += got
+        finally:
+            os.close(fd)
+
+
+def cached_fraction(path: str) -> float | None:
+    """Share of ``path`` resident in the page cache, from util-linux ``fincore``; None if
+    that is not available."""
+    try:
+        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
+                             capture_output=True, text=True, check=True).stdout.split()
+        return int(out[0]) / max(1, os.path.getsize(path))
+    except (OSError, subprocess.CalledProcessError, ValueError, IndexError):
+        return None
+
+
+def loadavg() -> float:
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -546,6 +580,7 @@ def main(argv=None) -> int:
         print(f"  Python  {m['python']}; kernel {m['kernel']}; {m['lmdb']}; crc32 from {m['crc32']}")
         if fsi["fstype"] in ("tmpfs", "ramfs"):
             print("  WARNING: the bench directory is in RAM; fdatasync costs nothing there")
+        print(f"  load    1-min load average {loadavg():.2f} at start")
         print(f"  events  log {args.events:,}, append {args.append_events:,} "
               f"(x{args.append_repeats}), reads {args.reads:,} per distribution, "
               f"payload {PAYLOAD} B, seed {args.seed}")
@@ -554,7 +589,7 @@ def main(argv=None) -> int:
                   "append_repeats": args.append_repeats, "reads": args.reads,
                   "open_runs": args.open_runs, "payload": PAYLOAD, "batch": BATCH,
                   "seed": args.seed, "dir": root, "argv": sys.argv}
-        r = {}
+        r = {"loadavg_start": loadavg()}
         log(f"generating {args.events:,} payloads ...")
         pl = Payloads(args.events, args.seed)
         log(f"append comparison ({args.append_events:,} events x{args.append_repeats}) ...")
@@ -562,13 +597,25 @@ def main(argv=None) -> int:
         log(f"building the {args.events:,}-event bookfs log and LMDB database ...")
         r["build"] = build_logs(root, pl, args.events)
         book_dir = os.path.join(root, "book")
+        book_log = os.path.join(book_dir, "book.log")
+        lmdb_data = os.path.join(root, "lmdb", "data.mdb")
+        cached = r["page_cache"] = {}
+
+        def warm(phase: str, *paths: str) -> None:
+            warm_page_cache(*paths)
+            cached[phase] = {os.path.relpath(p, root): cached_fraction(p) for p in paths}
+
         log("open ...")
+        warm("open", book_log)
         r["open"] = bench_open(book_dir, cache, args.open_runs)
         log("random reads ...")
+        warm("reads", book_log, lmdb_data)
         r["reads"] = bench_reads(book_dir, os.path.join(root, "lmdb"), pl, args.events,
                                  args.reads, args.seed)
         log("verify ...")
+        warm("verify", book_log)
         r["verify"] = bench_verify(book_dir, args.open_runs)
+        cached["after verify"] = {"book/book.log": cached_fraction(book_log)}
         log("memory (fresh subprocesses) ...")
         r["memory"] = bench_memory(book_dir, cache)
         del pl
@@ -579,8 +626,18 @@ def main(argv=None) -> int:
         print(f"bulk build of the {args.events:,}-event log (batches of 10,000, not a target): "
               f"bookfs {b['bookfs_build_s']:.2f} s ({b['bookfs_log_bytes'] / GB:.3f} GB), "
               f"LMDB {b['lmdb_build_s']:.2f} s ({b['lmdb_bytes'] / GB:.3f} GB)")
-        print("The log is in the page cache for every open/read/verify figure (it was just "
-              "written); cold means only that the persisted index was deleted.")
+        def pct(x):
+            return "n/a" if x is None else f"{100 * x:.0f}%"
+        print("Every open/read/verify figure is with the files in the page cache (each is read "
+              "once just before); cold means only that the persisted index was deleted.")
+        print("  resident in the page cache: " + "; ".join(
+            f"{phase}: " + ", ".join(f"{k} {pct(v)}" for k, v in d.items())
+            for phase, d in cached.items()))
+        r["loadavg_end"] = loadavg()
+        print(f"load average (1 min) at start {r['loadavg_start']:.2f}, at end "
+              f"{r['loadavg_end']:.2f}, on {os.cpu_count()} logical CPUs")
+        if max(r["loadavg_start"], r["loadavg_end"]) > (os.cpu_count() or 1):
+            print("WARNING: the machine was busy with other work; the figures are not reliable")
         total = time.perf_counter() - t_all
         print(f"total {total:.1f} s")
         if args.json:

@@ -183,11 +183,14 @@ def run(args) -> int:
         os.makedirs(staging, exist_ok=True)
         _status(f"writing Parquet to {stage}")
         _write(df, stage)
-        summary = summarize(spark, stage)
-        if args.incremental and not summary["events"]:
+        import glob
+
+        empty = not glob.glob(os.path.join(stage, "**", "*.parquet"), recursive=True)
+        summary = {"events": 0} if empty else summarize(spark, stage)
+        if not summary["events"]:
             shutil.rmtree(staging)
-            _status(f"no events after {first - 1}: nothing to do")
-            print(f"0 new events (high-water mark {state.get('high_water')})")
+            _status(f"no events from {first}: nothing to do")
+            print(f"0 events (high-water mark {state.get('high_water')})")
             return 0
         manifest = {"first": summary["first"], "last": summary["last"],
                     "events": summary["events"], "since": first,

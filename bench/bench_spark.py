@@ -1,0 +1,86 @@
+"""Benchmark the Spark pipeline (bookfs.spark.read_events, every column decoded, written to
+Spark's ``noop`` sink) on one sample log:
+
+* per-event files through the mount vs the same files copied to local disk;
+* tuned small-file settings vs Spark's defaults, through the mount;
+* the bulk view (segments/) vs per-event files, through the mount.
+
+Usage: python bench/bench_spark.py --events 100000 [--dir /tmp/bench-spark] [--skip-defaults]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bookfs import spark as bs  # noqa: E402
+from tests.mounting import BOOKFS, mounted  # noqa: E402
+
+
+def timed(label, fn, events):
+    t = time.monotonic()
+    fn()
+    secs = time.monotonic() - t
+    print(f"{label:<40} {secs:8.2f} s  {events / secs:10,.0f} events/s", flush=True)
+    return secs
+
+
+def pipeline(spark, root, bulk=False):
+    def go():
+        bs.read_events(spark, root, bulk=bulk).write.format("noop").mode("overwrite").save()
+    return go
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--events", type=int, default=100_000, help="sample log size")
+    p.add_argument("--dir", default="/tmp/bench-spark", help="scratch directory")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--skip-defaults", action="store_true",
+                   help="skip the (slow) Spark-defaults run")
+    args = p.parse_args()
+
+    src = os.path.join(args.dir, f"log{args.events}")
+    if not os.path.exists(os.path.join(src, "book.log")):
+        os.makedirs(args.dir, exist_ok=True)
+        subprocess.run([*BOOKFS, "sample", src, "--events", str(args.events)], check=True)
+    print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}, events {args.events:,}, "
+          f"log {os.path.getsize(os.path.join(src, 'book.log')):,} bytes", flush=True)
+    mnt = os.path.join(args.dir, "mnt")
+    local = os.path.join(args.dir, f"local{args.events}")
+    spark = bs.session(args.master)
+    try:
+        with mounted(src, mnt, "-o", "ro"):
+            if not os.path.isdir(os.path.join(local, "events")):
+                shutil.copytree(os.path.join(mnt, "events"), os.path.join(local, "events"))
+            n = args.events
+            timed("warm-up (bulk, mount)", pipeline(spark, mnt, bulk=True), n)
+            mount = timed("per-event, mount, tuned", pipeline(spark, mnt), n)
+            disk = timed("per-event, local disk, tuned", pipeline(spark, local), n)
+            bulk = timed("bulk segments/, mount, tuned", pipeline(spark, mnt, bulk=True), n)
+            results = {"mount/local speed": disk / mount, "bulk vs per-event": mount / bulk}
+            if not args.skip_defaults:
+                for key in bs.TUNED:
+                    spark.conf.unset(key)
+                spark.conf.set("spark.hadoop.fs.file.checksum.verify", "true")
+                default = timed("per-event, mount, Spark defaults", pipeline(spark, mnt), n)
+                bs.tune(spark)
+                results["tuned vs defaults"] = default / mount
+            for k, v in results.items():
+                print(f"{k:<40} {v:8.2f}x")
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
