@@ -306,10 +306,12 @@ def _check_lengths(spark, df, what: str) -> None:
     from pyspark.sql import functions as F
 
     limit = _max_length(spark)
-    big = (df.filter(F.col("length") > limit).select("num", "length")
-           .orderBy("num").limit(1).collect())
-    if big:
-        num, length = big[0]
+    # No filter on ``length``: binaryFile would push it into its reader, and a task whose
+    # files all fail it recurses once per empty file in FileScanRDD (StackOverflowError at
+    # ~10k files).  The largest file, found by a sort over the stat-only columns, answers.
+    biggest = df.select("num", "length").orderBy(F.desc("length"), "num").limit(1).collect()
+    if biggest and biggest[0][1] > limit:
+        num, length = biggest[0]
         raise EventTooLarge(
             f"{what} {num} is {length:,} bytes, over Spark's binaryFile limit "
             f"{MAX_LENGTH_KEY} = {limit:,} bytes; raise that setting (at most 2 GiB - 1)"

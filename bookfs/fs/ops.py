@@ -231,6 +231,13 @@ class BookOperations(pyfuse3.Operations):
                            self.book.mtime_ns(seg.last), FOREVER if seg.complete else 0,
                            entry_timeout=FOREVER)
 
+    def _negative(self) -> pyfuse3.EntryAttributes:
+        """A negative entry the kernel may cache: for names that can never exist."""
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = 0
+        a.entry_timeout = FOREVER
+        return a
+
     def _info_bytes(self) -> bytes:
         return render(summary(self.book)).encode()
 
@@ -302,8 +309,8 @@ class BookOperations(pyfuse3.Operations):
     async def lookup(self, parent_inode, name, ctx=None):
         if parent_inode == I.EVENTS:
             event = I.parse_number(name)
-            if event is None:
-                raise pyfuse3.FUSEError(errno.ENOENT)
+            if event is None:  # can never exist (Hadoop's .<name>.crc, say): cache that
+                return self._negative()
             if event not in self.book:
                 self._follow()
                 if event not in self.book:
