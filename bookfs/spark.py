@@ -308,10 +308,14 @@ def _check_lengths(spark, df, what: str) -> None:
     limit = _max_length(spark)
     # No filter on ``length``: binaryFile would push it into its reader, and a task whose
     # files all fail it recurses once per empty file in FileScanRDD (StackOverflowError at
-    # ~10k files).  The largest file, found by a sort over the stat-only columns, answers.
-    biggest = df.select("num", "length").orderBy(F.desc("length"), "num").limit(1).collect()
-    if biggest and biggest[0][1] > limit:
-        num, length = biggest[0]
+    # ~10k files).  A conditional aggregate over the stat-only columns is not pushed down.
+    # (The second query filters on the name, which prunes files at planning instead.)
+    over = F.col("length") > limit
+    row = df.agg(F.min(F.when(over, F.col("num"))).alias("num"),
+                 F.count(F.when(over, 1)).alias("n")).first()
+    if row is not None and row["n"]:
+        num = row["num"]
+        length = df.where(F.col("num") == num).select("length").first()[0]
         raise EventTooLarge(
             f"{what} {num} is {length:,} bytes, over Spark's binaryFile limit "
             f"{MAX_LENGTH_KEY} = {limit:,} bytes; raise that setting (at most 2 GiB - 1)"

@@ -40,7 +40,7 @@ import trio
 from ..book import Book
 from ..errors import BookError
 from ..info import render, summary
-from ..layout import META_FIELDS, META_KEYS
+from ..layout import META_FIELDS, META_KEYS, MIN_PAYLOAD
 from ..segments import DEFAULT_SPAN, Segment, Segments
 from . import inodes as I
 from .commit import CommitQueue, Reservation, refuse
@@ -566,9 +566,9 @@ class BookOperations(pyfuse3.Operations):
                     if killed_by_signal(h.pid):
                         self.queue.abandon(h, f"writer pid {h.pid} was killed before closing")
                         raise pyfuse3.FUSEError(errno.EIO)
-                    if self.mountpoint and still_open_elsewhere(
-                            h.pid, f"{self.mountpoint}/new/{h.name}"):
-                        return  # not the last close of the writer: commit later
+                    if (len(h.staging) < MIN_PAYLOAD and self.mountpoint
+                            and still_open_elsewhere(h.pid, f"{self.mountpoint}/new/{h.name}")):
+                        return  # an early close (a shell's dup2 dance): commit later
                 await self.queue.commit(h)
             elif h.state == "failed":
                 raise pyfuse3.FUSEError(h.error)
