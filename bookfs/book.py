@@ -24,7 +24,6 @@ Contract
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import struct
@@ -35,28 +34,20 @@ from typing import Protocol
 from . import recovery
 from .errors import (
     BadMagic,
-    BadMetaFile,
-    BadMetaKey,
-    BadMetaSize,
     BadVersion,
     BookError,
     ContiguityError,
     CorruptDeed,
-    NoSuchEvent,
-    PathEscape,
     PayloadError,
     PayloadTooLarge,
-    ReadOnly,
     TooShort,
     UnsupportedLayout,
 )
-from .fileio import fsync_dir
 from .index import OffsetIndex, load_index, save_index, scan_framing
 from .layout import (
     DEED_LEN,
     DEED_OVERHEAD,
     DEED_TAIL,
-    FILE_MODE,
     FIR_OFFSET,
     HEADER,
     HEADER_SIZE,
@@ -64,7 +55,6 @@ from .layout import (
     LOG_NAME,
     MAGIC,
     MAX_PAYLOAD,
-    META_FIELDS,
     META_NAME,
     META_SIZE,
     MIN_PAYLOAD,
@@ -74,7 +64,7 @@ from .layout import (
     deed_parts,
 )
 from .lock import WriterLock
-from .types import EventNum
+from .logbase import SingleFileLog, contained, create_files
 
 log = logging.getLogger(__name__)
 
@@ -89,32 +79,15 @@ class Blob(Protocol):
 
     def chunks(self) -> Iterator[bytes]: ...
 
-_IOV_MAX = 1024
-_JOIN_LIMIT = 1 << 20  # batches smaller than this are joined into one buffer
+class Book(SingleFileLog):
+    """An open Book log.  Use :meth:`open`; close with :meth:`close` or ``with``.  The
+    state, meta and read accessors it shares with vere's layout are in ``logbase.py``."""
 
-
-def _contained(directory: str, name: str) -> str:
-    """``directory/name``, refusing a path that resolves outside ``directory``."""
-    path = os.path.join(directory, name)
-    real = os.path.realpath(path)
-    if os.path.dirname(real) != os.path.realpath(directory):
-        raise PathEscape(f"{path}: resolves to {real}, outside {directory}; refusing it")
-    return path
-
-
-class Book:
-    """An open Book log.  Use :meth:`open`; close with :meth:`close` or ``with``."""
+    DEED_OVERHEAD = DEED_OVERHEAD
 
     def __init__(self, directory: str, fd: int, meta_fd: int | None, writable: bool,
                  lock: WriterLock | None):
-        self.directory = directory
-        self.log_path = os.path.join(directory, LOG_NAME)
-        self.meta_path = os.path.join(directory, META_NAME)
-        self.writable = writable
-        self._fd = fd
-        self._meta_fd = meta_fd
-        self._lock = lock
-        self._index = OffsetIndex()
+        super().__init__(directory, LOG_NAME, META_NAME, fd, meta_fd, writable, lock)
         self._view = (0, 0, HEADER_SIZE)
         self._seen_size = 0
         self.recovery = recovery.RecoveryReport()
@@ -141,11 +114,11 @@ class Book:
                 os.makedirs(directory, exist_ok=True)
             else:
                 raise BookError(f"{directory}: not a directory holding {LOG_NAME}")
-        log_path = _contained(directory, LOG_NAME)
-        meta_path = _contained(directory, META_NAME)
+        log_path = contained(directory, LOG_NAME)
+        meta_path = contained(directory, META_NAME)
         lock = None
         if writable:
-            lock = WriterLock(_contained(directory, LOCK_NAME))
+            lock = WriterLock(contained(directory, LOCK_NAME))
         try:
             if create:
                 cls._create_files(directory, log_path, meta_path)
@@ -174,28 +147,8 @@ class Book:
 
     @staticmethod
     def _create_files(directory: str, log_path: str, meta_path: str) -> None:
-        made = False
-        for path, content in ((log_path, HEADER.pack(MAGIC, VERSION, 0)),
-                              (meta_path, bytes(META_SIZE))):
-            if os.path.lexists(path):
-                continue
-            tmp = path + ".creating"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-            try:
-                os.fchmod(fd, FILE_MODE)  # regardless of umask
-                os.write(fd, content)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-            made = True
-        if made:
-            fsync_dir(directory)
-
-    def _check_meta_file(self) -> None:
-        size = os.fstat(self._meta_fd).st_size
-        if size != META_SIZE:
-            raise BadMetaFile(f"{self.meta_path}: {size} bytes, expected exactly {META_SIZE}")
+        create_files(directory, [(log_path, HEADER.pack(MAGIC, VERSION, 0)),
+                                 (meta_path, bytes(META_SIZE))])
 
     def _read_header(self, size: int) -> int:
         if size < HEADER_SIZE:
@@ -314,70 +267,14 @@ class Book:
         save_index(self.log_path, self._fd, self._index)
         self._index_dirty = False
 
-    # --- state ---------------------------------------------------------------------------
-
-    # What readers see is the published view ``(first, count, end)``, replaced by one
-    # atomic assignment after the index has grown, so a reader in another thread (the FUSE
-    # event loop while a save runs in a worker) never sees a half-updated index.
-
     def _publish(self) -> None:
-        ix = self._index
-        self._view = (ix.first, ix.count, ix.end)
+        self._publish_view(self._index.end)
 
-    def gulf(self) -> tuple[EventNum, EventNum]:
-        """``(first, last)`` committed event numbers; ``(0, 0)`` when the log is empty."""
-        first, count, _ = self._view
-        if not count:
-            return EventNum(0), EventNum(0)
-        return EventNum(first), EventNum(first + count - 1)
-
-    @property
-    def first(self) -> EventNum:
-        return self.gulf()[0]
-
-    @property
-    def last(self) -> EventNum:
-        return self.gulf()[1]
-
-    @property
-    def count(self) -> int:
-        return self._view[1]
-
-    @property
-    def log_bytes(self) -> int:
-        """Bytes of the valid log (header and committed deeds)."""
-        return self._view[2]
+    # --- state ---------------------------------------------------------------------------
 
     @property
     def format(self) -> str:
         return "book-v1 (UIP layout)"
-
-    @property
-    def index(self) -> OffsetIndex:
-        return self._index
-
-    def __contains__(self, event: int) -> bool:
-        first, count, _ = self._view
-        return 0 <= event - first < count
-
-    def _locate(self, event: int) -> tuple[int, int]:
-        first, count, end = self._view
-        i = event - first
-        if i < 0 or i >= count:
-            first, last = self.gulf()
-            raise NoSuchEvent(f"{self.log_path}: no event {event} (the log holds {first}..{last})")
-        offsets = self._index.offsets
-        off = offsets[i]
-        nxt = offsets[i + 1] if i + 1 < count else end
-        return off, nxt - off - DEED_OVERHEAD
-
-    def payload_size(self, event: int) -> int:
-        """Bytes of ``event``'s payload (mug + jam), from the index alone."""
-        return self._locate(event)[1]
-
-    def mtime_ns(self, event: int) -> int:
-        """When ``event`` arrived, as far as the index knows (see ``index.py``)."""
-        return self._index.mtime_ns(event)
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -408,30 +305,6 @@ class Book:
         off, n = self._locate(event)
         if not recovery.deed_crc_ok(self._fd, off, n):
             self._corrupt(event, off)
-
-    def read_slice(self, event: int, offset: int, size: int) -> bytes:
-        """Up to ``size`` bytes of ``event``'s payload from ``offset``, **unchecked**: the
-        caller must have called :meth:`verify_event` (the FUSE layer does so on open)."""
-        off, n = self._locate(event)
-        if offset >= n:
-            return b""
-        return os.pread(self._fd, min(size, n - offset), off + 8 + offset)
-
-    def walk(self, start: int | None = None, end: int | None = None
-             ) -> Iterator[tuple[EventNum, bytes]]:
-        """``(event, payload)`` for ``start..end`` inclusive (defaults: the whole log),
-        each CRC-checked."""
-        first, last = self.gulf()
-        if start is None and end is None and not self._index.offsets:
-            return  # walking an empty log yields nothing
-        start = first if start is None else start
-        end = last if end is None else end
-        if start > end:
-            return
-        self._locate(start)
-        self._locate(end)
-        for event in range(start, end + 1):
-            yield EventNum(event), self.read(event)
 
     def verify(self, *, progress: Progress | None = None) -> list[tuple[int, int]]:
         """Check every deed's CRC.  Returns ``(event, offset)`` of each bad deed."""
@@ -486,10 +359,6 @@ class Book:
         return added
 
     # --- writing ---------------------------------------------------------------------------
-
-    def _require_writable(self) -> None:
-        if not self.writable:
-            raise ReadOnly(f"{self.log_path}: opened read-only")
 
     def save(self, first_event: int, payloads: Iterable[bytes], epoch: int = 0) -> None:
         """Append ``payloads`` as events ``first_event, first_event + 1, ...``, durably.
@@ -569,26 +438,6 @@ class Book:
             off = self._pwritev_all([DEED_TAIL.pack(crc, n)], off)
         self._pwritev_all(bufs, off)
 
-    def _pwritev_all(self, bufs: list, off: int) -> int:
-        """Write ``bufs`` contiguously at ``off`` (few syscalls, short writes resumed);
-        returns the offset after them."""
-        if sum(len(b) for b in bufs) <= _JOIN_LIMIT and len(bufs) > 1:
-            bufs = [b"".join(bufs)]
-        for i in range(0, len(bufs), _IOV_MAX):
-            group = bufs[i : i + _IOV_MAX]
-            want = sum(len(b) for b in group)
-            written = os.pwritev(self._fd, group, off)
-            off += written
-            if written < want:  # short write: continue from where it stopped
-                rest = memoryview(b"".join(bytes(b) for b in group))[written:]
-                while rest:
-                    k = os.pwrite(self._fd, rest, off)
-                    if k == 0:
-                        raise OSError(errno.EIO, "short write")
-                    off += k
-                    rest = rest[k:]
-        return off
-
     def _undo(self, start: int, was_empty: bool) -> None:
         try:
             os.ftruncate(self._fd, start)
@@ -598,34 +447,6 @@ class Book:
         except OSError as e:  # pragma: no cover - the disk is failing under us
             log.error("%s: could not undo a failed save: %s", self.log_path, e)
 
-    # --- meta ----------------------------------------------------------------------------
-
-    def read_meta(self, key: str) -> bytes:
-        """The raw bytes of meta field ``key`` (version, who, fake, life)."""
-        try:
-            off, size = META_FIELDS[key]
-        except KeyError:
-            raise BadMetaKey(f"{self.meta_path}: unknown meta key {key!r}, expected one of "
-                             f"{', '.join(META_FIELDS)}") from None
-        return os.pread(self._meta_fd, size, off)
-
-    def meta(self) -> dict[str, bytes]:
-        return {k: self.read_meta(k) for k in META_FIELDS}
-
-    def save_meta(self, key: str, value: bytes) -> None:
-        """Write meta field ``key`` (exactly its size) and fsync."""
-        self._require_writable()
-        try:
-            off, size = META_FIELDS[key]
-        except KeyError:
-            raise BadMetaKey(f"{self.meta_path}: unknown meta key {key!r}, expected one of "
-                             f"{', '.join(META_FIELDS)}") from None
-        if len(value) != size:
-            raise BadMetaSize(f"{self.meta_path}: meta {key!r} takes exactly {size} bytes, "
-                              f"got {len(value)}")
-        os.pwrite(self._meta_fd, bytes(value), off)
-        os.fsync(self._meta_fd)
-
     # --- closing -------------------------------------------------------------------------
 
     def close(self, save: bool = True) -> None:
@@ -634,23 +455,7 @@ class Book:
             return
         if save and self._index_dirty:
             self._persist_index()
-        os.close(self._fd)
-        self._fd = -1
-        if self._meta_fd is not None:
-            os.close(self._meta_fd)
-            self._meta_fd = None
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
-
-    def __enter__(self) -> "Book":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def fileno(self) -> int:
-        return self._fd
+        self._close_files()
 
 
 def _vere_slot_ok(slot: bytes) -> bool:

@@ -114,7 +114,7 @@ class OffsetIndex:
         return self.offsets.itemsize * self.offsets.buffer_info()[1] + 16 * len(self.times)
 
 
-def _u64_views(mv: memoryview) -> list[memoryview]:
+def u64_views(mv: memoryview) -> list[memoryview]:
     """Eight zero-copy views of ``mv`` as little-endian u64 arrays, one per alignment:
     the u64 at byte ``r`` is ``views[r & 7][r >> 3]``."""
     views = []
@@ -145,7 +145,7 @@ def scan_framing(fd: int, index: OffsetIndex, size: int, *, progress=None) -> in
         if len(buf) < 8:
             break
         base = off
-        views = _u64_views(buf)
+        views = u64_views(buf)
         last_len = len(buf) - 8  # relative position of the last whole u64 in buf
         rel = 0
         while rel <= last_len:

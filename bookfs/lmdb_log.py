@@ -36,6 +36,7 @@ import re
 import struct
 from collections.abc import Iterable, Iterator
 
+from .logbase import LogMixin
 from .errors import (
     BadMetaKey,
     BadMetaSize,
@@ -129,7 +130,7 @@ def read_meta_db(directory: str, env=None) -> dict[str, bytes] | None:
             env.close()
 
 
-class LmdbLog:
+class LmdbLog(LogMixin):
     """An LMDB epoch, read-only.  Use :meth:`open`; close with :meth:`close` or ``with``."""
 
     writable = False
@@ -259,14 +260,6 @@ class LmdbLog:
         return EventNum(first), EventNum(first + count - 1)
 
     @property
-    def first(self) -> EventNum:
-        return self.gulf()[0]
-
-    @property
-    def last(self) -> EventNum:
-        return self.gulf()[1]
-
-    @property
     def count(self) -> int:
         return self._view[1]
 
@@ -391,18 +384,9 @@ class LmdbLog:
             return bytes(size)
         return self._meta[key]
 
-    def meta(self) -> dict[str, bytes]:
-        return {k: self.read_meta(k) for k in META_FIELDS}
-
     # --- closing -------------------------------------------------------------------------
 
     def close(self) -> None:
         if self._env is not None:
             self._env.close()
             self._env = None
-
-    def __enter__(self) -> "LmdbLog":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

@@ -41,6 +41,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
+from .logbase import LogMixin
 from .errors import BookError, ContiguityError, FormatError, NoSuchEvent, ReadOnly
 from .eventlog import EventLog
 from .layout import LOG_NAME
@@ -152,7 +153,7 @@ def _short_format(log: EventLog) -> str:
     return log.format.split(" ")[0]
 
 
-class Pier:
+class Pier(LogMixin):
     """An open pier.  Use :meth:`open`; close with :meth:`close` or ``with``."""
 
     def __init__(self, directory: str, writable: bool):
@@ -270,14 +271,6 @@ class Pier:
         return EventNum(first), EventNum(last)
 
     @property
-    def first(self) -> EventNum:
-        return self.gulf()[0]
-
-    @property
-    def last(self) -> EventNum:
-        return self.gulf()[1]
-
-    @property
     def count(self) -> int:
         return sum(e.log.count for e in self.epochs)
 
@@ -352,9 +345,6 @@ class Pier:
     def read_meta(self, key: str) -> bytes:
         return self.newest.log.read_meta(key)
 
-    def meta(self) -> dict[str, bytes]:
-        return self.newest.log.meta()
-
     def save_meta(self, key: str, value: bytes) -> None:
         if not self.writable:
             raise ReadOnly(f"{self.log_dir}: pier opened read-only")
@@ -376,9 +366,3 @@ class Pier:
             self._lock = None
         if err is not None:
             raise err
-
-    def __enter__(self) -> "Pier":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

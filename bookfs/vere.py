@@ -62,38 +62,30 @@ import re
 import struct
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from . import recovery
 from .errors import (
     BadMagic,
-    BadMetaFile,
-    BadMetaKey,
-    BadMetaSize,
     BookError,
     ContiguityError,
     CorruptDeed,
     FormatError,
-    NoSuchEvent,
-    PathEscape,
     PayloadError,
     PayloadTooLarge,
-    ReadOnly,
     TooShort,
     UnsupportedLayout,
 )
-from .fileio import fsync_dir, pread_into
-from .index import OffsetIndex
+from .fileio import pread_into
+from .index import OffsetIndex, u64_views
 from .layout import (
     DEED_LEN,
-    FILE_MODE,
     HEADER,
     LOCK_NAME,
     LOG_NAME,
     MAGIC,
     MAX_PAYLOAD,
-    META_FIELDS,
     META_NAME,
     META_SIZE,
     MIN_PAYLOAD,
@@ -109,7 +101,7 @@ from .layout import (
     crc32,
 )
 from .lock import WriterLock
-from .types import EventNum
+from .logbase import SingleFileLog, contained, create_files
 
 log = logging.getLogger(__name__)
 
@@ -224,25 +216,6 @@ class VereRecoveryReport(recovery.RecoveryReport):
 # --- low-level helpers -------------------------------------------------------------------------
 
 
-def _contained(directory: str, name: str) -> str:
-    """``directory/name``, refusing a path that resolves outside ``directory``."""
-    path = os.path.join(directory, name)
-    real = os.path.realpath(path)
-    if os.path.dirname(real) != os.path.realpath(directory):
-        raise PathEscape(f"{path}: resolves to {real}, outside {directory}; refusing it")
-    return path
-
-
-def _u64_views(mv: memoryview) -> list[memoryview]:
-    """Eight zero-copy views of ``mv`` as little-endian u64 arrays, one per alignment:
-    the u64 at byte ``r`` is ``views[r & 7][r >> 3]``."""
-    views = []
-    for a in range(8):
-        k = (len(mv) - a) // 8
-        views.append(mv[a : a + 8 * k].cast("Q") if k > 0 else mv[0:0].cast("Q"))
-    return views
-
-
 def scan_vere_framing(fd: int, index: OffsetIndex, size: int, limit: int, *,
                       progress: Progress | None = None) -> int:
     """Extend ``index`` with deeds whose framing is sound, from ``index.end`` up to ``size``
@@ -262,7 +235,7 @@ def scan_vere_framing(fd: int, index: OffsetIndex, size: int, limit: int, *,
         if len(buf) < 8:
             break
         base = off
-        views = _u64_views(buf)
+        views = u64_views(buf)
         last_len = len(buf) - 8  # relative position of the last whole u64 in buf
         rel = 0
         while rel <= last_len and len(offsets) < limit:
@@ -349,18 +322,16 @@ def is_torn_vere_tail(fd: int, off: int, size: int) -> bool:
 # --- the engine --------------------------------------------------------------------------------
 
 
-class VereBook:
-    """An open vere-layout log.  Use :meth:`open`; close with :meth:`close` or ``with``."""
+class VereBook(SingleFileLog):
+    """An open vere-layout log.  Use :meth:`open`; close with :meth:`close` or ``with``.
+    The state, meta and read accessors it shares with the UIP layout are in
+    ``logbase.py``."""
+
+    DEED_OVERHEAD = VERE_DEED_OVERHEAD
 
     def __init__(self, directory: str, fd: int, meta_fd: int | None, writable: bool,
                  lock: WriterLock | None):
-        self.directory = directory
-        self.log_path = os.path.join(directory, LOG_NAME)
-        self.meta_path = os.path.join(directory, META_NAME)
-        self.writable = writable
-        self._fd = fd
-        self._meta_fd = meta_fd
-        self._lock = lock
+        super().__init__(directory, LOG_NAME, META_NAME, fd, meta_fd, writable, lock)
         self._fir = 0
         self._index = OffsetIndex(first=1, end=VERE_DEEDS_START, verified_end=VERE_DEEDS_START)
         # The published view: (first, count, end, batch_start_i, batch_sum).  Events with
@@ -397,15 +368,15 @@ class VereBook:
                 os.makedirs(directory, exist_ok=True)
             else:
                 raise BookError(f"{directory}: not a directory holding {LOG_NAME}")
-        log_path = _contained(directory, LOG_NAME)
-        meta_path = _contained(directory, META_NAME)
+        log_path = contained(directory, LOG_NAME)
+        meta_path = contained(directory, META_NAME)
         named = epoch_of_directory(directory)
         if create:
             if named is not None and epoch is not None and epoch != named:
                 raise ValueError(f"{directory}: the directory name says epoch {named}, "
                                  f"but epoch={epoch} was given")
             fir = named if named is not None else (epoch or 0)
-        held = WriterLock(_contained(directory, LOCK_NAME)) if writable and lock else None
+        held = WriterLock(contained(directory, LOCK_NAME)) if writable and lock else None
         try:
             if create:
                 cls._create_files(directory, log_path, meta_path, fir)
@@ -448,28 +419,8 @@ class VereBook:
 
     @classmethod
     def _create_files(cls, directory: str, log_path: str, meta_path: str, fir: int) -> None:
-        made = False
-        for path, content in ((log_path, cls.initial_log_bytes(fir)),
-                              (meta_path, bytes(META_SIZE))):
-            if os.path.lexists(path):
-                continue
-            tmp = path + ".creating"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-            try:
-                os.fchmod(fd, FILE_MODE)  # regardless of umask
-                os.write(fd, content)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-            made = True
-        if made:
-            fsync_dir(directory)
-
-    def _check_meta_file(self) -> None:
-        size = os.fstat(self._meta_fd).st_size
-        if size != META_SIZE:
-            raise BadMetaFile(f"{self.meta_path}: {size} bytes, expected exactly {META_SIZE}")
+        create_files(directory, [(log_path, cls.initial_log_bytes(fir)),
+                                 (meta_path, bytes(META_SIZE))])
 
     def _read_slots(self) -> tuple[bytes, bytes]:
         return tuple(os.pread(self._fd, VERE_SLOT_SIZE, off) for off in VERE_SLOT_OFFSETS)
@@ -622,28 +573,10 @@ class VereBook:
     # index has grown, so a reader in another thread never sees a half-updated index.
 
     def _publish(self, batch: tuple[int, int]) -> None:
+        """Publish (first, count, end, batch_start_i, batch_sum): events with index >=
+        batch_start_i form the newest batch, whose CRC is batch_sum (-1: none)."""
         ix = self._index
-        end = ix.end if ix.count else VERE_DEEDS_START
-        self._view = (ix.first, ix.count, end, batch[0], batch[1])
-
-    def gulf(self) -> tuple[EventNum, EventNum]:
-        """``(first, last)`` committed event numbers; ``(0, 0)`` when the log is empty."""
-        first, count = self._view[0], self._view[1]
-        if not count:
-            return EventNum(0), EventNum(0)
-        return EventNum(first), EventNum(first + count - 1)
-
-    @property
-    def first(self) -> EventNum:
-        return self.gulf()[0]
-
-    @property
-    def last(self) -> EventNum:
-        return self.gulf()[1]
-
-    @property
-    def count(self) -> int:
-        return self._view[1]
+        self._publish_view(ix.end if ix.count else VERE_DEEDS_START, *batch)
 
     @property
     def epoch(self) -> int:
@@ -656,41 +589,8 @@ class VereBook:
         return self._fir + self._view[1]
 
     @property
-    def log_bytes(self) -> int:
-        """Bytes of the valid log (the two slots, padding and committed deeds)."""
-        return self._view[2]
-
-    @property
     def format(self) -> str:
         return "vere-book (two-slot layout)"
-
-    @property
-    def index(self) -> OffsetIndex:
-        return self._index
-
-    def __contains__(self, event: int) -> bool:
-        first, count = self._view[0], self._view[1]
-        return 0 <= event - first < count
-
-    def _locate(self, event: int) -> tuple[int, int, int]:
-        """``(offset, payload size, index)`` of ``event``'s deed."""
-        first, count, end = self._view[0], self._view[1], self._view[2]
-        i = event - first
-        if i < 0 or i >= count:
-            lo, hi = self.gulf()
-            raise NoSuchEvent(f"{self.log_path}: no event {event} (the log holds {lo}..{hi})")
-        offsets = self._index.offsets
-        off = offsets[i]
-        nxt = offsets[i + 1] if i + 1 < count else end
-        return off, nxt - off - VERE_DEED_OVERHEAD, i
-
-    def payload_size(self, event: int) -> int:
-        """Bytes of ``event``'s payload (mug + jam), from the index alone."""
-        return self._locate(event)[1]
-
-    def mtime_ns(self, event: int) -> int:
-        """When ``event`` arrived, as far as the index knows (see ``index.py``)."""
-        return self._index.mtime_ns(event)
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -702,7 +602,8 @@ class VereBook:
         Raises :class:`NoSuchEvent` or :class:`CorruptDeed` (with the event and offset).
         Holds the whole payload in memory: use :meth:`read_slice` for large events.
         """
-        off, n, i = self._locate(event)
+        off, n = self._locate(event)
+        i = event - self._view[0]
         buf = os.pread(self._fd, n + VERE_DEED_OVERHEAD, off)
         if (len(buf) != n + VERE_DEED_OVERHEAD or DEED_LEN.unpack_from(buf)[0] != n
                 or DEED_LEN.unpack_from(buf, n + 8)[0] != n):
@@ -727,37 +628,14 @@ class VereBook:
     def verify_event(self, event: int) -> None:
         """Run :meth:`read`'s checks without holding the payload (constant memory), or raise
         :class:`CorruptDeed`."""
-        off, n, i = self._locate(event)
+        off, n = self._locate(event)
+        i = event - self._view[0]
         head = os.pread(self._fd, 8, off)
         tail = os.pread(self._fd, 8, off + 8 + n)
         if (len(head) != 8 or len(tail) != 8 or DEED_LEN.unpack(head)[0] != n
                 or DEED_LEN.unpack(tail)[0] != n):
             self._corrupt(event, off, "framing (len_d/let_d)")
         self._check_batch(event, off, i)
-
-    def read_slice(self, event: int, offset: int, size: int) -> bytes:
-        """Up to ``size`` bytes of ``event``'s payload from ``offset``, **unchecked**: the
-        caller must have called :meth:`verify_event` (the FUSE layer does so on open)."""
-        off, n, _ = self._locate(event)
-        if offset >= n:
-            return b""
-        return os.pread(self._fd, min(size, n - offset), off + 8 + offset)
-
-    def walk(self, start: int | None = None, end: int | None = None
-             ) -> Iterator[tuple[EventNum, bytes]]:
-        """``(event, payload)`` for ``start..end`` inclusive (defaults: the whole log),
-        each checked as :meth:`read` checks it."""
-        first, last = self.gulf()
-        if start is None and end is None and not self.count:
-            return  # walking an empty log yields nothing
-        start = first if start is None else start
-        end = last if end is None else end
-        if start > end:
-            return
-        self._locate(start)
-        self._locate(end)
-        for event in range(start, end + 1):
-            yield EventNum(event), self.read(event)
 
     def verify(self, *, progress: Progress | None = None) -> list[tuple[int, int]]:
         """Check every deed's framing and the newest batch's CRC (whatever its size).
@@ -833,10 +711,6 @@ class VereBook:
         return max(0, self.count - before)
 
     # --- writing ---------------------------------------------------------------------------
-
-    def _require_writable(self) -> None:
-        if not self.writable:
-            raise ReadOnly(f"{self.log_path}: opened read-only")
 
     def save(self, first_event: int, payloads: Iterable, epoch: int = 0) -> None:
         """Append ``payloads`` as events ``first_event, first_event + 1, ...``, durably.
@@ -932,28 +806,6 @@ class VereBook:
         self._pwritev_all(bufs, off)
         return sizes, crc
 
-    def _pwritev_all(self, bufs: list, off: int) -> int:
-        """Write ``bufs`` contiguously at ``off`` (few syscalls, short writes resumed);
-        returns the offset after them."""
-        if not bufs:
-            return off
-        if sum(len(b) for b in bufs) <= _JOIN_LIMIT and len(bufs) > 1:
-            bufs = [b"".join(bufs)]
-        for i in range(0, len(bufs), _IOV_MAX):
-            group = bufs[i : i + _IOV_MAX]
-            want = sum(len(b) for b in group)
-            written = os.pwritev(self._fd, group, off)
-            off += written
-            if written < want:  # short write: continue from where it stopped
-                rest = memoryview(b"".join(bytes(b) for b in group))[written:]
-                while rest:
-                    k = os.pwrite(self._fd, rest, off)
-                    if k == 0:
-                        raise OSError(errno.EIO, "short write")
-                    off += k
-                    rest = rest[k:]
-        return off
-
     def _undo(self, start: int, size_before: int, target: int, old_slot: bytes) -> None:
         try:
             if len(old_slot) == VERE_SLOT_SIZE:
@@ -965,55 +817,9 @@ class VereBook:
 
     # --- meta ----------------------------------------------------------------------------
 
-    def read_meta(self, key: str) -> bytes:
-        """The raw bytes of meta field ``key`` (version, who, fake, life).  vere writes
-        ``version`` = 3 and ``fake`` as a loobean (0 = fake, 1 = real); bytes are returned
-        as stored, the caller interprets them."""
-        try:
-            off, size = META_FIELDS[key]
-        except KeyError:
-            raise BadMetaKey(f"{self.meta_path}: unknown meta key {key!r}, expected one of "
-                             f"{', '.join(META_FIELDS)}") from None
-        return os.pread(self._meta_fd, size, off)
-
-    def meta(self) -> dict[str, bytes]:
-        return {k: self.read_meta(k) for k in META_FIELDS}
-
-    def save_meta(self, key: str, value: bytes) -> None:
-        """Write meta field ``key`` (exactly its size, raw bytes) and fsync."""
-        self._require_writable()
-        try:
-            off, size = META_FIELDS[key]
-        except KeyError:
-            raise BadMetaKey(f"{self.meta_path}: unknown meta key {key!r}, expected one of "
-                             f"{', '.join(META_FIELDS)}") from None
-        if len(value) != size:
-            raise BadMetaSize(f"{self.meta_path}: meta {key!r} takes exactly {size} bytes, "
-                              f"got {len(value)}")
-        os.pwrite(self._meta_fd, bytes(value), off)
-        os.fsync(self._meta_fd)
-
     # --- closing -------------------------------------------------------------------------
 
     def close(self, save: bool = True) -> None:
         """Close the files and release the lock.  (``save`` is accepted for compatibility
         with :meth:`Book.close`; there is no persisted index to save.)"""
-        if self._fd < 0:
-            return
-        os.close(self._fd)
-        self._fd = -1
-        if self._meta_fd is not None:
-            os.close(self._meta_fd)
-            self._meta_fd = None
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
-
-    def __enter__(self) -> "VereBook":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def fileno(self) -> int:
-        return self._fd
+        self._close_files()

@@ -1,0 +1,251 @@
+"""What the log formats share, written once.
+
+``LogMixin`` gives any ``EventLog`` (``eventlog.py``) the members derived from its
+``gulf``/``read``/``read_meta``: ``first``, ``last``, ``meta``, ``walk`` and the context
+manager.  ``SingleFileLog`` is the common body of the two Book layouts (``book.py``, the
+UIP's; ``vere.py``, vere's): one log file plus ``meta.bin``, an offset index, the published
+view readers see, the meta fields, vectored writes and closing.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+
+from .errors import BadMetaFile, BadMetaKey, BadMetaSize, NoSuchEvent, PathEscape, ReadOnly
+from .fileio import fsync_dir
+from .index import OffsetIndex
+from .layout import FILE_MODE, META_FIELDS, META_SIZE
+from .types import EventNum
+
+_IOV_MAX = 1024
+_JOIN_LIMIT = 1 << 20  # buffers adding up to less than this are joined into one write
+
+
+def contained(directory: str, name: str) -> str:
+    """``directory/name``, refusing a path that resolves outside ``directory`` (a
+    ``book.log`` symlinked elsewhere, say) with :class:`PathEscape`."""
+    path = os.path.join(directory, name)
+    real = os.path.realpath(path)
+    if os.path.dirname(real) != os.path.realpath(directory):
+        raise PathEscape(f"{path}: resolves to {real}, outside {directory}; refusing it")
+    return path
+
+
+def create_files(directory: str, files: list[tuple[str, bytes]]) -> None:
+    """Create each missing ``(path, content)`` atomically and durably: written to a temp
+    file (mode 0644 regardless of umask), fsync'd, renamed into place, then the directory
+    fsync'd.  Existing files are left alone."""
+    made = False
+    for path, content in files:
+        if os.path.lexists(path):
+            continue
+        tmp = path + ".creating"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        try:
+            os.fchmod(fd, FILE_MODE)
+            os.write(fd, content)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        made = True
+    if made:
+        fsync_dir(directory)
+
+
+def pwritev_all(fd: int, bufs: list, off: int) -> int:
+    """Write ``bufs`` contiguously at ``off`` with as few syscalls as possible (one
+    ``pwritev`` per 1024 buffers; small batches joined first), resuming short writes.
+    Returns the offset after them."""
+    if not bufs:
+        return off
+    if len(bufs) > 1 and sum(len(b) for b in bufs) <= _JOIN_LIMIT:
+        bufs = [b"".join(bufs)]
+    for i in range(0, len(bufs), _IOV_MAX):
+        group = bufs[i : i + _IOV_MAX]
+        want = sum(len(b) for b in group)
+        written = os.pwritev(fd, group, off)
+        off += written
+        if written < want:  # short write: continue from where it stopped
+            rest = memoryview(b"".join(bytes(b) for b in group))[written:]
+            while rest:
+                k = os.pwrite(fd, rest, off)
+                if k == 0:
+                    raise OSError(errno.EIO, "short write")
+                off += k
+                rest = rest[k:]
+    return off
+
+
+class LogMixin:
+    """Members every ``EventLog`` derives from ``gulf``, ``read`` and ``read_meta``."""
+
+    @property
+    def first(self) -> EventNum:
+        return self.gulf()[0]
+
+    @property
+    def last(self) -> EventNum:
+        return self.gulf()[1]
+
+    def meta(self) -> dict[str, bytes]:
+        return {k: self.read_meta(k) for k in META_FIELDS}
+
+    def walk(self, start: int | None = None, end: int | None = None
+             ) -> Iterator[tuple[EventNum, bytes]]:
+        """``(event, payload)`` for ``start..end`` inclusive (defaults: the whole log),
+        each checked as ``read`` checks it.  A bound outside the log raises
+        ``NoSuchEvent`` before anything is yielded."""
+        first, last = self.gulf()
+        if start is None and end is None and not self.count:
+            return  # walking an empty log yields nothing
+        start = first if start is None else start
+        end = last if end is None else end
+        if start > end:
+            return
+        for bound in (start, end):
+            if bound not in self:
+                raise NoSuchEvent(f"{self.directory}: no event {bound} "
+                                  f"(the log holds {first}..{last})")
+        for event in range(start, end + 1):
+            yield EventNum(event), self.read(event)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class SingleFileLog(LogMixin):
+    """The shared body of a one-file Book log.  Subclasses set ``DEED_OVERHEAD`` (bytes a
+    deed adds to its payload), keep ``_index`` and call ``_publish_view`` after it grows."""
+
+    DEED_OVERHEAD: int
+
+    def __init__(self, directory: str, log_name: str, meta_name: str, fd: int,
+                 meta_fd: int | None, writable: bool, lock):
+        self.directory = directory
+        self.log_path = os.path.join(directory, log_name)
+        self.meta_path = os.path.join(directory, meta_name)
+        self.writable = writable
+        self._fd = fd
+        self._meta_fd = meta_fd
+        self._lock = lock
+        self._index = OffsetIndex()
+        # What readers see is the published view (first, count, end), replaced by one
+        # atomic assignment after the index has grown, so a reader in another thread (the
+        # FUSE event loop while a save runs in a worker) never sees a half-updated index.
+        self._view: tuple = (0, 0, 0)
+
+    def _publish_view(self, end: int, *extra) -> None:
+        ix = self._index
+        self._view = (ix.first, ix.count, end, *extra)
+
+    # --- state ---------------------------------------------------------------------------
+
+    def gulf(self) -> tuple[EventNum, EventNum]:
+        """``(first, last)`` committed event numbers; ``(0, 0)`` when the log is empty."""
+        first, count = self._view[0], self._view[1]
+        if not count:
+            return EventNum(0), EventNum(0)
+        return EventNum(first), EventNum(first + count - 1)
+
+    @property
+    def count(self) -> int:
+        return self._view[1]
+
+    @property
+    def log_bytes(self) -> int:
+        """Bytes of the valid log (headers and committed deeds)."""
+        return self._view[2]
+
+    @property
+    def index(self) -> OffsetIndex:
+        return self._index
+
+    def __contains__(self, event: int) -> bool:
+        return 0 <= event - self._view[0] < self._view[1]
+
+    def _locate(self, event: int) -> tuple[int, int]:
+        """``(offset, payload size)`` of ``event``'s deed, from the index alone."""
+        first, count, end = self._view[0], self._view[1], self._view[2]
+        i = event - first
+        if i < 0 or i >= count:
+            lo, hi = self.gulf()
+            raise NoSuchEvent(f"{self.log_path}: no event {event} (the log holds {lo}..{hi})")
+        offsets = self._index.offsets
+        off = offsets[i]
+        nxt = offsets[i + 1] if i + 1 < count else end
+        return off, nxt - off - self.DEED_OVERHEAD
+
+    def payload_size(self, event: int) -> int:
+        """Bytes of ``event``'s payload (mug + jam), from the index alone."""
+        return self._locate(event)[1]
+
+    def mtime_ns(self, event: int) -> int:
+        """When ``event`` arrived, as far as the index knows (see ``index.py``)."""
+        return self._index.mtime_ns(event)
+
+    def read_slice(self, event: int, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes of ``event``'s payload from ``offset``, **unchecked**: the
+        caller must have called ``verify_event`` (the FUSE layer does so on open)."""
+        off, n = self._locate(event)
+        if offset >= n:
+            return b""
+        return os.pread(self._fd, min(size, n - offset), off + 8 + offset)
+
+    def fileno(self) -> int:
+        return self._fd
+
+    # --- writing and meta ----------------------------------------------------------------
+
+    def _require_writable(self) -> None:
+        if not self.writable:
+            raise ReadOnly(f"{self.log_path}: opened read-only")
+
+    def _pwritev_all(self, bufs: list, off: int) -> int:
+        return pwritev_all(self._fd, bufs, off)
+
+    def _check_meta_file(self) -> None:
+        size = os.fstat(self._meta_fd).st_size
+        if size != META_SIZE:
+            raise BadMetaFile(f"{self.meta_path}: {size} bytes, expected exactly {META_SIZE}")
+
+    def _meta_field(self, key: str) -> tuple[int, int]:
+        try:
+            return META_FIELDS[key]
+        except KeyError:
+            raise BadMetaKey(f"{self.meta_path}: unknown meta key {key!r}, expected one of "
+                             f"{', '.join(META_FIELDS)}") from None
+
+    def read_meta(self, key: str) -> bytes:
+        """The raw bytes of meta field ``key`` (version, who, fake, life), as stored."""
+        off, size = self._meta_field(key)
+        return os.pread(self._meta_fd, size, off)
+
+    def save_meta(self, key: str, value: bytes) -> None:
+        """Write meta field ``key`` (exactly its size, raw bytes) and fsync."""
+        self._require_writable()
+        off, size = self._meta_field(key)
+        if len(value) != size:
+            raise BadMetaSize(f"{self.meta_path}: meta {key!r} takes exactly {size} bytes, "
+                              f"got {len(value)}")
+        os.pwrite(self._meta_fd, bytes(value), off)
+        os.fsync(self._meta_fd)
+
+    # --- closing -------------------------------------------------------------------------
+
+    def _close_files(self) -> None:
+        """Close the files and release the lock (idempotent)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if self._meta_fd is not None:
+            os.close(self._meta_fd)
+            self._meta_fd = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
