@@ -36,7 +36,7 @@ import re
 import struct
 from collections.abc import Iterable, Iterator
 
-from .logbase import LogMixin
+from .logbase import PublishedView
 from .errors import (
     BadMetaKey,
     BadMetaSize,
@@ -130,7 +130,7 @@ def read_meta_db(directory: str, env=None) -> dict[str, bytes] | None:
             env.close()
 
 
-class LmdbLog(LogMixin):
+class LmdbLog(PublishedView):
     """An LMDB epoch, read-only.  Use :meth:`open`; close with :meth:`close` or ``with``."""
 
     writable = False
@@ -252,25 +252,10 @@ class LmdbLog(LogMixin):
         except (OSError, ValueError):
             return 1
 
-    def gulf(self) -> tuple[EventNum, EventNum]:
-        """``(first, last)`` event numbers; ``(0, 0)`` when the epoch is empty."""
-        first, count = self._view
-        if not count:
-            return EventNum(0), EventNum(0)
-        return EventNum(first), EventNum(first + count - 1)
-
-    @property
-    def count(self) -> int:
-        return self._view[1]
-
     @property
     def log_bytes(self) -> int:
         """Size of ``data.mdb`` (LMDB's pages, not just the payloads)."""
         return self._size
-
-    def __contains__(self, event: int) -> bool:
-        first, count = self._view
-        return 0 <= event - first < count
 
     def _check(self, event: int) -> None:
         if event not in self:

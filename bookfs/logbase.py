@@ -119,7 +119,29 @@ class LogMixin:
         self.close()
 
 
-class SingleFileLog(LogMixin):
+class PublishedView(LogMixin):
+    """State answered from ``_view``, a tuple starting ``(first, count, ...)`` that the
+    log replaces with one atomic assignment whenever it changes, so a reader in another
+    thread (the FUSE event loop while a save runs in a worker) never sees it half-updated."""
+
+    _view: tuple = (0, 0)
+
+    def gulf(self) -> tuple[EventNum, EventNum]:
+        """``(first, last)`` committed event numbers; ``(0, 0)`` when the log is empty."""
+        first, count = self._view[0], self._view[1]
+        if not count:
+            return EventNum(0), EventNum(0)
+        return EventNum(first), EventNum(first + count - 1)
+
+    @property
+    def count(self) -> int:
+        return self._view[1]
+
+    def __contains__(self, event: int) -> bool:
+        return 0 <= event - self._view[0] < self._view[1]
+
+
+class SingleFileLog(PublishedView):
     """The shared body of a one-file Book log.  Subclasses set ``DEED_OVERHEAD`` (bytes a
     deed adds to its payload), keep ``_index`` and call ``_publish_view`` after it grows."""
 
@@ -135,27 +157,13 @@ class SingleFileLog(LogMixin):
         self._meta_fd = meta_fd
         self._lock = lock
         self._index = OffsetIndex()
-        # What readers see is the published view (first, count, end), replaced by one
-        # atomic assignment after the index has grown, so a reader in another thread (the
-        # FUSE event loop while a save runs in a worker) never sees a half-updated index.
-        self._view: tuple = (0, 0, 0)
+        self._view = (0, 0, 0)  # (first, count, end of the last deed, ...)
 
     def _publish_view(self, end: int, *extra) -> None:
         ix = self._index
         self._view = (ix.first, ix.count, end, *extra)
 
     # --- state ---------------------------------------------------------------------------
-
-    def gulf(self) -> tuple[EventNum, EventNum]:
-        """``(first, last)`` committed event numbers; ``(0, 0)`` when the log is empty."""
-        first, count = self._view[0], self._view[1]
-        if not count:
-            return EventNum(0), EventNum(0)
-        return EventNum(first), EventNum(first + count - 1)
-
-    @property
-    def count(self) -> int:
-        return self._view[1]
 
     @property
     def log_bytes(self) -> int:
@@ -165,9 +173,6 @@ class SingleFileLog(LogMixin):
     @property
     def index(self) -> OffsetIndex:
         return self._index
-
-    def __contains__(self, event: int) -> bool:
-        return 0 <= event - self._view[0] < self._view[1]
 
     def _locate(self, event: int) -> tuple[int, int]:
         """``(offset, payload size)`` of ``event``'s deed, from the index alone."""
