@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import pyfuse3
 import trio
 
-from ..book import Book
+from ..eventlog import EventLog
 from ..errors import BookError
 from ..layout import MAX_PAYLOAD, MIN_PAYLOAD
 from .staging import Staging
@@ -59,7 +59,7 @@ class Reservation:
 class CommitQueue:
     """Reservations of ``new/<N>`` and their ordered, grouped commits."""
 
-    def __init__(self, book: Book, *, stall_timeout: float = 30.0,
+    def __init__(self, book: EventLog, *, stall_timeout: float = 30.0,
                  spill_dir: str | None = None, on_commit=None):
         self.book = book
         self.stall_timeout = stall_timeout

@@ -38,6 +38,7 @@ import pyfuse3
 import trio
 
 from ..book import Book
+from ..eventlog import EventLog
 from ..errors import BookError
 from ..info import render, summary
 from ..layout import META_FIELDS, META_KEYS, MIN_PAYLOAD
@@ -151,7 +152,7 @@ class BookOperations(pyfuse3.Operations):
     supports_dot_lookup = False
     enable_writeback_cache = False
 
-    def __init__(self, book: Book, *, stall_timeout: float = 30.0, debug: bool = False,
+    def __init__(self, book: EventLog, *, stall_timeout: float = 30.0, debug: bool = False,
                  spill_dir: str | None = None, mountpoint: str | None = None,
                  segment_span: int = DEFAULT_SPAN):
         super().__init__()
