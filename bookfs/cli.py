@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", dest="options", metavar="OPTS",
                    help="comma-separated: ro|rw, allow_other, stall_timeout=SECONDS "
                         "(how long a new/ writer waits for a stalled predecessor; 30), "
-                        "segment_mb=MB (byte span of each segments/ file; 64)")
+                        "segment_mb=MB (byte span of each segments/ file; 16)")
     s.add_argument("--debug", action="store_true", help="log every request")
     s.add_argument("--log-file", help="daemon log file (default /tmp/bookfs-<pid>.log)")
     s.set_defaults(func=cmd_mount)

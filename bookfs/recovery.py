@@ -75,9 +75,63 @@ def deed_crc_ok(fd: int, off: int, n: int) -> bool:
     return crc == want_crc
 
 
-def first_bad_deed(fd: int, offsets, start_i: int, end: int, *, progress=None) -> int | None:
+_PARALLEL_BYTES = 256 << 20  # ranges larger than this are checked by several processes
+
+
+def first_bad_deed(fd: int, offsets, start_i: int, end: int, *, progress=None,
+                   workers: int | None = None) -> int | None:
     """Index (into ``offsets``) of the first deed from ``start_i`` on whose CRC fails, or
-    ``None``.  Reads big sequential chunks and checks each deed in place."""
+    ``None``.  A range of more than 256 MiB is split between ``workers`` processes (one
+    per CPU by default; forked, so the offsets are shared copy-on-write), each checking a
+    contiguous part; the smallest failing index wins."""
+    count = len(offsets)
+    if start_i >= count:
+        return None
+    workers = workers or os.cpu_count() or 1
+    if workers < 2 or end - offsets[start_i] < _PARALLEL_BYTES:
+        return _first_bad_serial(fd, offsets, start_i, end, progress=progress)
+    bounds = [start_i + (count - start_i) * k // workers for k in range(workers + 1)]
+    children = []
+    for k in range(1, workers):
+        lo, hi = bounds[k], bounds[k + 1]
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: check [lo, hi) and report, touching nothing else
+            code = 1
+            try:
+                os.close(r)
+                bad = _first_bad_serial(fd, offsets[lo:hi], 0,
+                                        offsets[hi] if hi < count else end)
+                os.write(w, str(-1 if bad is None else lo + bad).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        children.append((pid, r, offsets[lo], offsets[hi] if hi < count else end))
+    try:
+        mine = _first_bad_serial(fd, offsets[: bounds[1]], start_i,
+                                 offsets[bounds[1]] if bounds[1] < count else end,
+                                 progress=progress)
+    finally:
+        results = []
+        for pid, r, lo_off, hi_off in children:
+            with os.fdopen(r, "rb") as f:
+                text = f.read().decode() or "error"
+            _, status = os.waitpid(pid, 0)
+            if status != 0 or text == "error":
+                raise OSError(f"CRC check of bytes {lo_off}..{hi_off} failed in a worker")
+            results.append(int(text))
+            if progress is not None:
+                progress(hi_off - lo_off)
+    if mine is not None:
+        return mine
+    return next((b for b in results if b >= 0), None)
+
+
+def _first_bad_serial(fd: int, offsets, start_i: int, end: int, *,
+                      progress=None) -> int | None:
+    """``first_bad_deed`` in this process: big sequential chunks, each deed checked in
+    place."""
     count = len(offsets)
     i = start_i
     if i >= count:

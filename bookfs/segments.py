@@ -21,7 +21,8 @@ from .errors import CorruptDeed
 from .layout import HEADER_SIZE
 from .recovery import first_bad_deed
 
-DEFAULT_SPAN = 64 << 20
+#: Spark holds a whole file (one row) per task in memory: 16 MiB keeps that small.
+DEFAULT_SPAN = 16 << 20
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,8 @@ def session(master: str = "local[2]", app: str = "bookfs", *, tuned: bool = True
          .config("spark.driver.bindAddress", "127.0.0.1")
          .config("spark.driver.host", "127.0.0.1")
          .config("spark.sql.session.timeZone", "UTC")
+         # binaryFile holds each file whole in a row: room for a few segments/ files
+         .config("spark.driver.memory", os.environ.get("BOOKFS_SPARK_MEMORY", "3g"))
          .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
     if tuned:
         b = tune(b)

@@ -116,6 +116,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file) -> int
 
     from ..errors import LockHeld, ReadOnly
     from ..pier import open_source
+    from ..segments import DEFAULT_SPAN
     from .ops import BookOperations
 
     _setup_logging(log_file, debug)
@@ -136,7 +137,8 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file) -> int
         book = open_source(source, writable=False)
     try:
         ops = BookOperations(book, debug=debug, mountpoint=mountpoint,
-                             segment_span=int(float(opts.get("segment_mb", 64)) * (1 << 20)),
+                             segment_span=int(float(opts.get("segment_mb", DEFAULT_SPAN >> 20))
+                                              * (1 << 20)),
                              stall_timeout=float(opts.get("stall_timeout", 30)))
         pyfuse3.init(ops, mountpoint, _fuse_options(source, opts, readonly))
     except BaseException:
