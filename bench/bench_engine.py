@@ -114,6 +114,14 @@ def machine_info(bench_dir: str) -> dict:
         lmdb_v = "not installed"
     from bookfs import layout
     crc_impl = layout._crc32.__module__
+    try:  # which engine code was measured
+        rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "bookfs"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        rev += " (bookfs/ has uncommitted changes)" if dirty else " (bookfs/ clean)"
+    except (OSError, subprocess.CalledProcessError):
+        rev = "unknown"
     return {
         "cpu": cpu,
         "logical_cpus": os.cpu_count(),
@@ -124,6 +132,7 @@ def machine_info(bench_dir: str) -> dict:
         "kernel": platform.release(),
         "lmdb": lmdb_v,
         "crc32": crc_impl,
+        "bookfs_commit": rev,
     }
 
 
@@ -580,6 +589,7 @@ def main(argv=None) -> int:
         print(f"  Python  {m['python']}; kernel {m['kernel']}; {m['lmdb']}; crc32 from {m['crc32']}")
         if fsi["fstype"] in ("tmpfs", "ramfs"):
             print("  WARNING: the bench directory is in RAM; fdatasync costs nothing there")
+        print(f"  bookfs  commit {m['bookfs_commit']}")
         print(f"  load    1-min load average {loadavg():.2f} at start")
         print(f"  events  log {args.events:,}, append {args.append_events:,} "
               f"(x{args.append_repeats}), reads {args.reads:,} per distribution, "
