@@ -658,3 +658,16 @@ def test_random_event_sequences_round_trip(batches, epoch, reopen_between):
                     len(p) for p in want]
                 assert book.recovery.clean
         assert open(os.path.join(d, "book.log"), "rb").read() == raw
+
+
+def test_read_payloads_unchecked_matches_reads(tmp_path):
+    from bookfs.vere import VereBook
+
+    pays = [bytes([i % 251]) * (4 + (i * 13) % 300) for i in range(1, 60)]
+    for opener, d in ((Book.open, tmp_path / "uip"), (VereBook.open, tmp_path / "0i0")):
+        with opener(d, writable=True, create=True) as b:
+            b.save(1, pays[:30])
+            b.save(31, pays[30:])
+            got = b.read_payloads_unchecked(5, 45)
+            assert [bytes(v) for v in got] == pays[4:45]
+            assert [bytes(v) for v in b.read_payloads_unchecked(59, 59)] == [pays[58]]

@@ -387,3 +387,25 @@ def test_random_damage_yields_a_committed_prefix_and_keeps_the_evidence(case):
         assert sorted(p.name for p in d.iterdir()) == ["book.log", "meta.bin"]
         check_writable_recovery(d, orig, damaged, expect_k=expect, min_k=0,
                                 torn_only=kind == "truncate")
+
+
+@pytest.mark.parametrize("bad_event", [None, 3, 150, 299])
+def test_parallel_crc_check_finds_the_first_bad_deed(tmp_path, monkeypatch, bad_event):
+    """Large ranges are split across forked workers; the smallest failing index wins,
+    wherever it falls, and a clean log gives None."""
+    from bookfs import recovery as rec
+
+    monkeypatch.setattr(rec, "_PARALLEL_BYTES", 1)
+    d = tmp_path / "log"
+    with Book.open(d, writable=True, create=True) as b:
+        b.save(1, [bytes([i % 256]) * (4 + i) for i in range(300)])
+        offsets = list(b.index.offsets)
+    if bad_event is not None:
+        with open(d / "book.log", "r+b") as f:
+            f.seek(offsets[bad_event - 1] + 8)
+            f.write(b"\xff\xfe\xfd\xfc")
+    with Book.open(d) as b:
+        for workers in (2, 3):
+            got = rec.first_bad_deed(b.fileno(), b.index.offsets, 0, b.index.end,
+                                     workers=workers)
+            assert got == (None if bad_event is None else bad_event - 1)
