@@ -62,7 +62,8 @@ def cmd_info(args) -> int:
     from .info import render, summary
     from .pier import open_source
 
-    with open_source(args.path) as book:
+    with _progress_bar(None, "indexing") as bar, open_source(args.path,
+                                                             progress=bar.update) as book:
         info = summary(book)
         report = getattr(book, "recovery", None)
         if report is not None and not report.clean:

@@ -113,7 +113,7 @@ def check(directory: str, *, progress=None) -> Report:
         # every CRC, continuing past failures (framing holds, so positions are known)
         i = 0
         while True:
-            bad = recovery.first_bad_deed(fd, index.offsets, i, index.end)
+            bad = recovery.first_bad_deed(fd, index.offsets, i, index.end, progress=progress)
             if bad is None:
                 break
             off = index.offsets[bad]
@@ -238,8 +238,12 @@ def salvage(directory: str, rep: Report, out: str) -> dict:
 
 def run(args) -> int:
     """The ``bookfs fsck`` command."""
+    from .cli import _progress_bar
+
     try:
-        rep = check(args.source)
+        size = os.path.getsize(os.path.join(args.source, LOG_NAME))
+        with _progress_bar(2 * size, "fsck") as bar:  # framing pass, then every CRC
+            rep = check(args.source, progress=bar.update)
     except (BookError, OSError) as e:
         print(f"bookfs fsck: {e}", file=sys.stderr)
         return EXIT_ERROR

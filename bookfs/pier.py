@@ -85,7 +85,7 @@ def _takes_lock_flag(opener) -> bool:
 
 
 def open_book_dir(directory: str, writable: bool = False, *,
-                  pier_locked: bool = False) -> EventLog:
+                  pier_locked: bool = False, progress=None) -> EventLog:
     """A directory holding ``book.log``: a :class:`~bookfs.vere.VereBook` if the log is in
     vere's two-slot layout, else a UIP :class:`~bookfs.book.Book`.
 
@@ -96,25 +96,28 @@ def open_book_dir(directory: str, writable: bool = False, *,
     else:
         from .book import Book as cls
     if writable and pier_locked and _takes_lock_flag(cls.open):
-        return cls.open(directory, writable=writable, lock=False)
-    return cls.open(directory, writable=writable)
+        return cls.open(directory, writable=writable, lock=False, progress=progress)
+    return cls.open(directory, writable=writable, progress=progress)
 
 
-def open_source(path: str | os.PathLike, writable: bool = False) -> EventLog:
+def open_source(path: str | os.PathLike, writable: bool = False, *,
+                progress=None) -> EventLog:
     """Open ``path`` as an event log: a pier (has ``.urb/log/``; also accepted: the
     ``.urb/log`` directory itself), a Book directory (has ``book.log``; UIP or vere layout,
     detected), or an LMDB epoch directory (has ``data.mdb`` with ``EVENTS``).
 
-    LMDB sources are read-only: ``writable=True`` on one raises :class:`ReadOnly`."""
+    LMDB sources are read-only: ``writable=True`` on one raises :class:`ReadOnly`.
+    ``progress`` is called with byte counts while Book logs are indexed or checked."""
     p = os.fspath(path)
     if is_pier(p):
-        return Pier.open(p, writable=writable)
+        return Pier.open(p, writable=writable, progress=progress)
     norm = os.path.abspath(p)
     if (os.path.basename(norm) == "log" and os.path.basename(os.path.dirname(norm)) == ".urb"
             and os.path.isdir(norm)):
-        return Pier.open(os.path.dirname(os.path.dirname(norm)), writable=writable)
+        return Pier.open(os.path.dirname(os.path.dirname(norm)), writable=writable,
+                         progress=progress)
     if os.path.exists(os.path.join(p, LOG_NAME)):
-        return open_book_dir(p, writable)
+        return open_book_dir(p, writable, progress=progress)
     from .lmdb_log import LmdbLog, is_lmdb_dir
 
     if is_lmdb_dir(p):
@@ -166,7 +169,8 @@ class Pier(LogMixin):
         self._lock = None
 
     @classmethod
-    def open(cls, path: str | os.PathLike, writable: bool = False) -> "Pier":
+    def open(cls, path: str | os.PathLike, writable: bool = False, *,
+             progress=None) -> "Pier":
         """Open the pier at ``path``.  Raises :class:`ContiguityError` for a gap between
         epochs, :class:`FormatError` for an unknown epoch format, :class:`LockHeld` if a
         writable open finds ``.vere.lock`` held (a running ship), :class:`ReadOnly` if a
@@ -202,7 +206,7 @@ class Pier(LogMixin):
                 if kind == "lmdb":
                     log = pier._open_lmdb(d)
                 else:
-                    log = open_book_dir(d, rw, pier_locked=rw)
+                    log = open_book_dir(d, rw, pier_locked=rw, progress=progress)
                 pier.epochs.append(Epoch(name, base, log))
                 pier._bases.append(base)
             pier._check_chain()
