@@ -38,8 +38,6 @@ from .errors import (
     BookError,
     ContiguityError,
     CorruptDeed,
-    PayloadError,
-    PayloadTooLarge,
     TooShort,
     UnsupportedLayout,
 )
@@ -369,18 +367,9 @@ class Book(SingleFileLog):
         On a write or sync error the file is cut back to exactly its state before the call
         and the ``OSError`` is raised.
         """
-        self._require_writable()
-        payloads = payloads if isinstance(payloads, list) else list(payloads)
+        payloads = self._checked_payloads(first_event, payloads)
         if not payloads:
             return
-        for k, p in enumerate(payloads):
-            n = len(p)
-            if n < MIN_PAYLOAD:
-                raise PayloadError(f"event {first_event + k}: {n} bytes, expected at least "
-                                   f"{MIN_PAYLOAD} (a 4-byte mug, then the jam)")
-            if n > MAX_PAYLOAD:
-                raise PayloadTooLarge(f"event {first_event + k}: {n} bytes, over the "
-                                      f"{MAX_PAYLOAD}-byte limit")
         ix = self._index
         expected = ix.last + 1 if ix.offsets else epoch + 1
         if first_event != expected:

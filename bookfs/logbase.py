@@ -13,10 +13,19 @@ import errno
 import os
 from collections.abc import Iterator
 
-from .errors import BadMetaFile, BadMetaKey, BadMetaSize, NoSuchEvent, PathEscape, ReadOnly
+from .errors import (
+    BadMetaFile,
+    BadMetaKey,
+    BadMetaSize,
+    NoSuchEvent,
+    PathEscape,
+    PayloadError,
+    PayloadTooLarge,
+    ReadOnly,
+)
 from .fileio import fsync_dir
 from .index import OffsetIndex
-from .layout import FILE_MODE, META_FIELDS, META_SIZE
+from .layout import FILE_MODE, MAX_PAYLOAD, META_FIELDS, META_SIZE, MIN_PAYLOAD
 from .types import EventNum
 
 _IOV_MAX = 1024
@@ -226,6 +235,22 @@ class SingleFileLog(PublishedView):
     def _require_writable(self) -> None:
         if not self.writable:
             raise ReadOnly(f"{self.log_path}: opened read-only")
+
+    def _checked_payloads(self, first_event: int, payloads) -> list:
+        """``payloads`` as a list, after refusing a read-only log (:class:`ReadOnly`), a
+        payload under 4 bytes (:class:`PayloadError`) or over 2^32 (:class:`PayloadTooLarge`);
+        nothing has been written when these raise."""
+        self._require_writable()
+        payloads = payloads if isinstance(payloads, list) else list(payloads)
+        for k, p in enumerate(payloads):
+            n = len(p)
+            if n < MIN_PAYLOAD:
+                raise PayloadError(f"event {first_event + k}: {n} bytes, expected at least "
+                                   f"{MIN_PAYLOAD} (a 4-byte mug, then the jam)")
+            if n > MAX_PAYLOAD:
+                raise PayloadTooLarge(f"event {first_event + k}: {n} bytes, over the "
+                                      f"{MAX_PAYLOAD}-byte limit")
+        return payloads
 
     def _pwritev_all(self, bufs: list, off: int) -> int:
         return pwritev_all(self._fd, bufs, off)

@@ -72,8 +72,6 @@ from .errors import (
     ContiguityError,
     CorruptDeed,
     FormatError,
-    PayloadError,
-    PayloadTooLarge,
     TooShort,
     UnsupportedLayout,
 )
@@ -88,7 +86,6 @@ from .layout import (
     MAX_PAYLOAD,
     META_NAME,
     META_SIZE,
-    MIN_PAYLOAD,
     VERE_DEED_OVERHEAD,
     VERE_DEEDS_START,
     VERE_MIN_LEN,
@@ -723,18 +720,9 @@ class VereBook(SingleFileLog):
         sync error the file is cut back and the inactive slot rewritten with its old bytes,
         so the log is exactly as before, and the ``OSError`` is raised.
         """
-        self._require_writable()
-        payloads = payloads if isinstance(payloads, list) else list(payloads)
+        payloads = self._checked_payloads(first_event, payloads)
         if not payloads:
             return
-        for k, p in enumerate(payloads):
-            n = len(p)
-            if n < MIN_PAYLOAD:
-                raise PayloadError(f"event {first_event + k}: {n} bytes, expected at least "
-                                   f"{MIN_PAYLOAD} (a 4-byte mug, then the jam)")
-            if n > MAX_PAYLOAD:
-                raise PayloadTooLarge(f"event {first_event + k}: {n} bytes, over the "
-                                      f"{MAX_PAYLOAD}-byte limit")
         ix = self._index
         fir = self._fir
         las = fir + ix.count
