@@ -28,7 +28,7 @@ import logging
 import os
 import struct
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from . import recovery
@@ -63,10 +63,10 @@ from .layout import (
 )
 from .lock import WriterLock
 from .logbase import SingleFileLog, contained, create_files
+from .types import Progress
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[int], None]  # called with a number of bytes just processed
 
 
 class Blob(Protocol):

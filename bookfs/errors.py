@@ -19,15 +19,15 @@ class FormatError(BookError):
 
 
 class BadMagic(FormatError):
-    pass
+    """The first four bytes are not the Book magic."""
 
 
 class BadVersion(FormatError):
-    pass
+    """A format version this code does not read."""
 
 
 class TooShort(FormatError):
-    pass
+    """A file shorter than its fixed header."""
 
 
 class UnsupportedLayout(FormatError):
@@ -47,7 +47,7 @@ class BadMetaSize(MetaError):
 
 
 class BadMetaFile(MetaError):
-    pass
+    """A ``meta.bin`` that is not exactly 256 bytes."""
 
 
 class ContiguityError(BookError):

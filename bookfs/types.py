@@ -6,6 +6,10 @@ Byte offsets into a log are plain ``int``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NewType
 
 EventNum = NewType("EventNum", int)
+
+#: A progress callback: called with a number of bytes just processed (long scans).
+Progress = Callable[[int], None]

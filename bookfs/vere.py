@@ -62,7 +62,7 @@ import re
 import struct
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from . import recovery
@@ -99,10 +99,10 @@ from .layout import (
 )
 from .lock import WriterLock
 from .logbase import SingleFileLog, contained, create_files
+from .types import Progress
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[int], None]  # called with a number of bytes just processed
 
 #: Events of the newest batch get the batch CRC recomputed on every read when the batch's
 #: deeds take at most this many bytes.
