@@ -120,16 +120,7 @@ class Book(SingleFileLog):
         try:
             if create:
                 cls._create_files(directory, log_path, meta_path)
-            flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC
-            try:
-                fd = os.open(log_path, flags)
-            except FileNotFoundError:
-                raise BookError(f"{log_path}: no such file (expected a Book log)") from None
-            try:
-                meta_fd = os.open(meta_path, flags)
-            except FileNotFoundError:
-                os.close(fd)
-                raise BookError(f"{meta_path}: no such file (expected 256 bytes of meta)") from None
+            fd, meta_fd = cls._open_files(log_path, meta_path, writable, "a Book log")
             book = cls(directory, fd, meta_fd, writable, lock)
         except BaseException:
             if lock:

@@ -13,6 +13,7 @@ so a refused writer can say who holds it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -92,10 +93,8 @@ class WriterLock:
     def release(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
-            try:
+            with contextlib.suppress(OSError):  # the holder note is a courtesy
                 os.ftruncate(fd, 0)
-            except OSError:
-                pass
             os.close(fd)  # closing the description drops the lock
 
     def __enter__(self) -> "WriterLock":

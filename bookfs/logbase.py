@@ -17,6 +17,7 @@ from .errors import (
     BadMetaFile,
     BadMetaKey,
     BadMetaSize,
+    BookError,
     NoSuchEvent,
     PathEscape,
     PayloadError,
@@ -167,6 +168,23 @@ class SingleFileLog(PublishedView):
         self._lock = lock
         self._index = OffsetIndex()
         self._view = (0, 0, 0)  # (first, count, end of the last deed, ...)
+
+    @staticmethod
+    def _open_files(log_path: str, meta_path: str, writable: bool,
+                    what: str) -> tuple[int, int]:
+        """Open the log and ``meta.bin`` (read-write or read-only); a missing one is a
+        :class:`BookError` saying what was expected (``what``: the kind of log)."""
+        flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC
+        try:
+            fd = os.open(log_path, flags)
+        except FileNotFoundError:
+            raise BookError(f"{log_path}: no such file (expected {what})") from None
+        try:
+            meta_fd = os.open(meta_path, flags)
+        except FileNotFoundError:
+            os.close(fd)
+            raise BookError(f"{meta_path}: no such file (expected 256 bytes of meta)") from None
+        return fd, meta_fd
 
     def _publish_view(self, end: int, *extra) -> None:
         ix = self._index

@@ -9,6 +9,7 @@ uses ``auto_unmount``, so a daemon that dies never leaves a dead mount behind.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -78,10 +79,8 @@ def mount(source: str, mountpoint: str, *, options: str | None = None,
             code = _serve(source, mountpoint, opts, readonly, debug, ready_fd=w,
                           log_file=log_file or DEFAULT_LOG.format(pid=os.getpid()))
         except BaseException as e:  # report to the parent, never unwind into its code
-            try:
+            with contextlib.suppress(OSError):  # the parent may be gone already
                 os.write(w, f"ERR {e}".encode())
-            except OSError:
-                pass
         finally:
             os._exit(code)
     os.close(w)
@@ -208,8 +207,8 @@ def _start_watchdog(mountpoint: str) -> None:
         os.setsid()
         os.closerange(3, r)
         os.closerange(r + 1, 65536)
-        while os.read(r, 1):
-            pass
+        while os.read(r, 1):  # EOF once the daemon has exited, however it died
+            continue
         if _mount_id(mountpoint) == mount_id:
             tool = shutil.which("fusermount3") or shutil.which("fusermount") or "umount"
             subprocess.run([tool, "-u", "-z", mountpoint] if "fuse" in tool
