@@ -24,6 +24,7 @@ Contract
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -397,7 +398,10 @@ class Book(SingleFileLog):
     def _write_deeds(self, payloads: list, start: int) -> None:
         """Write the deeds for ``payloads`` at ``start``: one ``pwritev`` for a batch of
         in-memory payloads; a :class:`Blob` (a payload too large to hold in memory) is
-        streamed twice, once for its CRC and once to the file, in bounded chunks."""
+        streamed once, in bounded chunks, its CRC computed over exactly the bytes written.
+        A blob that yields another number of bytes than its length announced (it changed
+        while being saved) raises ``OSError(EIO)``, and ``save`` undoes the write: a
+        length field never disagrees with the bytes after it."""
         bufs: list = []
         off = start
         for p in payloads:
@@ -410,11 +414,17 @@ class Book(SingleFileLog):
             n = len(p)
             head = DEED_LEN.pack(n)
             crc = crc32(head)
-            for chunk in p.chunks():
-                crc = crc32(chunk, crc)
             off = self._pwritev_all([head], off)
+            got = 0
             for chunk in p.chunks():
+                got += len(chunk)
+                if got > n:
+                    break
+                crc = crc32(chunk, crc)
                 off = self._pwritev_all([chunk], off)
+            if got != n:
+                raise OSError(errno.EIO, f"payload changed size while saved ({n} -> {got} "
+                                         "bytes); nothing saved")
             off = self._pwritev_all([DEED_TAIL.pack(crc, n)], off)
         self._pwritev_all(bufs, off)
 

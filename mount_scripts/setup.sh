@@ -10,6 +10,7 @@ command -v fusermount3 >/dev/null 2>&1 || need_pkgs+=(fuse3)
 pkg-config --exists fuse3 2>/dev/null || need_pkgs+=(libfuse3-dev)
 command -v pkg-config >/dev/null 2>&1 || need_pkgs+=(pkg-config)
 command -v xxd >/dev/null 2>&1 || need_pkgs+=(xxd)
+command -v rsync >/dev/null 2>&1 || need_pkgs+=(rsync)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     echo "setup: installing Debian packages: ${need_pkgs[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive

@@ -79,7 +79,7 @@ def test_sequential_appends_with_tools(small_src, mnt, tmp_path):
             "sha256sum", input=want[15]).stdout
         assert "last:     15" in open(f"{mnt}/info").read()
         assert sorted(os.listdir(f"{mnt}/events"))[-1] == "000000000015"
-        assert os.stat(f"{mnt}/events/15").st_ino == 2**32 + 15
+        assert os.stat(f"{mnt}/events/15").st_ino == 2**63 + 15
     assert engine_events(small_src) == want
 
 

@@ -3,8 +3,11 @@
 * ``reserve`` hands out the next free event number: one past the last committed event,
   plus the reservations in flight.  Anything else is refused (EEXIST for a taken number,
   EINVAL for a gap or a name that is not a number).
-* ``commit`` (called from ``flush``, i.e. ``close``) returns only when the event is durable
-  and visible, or raises ``FUSEError``.  Commits happen strictly in event order.  The
+* ``commit`` (called from the **last** ``flush``, i.e. the close of the writer's last
+  descriptor; see ``holders.py``) returns only when the event is durable and visible, or
+  raises ``FUSEError``.  It freezes the staged bytes first, so what is saved is an
+  immutable snapshot; a write that failed earlier (EFBIG, ENOSPC, EIO) has *poisoned* the
+  reservation, and then commit fails with that errno and saves nothing.  Commits happen strictly in event order.  The
   writer at the head of the queue becomes the *leader*: it takes every consecutive ready
   reservation and saves them with one ``Book.save`` (one write, one fdatasync) in a
   worker thread, so reads go on meanwhile.  Writers that become ready while a save runs
@@ -49,11 +52,19 @@ class Reservation:
     pid: int
     state: str = OPEN
     error: int = 0
+    poisoned: int = 0  # errno of a write that failed: the close fails with it
+    deferred: bool = False  # a flush saw other holders and left the commit to them
+    holders: object = None  # the fs layer's HolderScan for this file, if any
     done: trio.Event = field(default_factory=trio.Event)
 
     def finish(self, state: str, err: int = 0) -> None:
         self.state, self.error = state, err
         self.done.set()
+
+    def poison(self, err: int) -> None:
+        """A write failed: nothing of this reservation may be committed."""
+        if not self.poisoned:
+            self.poisoned = err
 
 
 class CommitQueue:
@@ -65,6 +76,8 @@ class CommitQueue:
         self.stall_timeout = stall_timeout
         self.spill_dir = spill_dir
         self._live: dict[int, Reservation] = {}  # number -> reservation not yet failed
+        self._saving: set[int] = set()  # numbers of the batch being saved right now
+        self._closed = False
         self._leader = False
         self._changed = trio.Event()
         self._on_commit = on_commit
@@ -88,8 +101,20 @@ class CommitQueue:
         self._changed.set()
         self._changed = trio.Event()
 
+    def shutdown(self, why: str) -> None:
+        """The mount is going away: fail every reservation that is not being saved right
+        now (ESHUTDOWN), so no writer waits for a stalled predecessor while the daemon
+        stops, and refuse new ones.  A batch already being saved finishes normally."""
+        self._closed = True
+        waiting = sorted(n for n in self._live if n not in self._saving)
+        if waiting:
+            log.warning("new/%d..%d not committed: %s", waiting[0], waiting[-1], why)
+            self._fail_from(waiting[0], errno.ESHUTDOWN, why)
+
     def reserve(self, name: bytes, pid: int) -> Reservation:
         text = name.decode("utf-8", "replace")
+        if self._closed:
+            raise refuse(errno.ESHUTDOWN, f"new/{text}: the mount is being unmounted")
         if not name.isdigit() or len(name) > 20:
             raise refuse(errno.EINVAL, f"new/{text}: expected a decimal event number, "
                                        f"the next free one is {self.next_free()}")
@@ -123,7 +148,12 @@ class CommitQueue:
     async def commit(self, r: Reservation) -> None:
         """Wait until ``r`` is durable and visible (return) or has failed (FUSEError)."""
         if r.state == OPEN:
+            r.staging.freeze()
             size = len(r.staging)
+            if r.poisoned:
+                self._fail_from(r.number, r.poisoned, "a write failed")
+                raise refuse(r.poisoned, f"new/{r.number}: not committed, because a write "
+                                         f"to it failed ({errno.errorcode.get(r.poisoned)})")
             if size < MIN_PAYLOAD:
                 self._fail_from(r.number, errno.EINVAL, "too short")
                 raise refuse(errno.EINVAL, f"new/{r.number}: {size} bytes written, expected at "
@@ -164,6 +194,7 @@ class CommitQueue:
                 batch.append(r)
                 n += 1
             payloads = [r.staging.payload() for r in batch]
+            self._saving = {r.number for r in batch}
             try:
                 await trio.to_thread.run_sync(self.book.save, first, payloads, self._epoch())
             except (OSError, BookError) as e:
@@ -185,4 +216,5 @@ class CommitQueue:
                 self._on_commit(first, n - 1)
             self._notify()
         finally:
+            self._saving = set()
             self._leader = False

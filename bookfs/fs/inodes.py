@@ -1,12 +1,23 @@
-"""Inode numbers.  Fixed small numbers for the directories and files of the layout; an
-event's inode is derived from its number (stable across remounts); files being written
-into ``new/`` get inodes from a separate range.
+"""Inode numbers (FUSE node IDs, also reported as ``st_ino``).
+
+The u64 inode space is split by its top bit:
+
+* **events** take the upper half: ``events/<N>`` is ``2^63 | N`` (``2^63 + N`` for every
+  ``N < 2^63``).  The inode depends on the event number alone, so it is stable across
+  remounts, and it is the same under ``events/`` and ``epochs/0iB/events/``.  Two event
+  numbers share an inode only if they differ by exactly 2^63, and no log can hold both:
+  every deed takes at least 8 bytes, so a log spans fewer than 2^61 events.
+  :func:`inode_event` recovers ``N`` from the inode and the log's first event.
+* **everything else** lives below 2^63, in ranges that cannot meet::
 
     1 /            2 events/      3 meta/       4 new/        5 info      6 segments/
     7 epochs/ (piers)
-    16.. meta/<key>                 2^32 + N      events/<N> (also epochs/0iB/events/<N>)
+    16..           meta/<key>
     2^36 + 4k      epochs/<k-th>/   2^36 + 4k + 1  its events/   2^36 + 4k + 2  its info
-    2^40 + k   segments/<k>         2^48 + h      new/<N> while handle h is open
+    2^40 + k       segments/<k>     (k < 2^47: more segments than any log can have)
+    2^48 + h       new/<N> while handle h is open (h < 2^62 - 2^48)
+
+``tests/test_inodes.py`` proves the partition with a property test over u64 event numbers.
 """
 
 from __future__ import annotations
@@ -16,6 +27,7 @@ from typing import Final
 import pyfuse3
 
 from ..layout import META_KEYS
+from ..types import EventNum
 
 InodeT = pyfuse3.InodeT
 
@@ -31,22 +43,31 @@ META_BASE: Final = 16
 META_INODES: Final = {key: InodeT(META_BASE + i) for i, key in enumerate(META_KEYS)}
 META_BY_INODE: Final = {ino: key for key, ino in META_INODES.items()}
 
-EVENT_BASE: Final = 1 << 32
 EPOCH_BASE: Final = 1 << 36
 EPOCH_DIR, EPOCH_EVENTS, EPOCH_INFO = 0, 1, 2  # kinds of inode inside an epoch
 SEGMENT_BASE: Final = 1 << 40
 STAGING_BASE: Final = 1 << 48
+EVENT_BIT: Final = 1 << 63
+_LOW: Final = EVENT_BIT - 1
+U64_MAX: Final = (1 << 64) - 1
 
 #: event-file names are zero-padded to this many digits so they sort in event order
 NAME_DIGITS: Final = 12
 
 
 def event_inode(event: int) -> InodeT:
-    return InodeT(EVENT_BASE + event)
+    """The inode of ``events/<event>`` (any u64 event number)."""
+    return InodeT(EVENT_BIT | event)
 
 
 def is_event(inode: int) -> bool:
-    return EVENT_BASE <= inode < EPOCH_BASE
+    return inode >= EVENT_BIT
+
+
+def inode_event(inode: int, first: int) -> EventNum:
+    """The event number of an event inode, for a log whose first event is ``first`` (or
+    ``0`` for an empty log): the one number within 2^63 after ``first`` that maps there."""
+    return EventNum(first + (((inode & _LOW) - first) & _LOW))
 
 
 def epoch_inode(k: int, kind: int) -> InodeT:
@@ -62,10 +83,6 @@ def inode_epoch(inode: int) -> tuple[int, int]:
     return divmod(inode - EPOCH_BASE, 4)
 
 
-def inode_event(inode: int) -> int:
-    return inode - EVENT_BASE
-
-
 def segment_inode(k: int) -> InodeT:
     return InodeT(SEGMENT_BASE + k)
 
@@ -79,7 +96,7 @@ def staging_inode(handle: int) -> InodeT:
 
 
 def is_staging(inode: int) -> bool:
-    return inode >= STAGING_BASE
+    return STAGING_BASE <= inode < EVENT_BIT
 
 
 def event_name(event: int) -> bytes:
@@ -87,7 +104,9 @@ def event_name(event: int) -> bytes:
 
 
 def parse_number(name: bytes) -> int | None:
-    """The event number a name denotes (``000000000042`` or ``42``), or None."""
+    """The event number a name denotes (``000000000042`` or ``42``), or None for a name
+    that is not a decimal u64."""
     if not name or len(name) > 20 or not name.isdigit():
         return None
-    return int(name)
+    n = int(name)
+    return n if n <= U64_MAX else None

@@ -14,13 +14,14 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LOG = "/tmp/bookfs-{pid}.log"
+LOG_KEEP = 50  # daemon logs kept in the log directory; older ones are pruned
 KNOWN_OPTIONS = {"ro", "rw", "allow_other", "default_permissions", "auto_unmount",
                  "stall_timeout", "segment_mb"}
 
@@ -54,6 +55,74 @@ def _fuse_options(source: str, opts: dict, readonly: bool) -> set[str]:
     return fuse_opts
 
 
+def log_dir() -> str:
+    """The daemon logs' directory: ``$BOOKFS_LOG_DIR``, else the platform's user log
+    directory (``~/.local/state/bookfs/log`` on Linux)."""
+    env = os.environ.get("BOOKFS_LOG_DIR")
+    if env:
+        return env
+    import platformdirs
+
+    return platformdirs.user_log_dir("bookfs")
+
+
+def _private_dir(path: str) -> str:
+    """``path``, created 0700 if missing; refused unless it is a real directory (not a
+    symlink) owned by this user and closed to others."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise MountError(f"{path}: the log directory must be a directory owned by uid "
+                         f"{os.getuid()} and not writable by others")
+    return path
+
+
+def open_log_file(path: str | None) -> tuple[str, int]:
+    """``(path, fd)`` of the daemon's log, opened so that a planted symlink or file can
+    never redirect it: a given path is opened with ``O_NOFOLLOW`` (appending); the default
+    is a new file, ``O_EXCL | O_NOFOLLOW``, in the private :func:`log_dir`, whose oldest
+    logs beyond ``LOG_KEEP`` are pruned."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    if path is None:
+        directory = _private_dir(log_dir())
+        _prune_logs(directory)
+        path = os.path.join(directory, time.strftime("bookfs-%Y%m%d-%H%M%S-")
+                            + f"{os.getpid()}.log")
+        flags |= os.O_EXCL
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as e:
+        raise MountError(f"{path}: cannot open the daemon log ({e.strerror}); expected a "
+                         "regular file that is not a symlink") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise MountError(f"{path}: the daemon log must be a regular file")
+    return path, fd
+
+
+def _prune_logs(directory: str) -> None:
+    with contextlib.suppress(OSError):
+        logs = sorted((e for e in os.scandir(directory)
+                       if e.name.startswith("bookfs-") and e.name.endswith(".log")
+                       and e.is_file(follow_symlinks=False)),
+                      key=lambda e: e.stat(follow_symlinks=False).st_mtime)
+        for e in logs[: max(0, len(logs) - LOG_KEEP + 1)]:
+            with contextlib.suppress(OSError):
+                os.unlink(e.path)
+
+
+def check_places(source: str, mountpoint: str) -> None:
+    """Refuse a mount point that is the source, lies inside it, or contains it: the
+    daemon would then reach its own files through its own mount and deadlock."""
+    src, mnt = os.path.realpath(source), os.path.realpath(mountpoint)
+    if mnt == src or mnt.startswith(src.rstrip("/") + "/"):
+        raise MountError(f"{mountpoint}: the mount point lies inside the source {source}; "
+                         "expected a mount point outside it")
+    if src.startswith(mnt.rstrip("/") + "/"):
+        raise MountError(f"{mountpoint}: the mount point contains the source {source}; "
+                         "expected a mount point outside it")
+
+
 def mount(source: str, mountpoint: str, *, options: str | None = None,
           foreground: bool = False, debug: bool = False, log_file: str | None = None) -> int:
     """Mount ``source`` (a directory holding book.log and meta.bin) at ``mountpoint``.
@@ -66,6 +135,9 @@ def mount(source: str, mountpoint: str, *, options: str | None = None,
         raise MountError(f"{mountpoint}: not a directory (create the mount point first)")
     if os.path.ismount(mountpoint):
         raise MountError(f"{mountpoint}: something is already mounted there")
+    check_places(source, mountpoint)
+    # descriptors' links name files by their real path: resolve it before mounting
+    mountpoint = os.path.realpath(mountpoint)
     if foreground:
         return _serve(source, mountpoint, opts, readonly, debug, ready_fd=None,
                       log_file=log_file)
@@ -77,7 +149,7 @@ def mount(source: str, mountpoint: str, *, options: str | None = None,
         code = 1
         try:
             code = _serve(source, mountpoint, opts, readonly, debug, ready_fd=w,
-                          log_file=log_file or DEFAULT_LOG.format(pid=os.getpid()))
+                          log_file=log_file, daemon=True)
         except BaseException as e:  # report to the parent, never unwind into its code
             with contextlib.suppress(OSError):  # the parent may be gone already
                 os.write(w, f"ERR {e}".encode())
@@ -97,19 +169,27 @@ def mount(source: str, mountpoint: str, *, options: str | None = None,
     return 1
 
 
-def _setup_logging(log_file: str | None, debug: bool) -> None:
+def _setup_logging(log_file: str | None, debug: bool, daemon: bool) -> str | None:
+    """Log to ``log_file`` (or, for a daemon, a new file in :func:`log_dir`), else to
+    stderr.  Returns the log's path."""
     level = logging.DEBUG if debug else logging.INFO
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
-    handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    if log_file or daemon:
+        log_file, fd = open_log_file(log_file)
+        handler = logging.StreamHandler(os.fdopen(fd, "a", buffering=1))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(fmt))
     root.addHandler(handler)
     root.setLevel(level)
+    return log_file
 
 
-def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file) -> int:
+def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
+           daemon: bool = False) -> int:
     import pyfuse3
     import trio
 
@@ -118,7 +198,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file) -> int
     from ..segments import DEFAULT_SPAN
     from .ops import BookOperations
 
-    _setup_logging(log_file, debug)
+    log_file = _setup_logging(log_file, debug, daemon)
     if ready_fd is not None:
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
@@ -158,10 +238,13 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file) -> int
                 with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                     async for sig in signals:
                         log.info("signal %d: unmounting", sig)
+                        ops.queue.shutdown(f"signal {sig}: the mount is going away")
                         pyfuse3.terminate()
                         return
 
             nursery.start_soon(stop_on_signal)
+            if ops.readonly:
+                nursery.start_soon(ops.follow_loop)
             await pyfuse3.main()
             nursery.cancel_scope.cancel()
 

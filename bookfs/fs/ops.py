@@ -20,19 +20,35 @@ errno, an ``OSError`` its errno, anything else EIO plus a logged traceback, and 
 stays up.  Every refusal is logged once, in one line that says what was expected.
 
 Reading an event checks its CRC on ``open`` (streamed, in a worker thread, for large
-events), so corrupt bytes are never served; small events are read once and served from
-the handle, large ones with ``pread`` per request, so memory never holds a whole large
-event.
+events), so corrupt bytes are never served.  Small events (up to ``SMALL_EVENT``) are held
+once, checked, in the daemon's bounded :class:`~.cache.EventCache` shared by every handle;
+large ones are served with ``pread`` per request, so memory never holds a whole large
+event and never grows with the number of open handles.
+
+``new/<N>`` and ``meta/<key>`` commit on the **last** close of the open file
+(``holders.py``): a FLUSH from a ``dup``, a forked child or an ``exec`` while the writer
+still holds the file commits nothing.  A write that fails poisons the file: its last close
+fails with that errno and nothing is saved.
+
+Permissions: the mount uses ``default_permissions``; owner, group and modes come from the
+source log file (and its directory's search bits), so only users who could write the log
+can append through ``new/`` or write ``meta/``, and only users who could read it can read.
+
+Read-only mounts follow the writer: ``follow_loop`` checks the log every second.  When it
+shrank or was replaced (the log's ``generation`` changed) every cache is dropped, the
+kernel's too, and handles opened before answer ESTALE.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
 import os
 import stat
 import time
+from typing import NamedTuple
 
 import pyfuse3
 import trio
@@ -41,18 +57,21 @@ from ..book import Book
 from ..eventlog import EventLog
 from ..errors import BookError
 from ..info import render, summary
-from ..layout import META_FIELDS, META_KEYS, MIN_PAYLOAD
+from ..layout import META_FIELDS, META_KEYS
 from ..segments import DEFAULT_SPAN, Segment, Segments
 from . import inodes as I
+from .cache import EventCache
 from .commit import CommitQueue, Reservation, refuse
+from .holders import HolderScan
 from .staging import Staging
 
 log = logging.getLogger(__name__)
 
 FOREVER = 24 * 3600.0  # cache timeout for immutable entries (seconds)
 CHANGING = 1.0  # attribute timeout for things an append changes (seconds)
-SMALL_EVENT = 128 << 10  # events up to this size are read whole on open
-PF_EXITING = 0x4  # /proc/<pid>/stat flags bit: the task is exiting
+SMALL_EVENT = 128 << 10  # events up to this size are read whole and cached
+FOLLOW_EVERY = 1.0  # seconds between a read-only mount's checks of the log
+HELD, LAST, KILLED = "held", "last", "killed"  # what a flush finds (see _closing)
 
 
 def guarded(fn):
@@ -79,46 +98,59 @@ def guarded(fn):
     return wrapper
 
 
-def killed_by_signal(pid: int) -> bool:
-    """True if ``pid`` is exiting because a signal killed it (its descriptors are being
-    closed by the kernel, not by the program).  A process that exits normally, or is
-    still running, returns False."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return False
-    fields = data[data.rindex(b")") + 2 :].split()
-    # fields[0] is field 3 (state); flags is field 9, exit_code field 52
-    flags = int(fields[6])
-    exit_code = int(fields[49]) if len(fields) > 49 else 0
-    return bool(flags & PF_EXITING) and (exit_code & 0x7F) != 0
+class Modes(NamedTuple):
+    """Permission bits of the mount's files, derived from the source (``source_modes``)."""
+
+    read: int  # events, segments, info files
+    dir: int  # events/, meta/, epochs/, the root
+    new: int  # new/: search and list for readers, create for writers
+    meta: int  # meta/<key>
+    staged: int  # a new/<N> being written
 
 
-def still_open_elsewhere(pid: int, path: str) -> bool:
-    """True if process ``pid`` still has ``path`` open on some descriptor.  Used at
-    ``flush``: a shell's ``> new/N`` opens the file, ``dup2``s it to stdout and closes the
-    original descriptor, which flushes before anything is written; that flush must not
-    commit.  Only ``readlink`` is used (a ``stat`` would re-enter this filesystem)."""
-    fd_dir = f"/proc/{pid}/fd"
-    try:
-        names = os.listdir(fd_dir)
-    except OSError:
-        return False
-    for name in names:
-        try:
-            if os.readlink(f"{fd_dir}/{name}") == path:
-                return True
-        except OSError:
-            continue
-    return False
+def _source_file(book) -> str:
+    """The file whose owner and mode stand for the log: the newest epoch's log for a
+    pier, ``book.log`` (or LMDB's ``data.mdb``) otherwise."""
+    epochs = getattr(book, "epochs", None)
+    if epochs:
+        book = epochs[-1].log
+    for attr in ("log_path", "data_path"):
+        path = getattr(book, attr, None)
+        if path and os.path.exists(path):
+            return path
+    data = os.path.join(book.directory, "data.mdb")
+    return data if os.path.exists(data) else book.directory
+
+
+def source_modes(book, readonly: bool) -> tuple[int, int, Modes]:
+    """``(uid, gid, modes)`` for the mount: the source log file's owner, and its mode
+    bits for each class (user, group, other), dropped for a class that cannot search the
+    log's directory.  Write bits are dropped on a read-only mount.  With the kernel's
+    ``default_permissions`` this lets exactly the users who could read the log read the
+    mount, and the users who could write it append (root is, as always, exempt)."""
+    path = _source_file(book)
+    st = os.stat(path)
+    mode = st.st_mode & 0o777
+    dst = os.stat(os.path.dirname(path) if path != book.directory else path)
+    if (dst.st_uid, dst.st_gid) == (st.st_uid, st.st_gid):
+        for shift in (6, 3, 0):
+            if not (dst.st_mode >> shift) & 1:
+                mode &= ~(7 << shift)
+    r = mode & 0o444
+    w = 0 if readonly else mode & 0o222
+    rx = r | (r >> 2)
+    modes = Modes(read=r, dir=rx, new=rx | w | (w >> 1), meta=r | w, staged=w)
+    return st.st_uid, st.st_gid, modes
 
 
 class _EventHandle:
-    __slots__ = ("event", "data")
+    """An open event: its number and the log generation it was opened in (the bytes
+    live in the shared cache or on disk, never in the handle)."""
 
-    def __init__(self, event: int, data: bytes | None):
-        self.event, self.data = event, data
+    __slots__ = ("event", "generation", "small")
+
+    def __init__(self, event: int, generation: int, small: bool):
+        self.event, self.generation, self.small = event, generation, small
 
 
 class _SegmentHandle:
@@ -138,10 +170,18 @@ class _BytesHandle:
 
 
 class _MetaWriteHandle:
-    __slots__ = ("key", "staging", "dirty")
+    """A meta field open for writing.  The buffer starts as the field's current bytes
+    (empty after ``O_TRUNC``), so a partial write keeps the bytes it does not touch."""
 
-    def __init__(self, key: str):
+    __slots__ = ("key", "staging", "dirty", "poisoned", "deferred", "holders")
+
+    def __init__(self, key: str, current: bytes, holders: HolderScan | None):
         self.key, self.staging, self.dirty = key, Staging(4096), False
+        self.poisoned = 0
+        self.deferred = False
+        self.holders = holders
+        if current:
+            self.staging.write(0, current)
 
 
 class BookOperations(pyfuse3.Operations):
@@ -169,15 +209,18 @@ class BookOperations(pyfuse3.Operations):
             self._root.append((b"epochs", I.EPOCHS))
         self._root_names = dict(self._root)
         self._dirs = {ino for _, ino in self._root if ino != I.INFO} | {I.ROOT}
+        # resolved before mounting: descriptors' links name files by their real path
         self.mountpoint = mountpoint
         self.readonly = not book.writable
         self.debug = debug
         self.queue = CommitQueue(book, stall_timeout=stall_timeout, spill_dir=spill_dir)
         self._handles: dict[int, object] = {}
         self._next_fh = 1
-        self._verified_large: set[int] = set()
-        st = os.stat(book.directory)
-        self._uid, self._gid = st.st_uid, st.st_gid
+        self._cache = EventCache()
+        self._verified_large: set[int] = set()  # large events whose check passed (8 B each)
+        self._generation = getattr(book, "generation", 0)
+        self._known = book.gulf()  # the range the kernel may have cached
+        self._uid, self._gid, self._modes = source_modes(book, self.readonly)
         self._mounted_ns = time.time_ns()
 
     # --- helpers -------------------------------------------------------------------------
@@ -204,31 +247,77 @@ class BookOperations(pyfuse3.Operations):
         return a
 
     def _follow(self) -> None:
-        """On a read-only mount, pick up events another process committed."""
-        if self.readonly:
-            self.book.refresh()
+        """On a read-only mount, pick up events another process committed; if the log
+        shrank or was replaced under us, drop every cache (ours and the kernel's)."""
+        if not self.readonly:
+            return
+        self.book.refresh()
+        gen = getattr(self.book, "generation", 0)
+        old = self._known
+        self._known = self.book.gulf()
+        if gen != self._generation:
+            self._generation = gen
+            self._cache.clear()
+            self._verified_large.clear()
+            self._verified_segments.clear()
+            log.warning("the log changed under the mount (it shrank or was replaced): "
+                        "events %s..%s are reread from disk", old[0], old[1])
+            trio.lowlevel.spawn_system_task(self._invalidate_kernel, old, self._known)
+
+    async def _invalidate_kernel(self, old: tuple[int, int], new: tuple[int, int]) -> None:
+        """Make the kernel forget what it cached of events ``old`` (a worker thread:
+        dropping pages waits for reads in flight, which this loop must keep serving)."""
+        try:
+            await trio.to_thread.run_sync(self._invalidate_sync, old, new)
+        except Exception:  # never let a system task kill the mount
+            log.exception("invalidating the kernel's caches failed")
+
+    def _invalidate_sync(self, old: tuple[int, int], new: tuple[int, int]) -> None:
+        first, last = old
+        if not last:
+            return
+        gone_from = new[1] + 1 if new[1] else first
+        for ino in (I.EVENTS, I.ROOT, I.INFO):
+            with contextlib.suppress(OSError):
+                pyfuse3.invalidate_inode(ino, attr_only=True)
+        for event in range(first, last + 1):
+            with contextlib.suppress(OSError):  # ENOENT: the kernel holds nothing of it
+                pyfuse3.invalidate_inode(I.event_inode(event))
+            if event >= gone_from:
+                for name in (I.event_name(event), str(event).encode()):
+                    with contextlib.suppress(OSError):
+                        pyfuse3.invalidate_entry(I.EVENTS, name)
+
+    async def follow_loop(self) -> None:
+        """Run by the daemon of a read-only mount: check the log every ``FOLLOW_EVERY``
+        seconds, so a recovery or replacement by the writer is noticed even while the
+        kernel serves every read from its cache."""
+        while True:
+            await trio.sleep(FOLLOW_EVERY)
+            try:
+                self._follow()
+            except Exception:
+                log.exception("following the log failed; trying again")
+
+    def _event_of(self, ino: int) -> int:
+        return I.inode_event(ino, self.book.first)
 
     def _log_mtime(self) -> int:
         last = self.book.last
         return self.book.mtime_ns(last) if last else self._mounted_ns
 
     def _event_attrs(self, event: int) -> pyfuse3.EntryAttributes:
-        return self._attrs(I.event_inode(event), stat.S_IFREG | 0o444,
+        return self._attrs(I.event_inode(event), stat.S_IFREG | self._modes.read,
                            self.book.payload_size(event), self.book.mtime_ns(event), FOREVER)
 
     def _dir_attrs(self, ino: int) -> pyfuse3.EntryAttributes:
-        if ino == I.NEW:
-            mode = 0o333 if not self.readonly else 0o111
-        elif ino == I.ROOT:
-            mode = 0o755 if not self.readonly else 0o555
-        else:
-            mode = 0o555
+        mode = self._modes.new if ino == I.NEW else self._modes.dir
         size = self.book.count if ino == I.EVENTS else 0
         return self._attrs(ino, stat.S_IFDIR | mode, size, self._log_mtime(), CHANGING,
                            nlink=2, entry_timeout=FOREVER)
 
     def _segment_attrs(self, seg: Segment) -> pyfuse3.EntryAttributes:
-        return self._attrs(I.segment_inode(seg.index), stat.S_IFREG | 0o444, seg.size,
+        return self._attrs(I.segment_inode(seg.index), stat.S_IFREG | self._modes.read, seg.size,
                            self.book.mtime_ns(seg.last), FOREVER if seg.complete else 0,
                            entry_timeout=FOREVER)
 
@@ -260,17 +349,17 @@ class BookOperations(pyfuse3.Operations):
         if k >= len(self.epochs):
             raise pyfuse3.FUSEError(errno.ENOENT)
         if kind == I.EPOCH_INFO:
-            return self._attrs(ino, stat.S_IFREG | 0o444, len(self._epoch_info(k)),
+            return self._attrs(ino, stat.S_IFREG | self._modes.read, len(self._epoch_info(k)),
                                self._log_mtime(), CHANGING, entry_timeout=FOREVER)
         if kind in (I.EPOCH_DIR, I.EPOCH_EVENTS):
             size = self.epochs[k].log.count if kind == I.EPOCH_EVENTS else 0
-            return self._attrs(ino, stat.S_IFDIR | 0o555, size, self._log_mtime(), CHANGING,
-                               nlink=2, entry_timeout=FOREVER)
+            return self._attrs(ino, stat.S_IFDIR | self._modes.dir, size, self._log_mtime(),
+                               CHANGING, nlink=2, entry_timeout=FOREVER)
         raise pyfuse3.FUSEError(errno.ENOENT)
 
     async def _attrs_of(self, ino: int) -> pyfuse3.EntryAttributes:
         if I.is_event(ino):
-            event = I.inode_event(ino)
+            event = self._event_of(ino)
             if event not in self.book:
                 self._follow()
             if event not in self.book:
@@ -289,18 +378,19 @@ class BookOperations(pyfuse3.Operations):
             return self._dir_attrs(ino)
         if ino == I.INFO:
             self._follow()
-            return self._attrs(ino, stat.S_IFREG | 0o444, len(self._info_bytes()),
+            return self._attrs(ino, stat.S_IFREG | self._modes.read, len(self._info_bytes()),
                                self._log_mtime(), CHANGING, entry_timeout=FOREVER)
         if ino in I.META_BY_INODE:
             key = I.META_BY_INODE[ino]
-            mode = 0o444 if self.readonly else 0o644
+            mode = self._modes.meta
             mtime = self._meta_mtime()
             return self._attrs(ino, stat.S_IFREG | mode, META_FIELDS[key][1], mtime, CHANGING,
                                entry_timeout=FOREVER)
         if I.is_staging(ino):
             r = self._handles.get(ino - I.STAGING_BASE)
             if isinstance(r, Reservation):
-                return self._attrs(ino, stat.S_IFREG | 0o200, len(r.staging), time.time_ns(),
+                return self._attrs(ino, stat.S_IFREG | self._modes.staged, len(r.staging),
+                                   time.time_ns(),
                                    CHANGING, entry_timeout=0)
         raise pyfuse3.FUSEError(errno.ENOENT)
 
@@ -360,21 +450,37 @@ class BookOperations(pyfuse3.Operations):
 
     @guarded
     async def setattr(self, inode, attr, fields, fh, ctx):
+        times = fields.update_atime or fields.update_mtime or fields.update_ctime
+        owner = fields.update_mode or fields.update_uid or fields.update_gid
         if I.is_staging(inode):
             r = self._handles.get(inode - I.STAGING_BASE)
             if not isinstance(r, Reservation):
                 raise pyfuse3.FUSEError(errno.ENOENT)
             if fields.update_size:
-                r.staging.truncate(attr.st_size)
+                try:
+                    r.staging.truncate(attr.st_size)
+                except (OSError, BookError) as e:
+                    r.poison(getattr(e, "errno", None) or errno.EIO)
+                    raise
             return await self._attrs_of(inode)
-        if inode in I.META_BY_INODE and not self.readonly:
-            if fields.update_size and fh in self._handles:
-                h = self._handles[fh]
-                if isinstance(h, _MetaWriteHandle):
+        if inode in I.META_BY_INODE:
+            key = I.META_BY_INODE[inode]
+            if self.readonly:
+                raise refuse(errno.EROFS, f"meta/{key}: the mount is read-only")
+            if owner:
+                raise refuse(errno.EPERM, f"meta/{key}: meta files keep their owner and mode")
+            if fields.update_size:
+                h = self._handles.get(fh) if fh is not None else None
+                if isinstance(h, _MetaWriteHandle):  # O_TRUNC, ftruncate: judged at close
                     h.staging.truncate(attr.st_size)
                     h.dirty = True
-            if fields.update_mode or fields.update_uid or fields.update_gid:
-                raise refuse(errno.EPERM, "meta files keep their owner and mode")
+                elif attr.st_size != META_FIELDS[key][1]:
+                    raise refuse(errno.EINVAL, f"meta/{key}: truncate to {attr.st_size} "
+                                               f"bytes; the field is exactly "
+                                               f"{META_FIELDS[key][1]} bytes")
+            elif times:
+                raise refuse(errno.EPERM, f"meta/{key}: times follow the log; write the "
+                                          "field to change it")
             return await self._attrs_of(inode)
         if fields.update_size:
             raise refuse(errno.EROFS, f"inode {inode}: events are immutable; append through new/")
@@ -384,9 +490,6 @@ class BookOperations(pyfuse3.Operations):
 
     @guarded
     async def opendir(self, inode, ctx):
-        if inode == I.NEW:
-            raise refuse(errno.EACCES, "new/ is write-only: create new/<N> with the next "
-                                       "event number instead of listing it")
         is_dir = inode in self._dirs or (
             I.is_epoch(inode) and I.inode_epoch(inode)[1] != I.EPOCH_INFO)
         if not is_dir:
@@ -396,28 +499,29 @@ class BookOperations(pyfuse3.Operations):
 
     @guarded
     async def readdir(self, fh, start_id, token):
+        if fh == I.NEW:
+            return  # write-only: lists as empty, so find, du, rsync and tar work
         if fh == I.EVENTS or (I.is_epoch(fh) and I.inode_epoch(fh)[1] == I.EPOCH_EVENTS):
-            # cookie = the event number of the entry just returned: O(1) resume
+            # cookie = position in the log + 1 (an off_t: event numbers may pass 2^63)
             log = self.book if fh == I.EVENTS else self.epochs[I.inode_epoch(fh)[0]].log
             first, last = log.gulf()
             if not last:
                 return
-            event = max(first, start_id + 1)
+            event = first + start_id
             if event > last:
                 return
             # readdir_reply copies the attributes into the reply buffer, so one object is
             # reused and only the fields that differ are set (this is the ls -l hot path)
             a = self._event_attrs(event)
-            reply, name = pyfuse3.readdir_reply, I.event_name
+            reply, name, inode = pyfuse3.readdir_reply, I.event_name, I.event_inode
             size_of, mtime_of = log.payload_size, log.mtime_ns
-            base = I.EVENT_BASE
             while event <= last:
                 size = size_of(event)
-                a.st_ino = base + event
+                a.st_ino = inode(event)
                 a.st_size = size
                 a.st_blocks = (size + 511) >> 9
                 a.st_mtime_ns = a.st_ctime_ns = a.st_atime_ns = mtime_of(event)
-                if not reply(token, name(event), a, event):
+                if not reply(token, name(event), a, event - first + 1):
                     return
                 event += 1
             return
@@ -453,25 +557,31 @@ class BookOperations(pyfuse3.Operations):
 
     # --- reading -------------------------------------------------------------------------
 
+    def _checked(self, event: int) -> bytes:
+        """The payload of small ``event``, checked, from the shared cache or the disk."""
+        data = self._cache.get(event)
+        if data is None:
+            data = self.book.read(event)  # the format's check (CRC)
+            self._cache.put(event, data)
+        return data
+
     @guarded
     async def open(self, inode, flags, ctx):
         writing = flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND)
         if I.is_event(inode):
+            event = self._event_of(inode)
             if writing:
-                raise refuse(errno.EROFS, f"events/{I.inode_event(inode)} is immutable; "
-                                          "append through new/")
-            event = I.inode_event(inode)
+                raise refuse(errno.EROFS, f"events/{event} is immutable; append through new/")
             if event not in self.book:
                 raise pyfuse3.FUSEError(errno.ENOENT)
-            size = self.book.payload_size(event)
-            if size <= SMALL_EVENT:
-                data = self.book.read(event)  # CRC-checked
-            else:
-                if event not in self._verified_large:
-                    await trio.to_thread.run_sync(self.book.verify_event, event)
-                    self._verified_large.add(event)
-                data = None
-            return pyfuse3.FileInfo(fh=self._new_fh(_EventHandle(event, data)), keep_cache=True)
+            small = self.book.payload_size(event) <= SMALL_EVENT
+            if small:
+                self._checked(event)
+            elif event not in self._verified_large:
+                await trio.to_thread.run_sync(self.book.verify_event, event)
+                self._verified_large.add(event)
+            handle = _EventHandle(event, self._generation, small)
+            return pyfuse3.FileInfo(fh=self._new_fh(handle), keep_cache=True)
         if I.is_epoch(inode):
             k, kind = I.inode_epoch(inode)
             if kind != I.EPOCH_INFO or k >= len(self.epochs):
@@ -506,8 +616,11 @@ class BookOperations(pyfuse3.Operations):
                 if flags & os.O_APPEND:
                     raise refuse(errno.EINVAL, f"meta/{key}: write the whole field, "
                                                "not an append")
-                return pyfuse3.FileInfo(fh=self._new_fh(_MetaWriteHandle(key)),
-                                        direct_io=True, keep_cache=False)
+                truncated = bool(flags & os.O_TRUNC)
+                current = b"" if truncated else self.book.read_meta(key)
+                h = _MetaWriteHandle(key, current, self._holder_scan(f"meta/{key}", inode, ctx))
+                h.dirty = truncated  # emptied: judged (and refused, unless rewritten) at close
+                return pyfuse3.FileInfo(fh=self._new_fh(h), direct_io=True, keep_cache=False)
             return pyfuse3.FileInfo(fh=self._new_fh(_BytesHandle(self.book.read_meta(key))),
                                     direct_io=True, keep_cache=False)
         if I.is_staging(inode):
@@ -518,8 +631,11 @@ class BookOperations(pyfuse3.Operations):
     async def read(self, fh, off, size):
         h = self._handles.get(fh)
         if isinstance(h, _EventHandle):
-            if h.data is not None:
-                return h.data[off : off + size]
+            if h.generation != self._generation:
+                raise refuse(errno.ESTALE, f"events/{h.event}: the log was recovered or "
+                                           "replaced since this file was opened; reopen it")
+            if h.small:
+                return self._checked(h.event)[off : off + size]
             return self.book.read_slice(h.event, off, size)
         if isinstance(h, _BytesHandle):
             return h.data[off : off + size]
@@ -528,6 +644,24 @@ class BookOperations(pyfuse3.Operations):
         raise pyfuse3.FUSEError(errno.EBADF)
 
     # --- writing -------------------------------------------------------------------------
+
+    def _holder_scan(self, rel: str, inode: int, ctx) -> HolderScan | None:
+        """How ``flush`` will tell the last close of ``MNT/rel`` (None when the
+        operations run without a mount, as in direct tests: every flush is the last)."""
+        if not self.mountpoint:
+            return None
+        return HolderScan(f"{self.mountpoint}/{rel}", inode, ctx.pid)
+
+    @staticmethod
+    def _closing(scan: HolderScan | None) -> str:
+        """HELD if another descriptor still refers to the file (this close is not the
+        last), KILLED if the last one was closed by a writer a signal killed, else LAST."""
+        if scan is None:
+            return LAST
+        found, killed = scan.holders()
+        if found:
+            return HELD
+        return KILLED if killed else LAST
 
     @guarded
     async def create(self, parent_inode, name, mode, flags, ctx):
@@ -543,6 +677,7 @@ class BookOperations(pyfuse3.Operations):
                          "append by creating new/<next event number>")
         r = self.queue.reserve(name, ctx.pid)
         fh = self._new_fh(r)
+        r.holders = self._holder_scan(f"new/{r.name}", I.staging_inode(fh), ctx)
         attrs = await self._attrs_of(I.staging_inode(fh))
         return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False), attrs
 
@@ -550,43 +685,99 @@ class BookOperations(pyfuse3.Operations):
     async def write(self, fh, off, buf):
         h = self._handles.get(fh)
         if isinstance(h, Reservation):
-            if h.state == "done":
-                raise refuse(errno.EINVAL, f"new/{h.number} is already committed")
-            return h.staging.write(off, buf)
+            if h.state != "open":
+                raise refuse(errno.EBADF, f"new/{h.number}: write of {len(buf)} bytes at "
+                                          f"{off} after the file was {h.state}; "
+                                          "nothing of it is saved")
+            try:
+                return h.staging.write(off, buf)
+            except (OSError, BookError) as e:
+                h.poison(getattr(e, "errno", None) or errno.EIO)
+                raise
         if isinstance(h, _MetaWriteHandle):
+            try:
+                n = h.staging.write(off, buf)
+            except (OSError, BookError) as e:
+                h.poisoned = h.poisoned or getattr(e, "errno", None) or errno.EIO
+                raise
             h.dirty = True
-            return h.staging.write(off, buf)
+            return n
         raise pyfuse3.FUSEError(errno.EBADF)
 
     @guarded
     async def flush(self, fh):
         h = self._handles.get(fh)
         if isinstance(h, Reservation):
-            if h.state in ("open", "ready"):
-                if h.state == "open":
-                    if killed_by_signal(h.pid):
-                        self.queue.abandon(h, f"writer pid {h.pid} was killed before closing")
-                        raise pyfuse3.FUSEError(errno.EIO)
-                    if (len(h.staging) < MIN_PAYLOAD and self.mountpoint
-                            and still_open_elsewhere(h.pid, f"{self.mountpoint}/new/{h.name}")):
-                        return  # an early close (a shell's dup2 dance): commit later
-                await self.queue.commit(h)
-            elif h.state == "failed":
-                raise pyfuse3.FUSEError(h.error)
-        elif isinstance(h, _MetaWriteHandle) and h.dirty:
-            h.dirty = False
-            value = h.staging.getvalue()
-            await trio.to_thread.run_sync(self.book.save_meta, h.key, value)
+            await self._flush_reservation(h)
+        elif isinstance(h, _MetaWriteHandle):
+            await self._flush_meta(h)
+
+    async def _flush_reservation(self, h: Reservation) -> None:
+        if h.state == "open":
+            closing = self._closing(h.holders)
+            if closing == HELD:  # a dup, a fork or an exec closed a copy: not the end
+                h.deferred = True
+                if h.poisoned:
+                    raise pyfuse3.FUSEError(h.poisoned)
+                return
+            h.deferred = False
+            if closing == KILLED:
+                self.queue.abandon(h, "its writer was killed before it closed the file")
+                raise pyfuse3.FUSEError(errno.EIO)
+            await self.queue.commit(h)
+        elif h.state == "ready":
+            await self.queue.commit(h)
+        elif h.state == "failed":
+            raise pyfuse3.FUSEError(h.error)
+
+    async def _flush_meta(self, h: _MetaWriteHandle) -> None:
+        if not h.dirty and not h.poisoned:
+            return
+        closing = self._closing(h.holders)
+        if closing == HELD:
+            h.deferred = True
+            return
+        h.deferred = False
+        h.dirty = False
+        if h.poisoned or closing == KILLED:
+            err, h.poisoned = h.poisoned or errno.EIO, 0
+            raise refuse(err, f"meta/{h.key}: not saved, because a write to it failed or "
+                              "its writer was killed")
+        value = h.staging.getvalue()
+        size = META_FIELDS[h.key][1]
+        if len(value) != size:
+            raise refuse(errno.EINVAL, f"meta/{h.key}: {len(value)} bytes written, expected "
+                                       f"exactly {size}; the field is unchanged")
+        await trio.to_thread.run_sync(self.book.save_meta, h.key, value)
 
     @guarded
     async def release(self, fh):
         h = self._handles.pop(fh, None)
         if isinstance(h, Reservation):
-            if h.state in ("open", "ready"):
-                self.queue.abandon(h, "closed without a flush")
-            h.staging.close()
+            try:
+                if h.state == "open" and h.deferred and not h.poisoned:
+                    # A flush saw another holder, then the file was released with no
+                    # further flush (a descriptor passed over a socket and dropped): the
+                    # writer's close already returned 0, so honour it.
+                    log.warning("new/%d: last holder left without a close; committing",
+                                h.number)
+                    try:
+                        await self.queue.commit(h)
+                    except pyfuse3.FUSEError as e:
+                        log.error("new/%d: not committed (%s)", h.number,
+                                  errno.errorcode.get(e.errno, e.errno))
+                elif h.state in ("open", "ready"):
+                    self.queue.abandon(h, "closed without a flush")
+            finally:
+                h.staging.close()
         elif isinstance(h, _MetaWriteHandle):
-            h.staging.close()
+            try:
+                if h.dirty and h.deferred:
+                    h.holders = None
+                    with contextlib.suppress(pyfuse3.FUSEError):
+                        await self._flush_meta(h)
+            finally:
+                h.staging.close()
 
     @guarded
     async def fsync(self, fh, datasync):

@@ -1,20 +1,32 @@
 """Buffers for files being written through the mount (``new/<N>``, ``meta/<key>``).
 
 Writes may arrive at any offset, in any order.  A buffer keeps up to ``spill`` bytes in
-memory and moves to an unlinked temporary file beyond that, so the daemon's memory does not
-grow with event size.  Holes read as zeros, as in a sparse file.
+memory and moves to an unlinked temporary file beyond that (a write or a truncate past
+``spill``), so the daemon's memory does not grow with event size, and a truncate to 1 GiB
+costs a sparse file, not 1 GiB of memory.  Holes read as zeros, as in a sparse file.
+
+Once a buffer is handed to the engine for saving it is **frozen**: a later write or
+truncate raises :class:`StagingFrozen`, so the bytes being saved are an immutable snapshot
+(a buffer written while it is saved must never reach the disk).
 """
 
 from __future__ import annotations
 
+import errno as _errno
 import os
 import tempfile
 from collections.abc import Iterator
 
-from ..errors import PayloadTooLarge
+from ..errors import BookError, PayloadTooLarge
 
 SPILL_BYTES = 1 << 20  # payloads above this are staged on disk
 CHUNK = 1 << 20  # bytes per chunk when a spilled payload is streamed back
+
+
+class StagingFrozen(BookError):
+    """A write to a buffer that is being (or has been) committed."""
+
+    errno = _errno.EBADF  # the file is no longer open for writing
 
 
 class Staging:
@@ -28,6 +40,7 @@ class Staging:
         self._mem: bytearray | None = bytearray()
         self._fd: int | None = None
         self._size = 0
+        self.frozen = False
 
     def __len__(self) -> int:
         return self._size
@@ -39,6 +52,9 @@ class Staging:
     def write(self, off: int, data: bytes) -> int:
         """Write ``data`` at ``off``.  Raises :class:`PayloadTooLarge` (EFBIG) past ``limit``."""
         end = off + len(data)
+        if self.frozen:
+            raise StagingFrozen(f"write of {len(data)} bytes at {off} after the file was "
+                                "committed")
         if end > self.limit:
             raise PayloadTooLarge(f"write to byte {end}: over the {self.limit}-byte limit")
         if self._fd is None and end > self._spill_at:
@@ -60,6 +76,10 @@ class Staging:
     def truncate(self, size: int) -> None:
         if size > self.limit:
             raise PayloadTooLarge(f"truncate to {size}: over the {self.limit}-byte limit")
+        if self.frozen:
+            raise StagingFrozen(f"truncate to {size} after the file was committed")
+        if self._fd is None and size > self._spill_at:
+            self._spill()
         if self._fd is None:
             if size < len(self._mem):
                 del self._mem[size:]
@@ -74,6 +94,10 @@ class Staging:
         os.unlink(path)
         os.write(fd, self._mem)
         self._fd, self._mem = fd, None
+
+    def freeze(self) -> None:
+        """Refuse every later write and truncate (the buffer is being committed)."""
+        self.frozen = True
 
     def getvalue(self) -> bytes:
         """All the bytes (only sensible for small buffers: meta fields, small events)."""
@@ -92,8 +116,8 @@ class Staging:
         off = 0
         while off < self._size:
             chunk = os.pread(self._fd, min(CHUNK, self._size - off), off)
-            if not chunk:  # pragma: no cover - the temp file cannot shrink under us
-                raise OSError("staging file shorter than written")
+            if not chunk:  # the temp file cannot shrink under us (it is unlinked)
+                raise OSError(5, "staging file shorter than written")
             yield chunk
             off += len(chunk)
 
