@@ -55,6 +55,7 @@ class Reservation:
     poisoned: int = 0  # errno of a write that failed: the close fails with it
     deferred: bool = False  # a flush saw other holders and left the commit to them
     holders: object = None  # the fs layer's HolderScan for this file, if any
+    waiting: int = 0  # flushes waiting for transient copies to close (fs layer)
     done: trio.Event = field(default_factory=trio.Event)
 
     def finish(self, state: str, err: int = 0) -> None:
@@ -145,8 +146,10 @@ class CommitQueue:
             log.warning("new/%d abandoned: %s", r.number, why)
             self._fail_from(r.number, errno.EIO, why)
 
-    async def commit(self, r: Reservation) -> None:
-        """Wait until ``r`` is durable and visible (return) or has failed (FUSEError)."""
+    def ready(self, r: Reservation) -> None:
+        """Freeze ``r`` and queue it for the next save without waiting for it (another
+        caller's ``commit`` carries the outcome).  Raises FUSEError, having failed ``r``,
+        if a write poisoned it or it is too short."""
         if r.state == OPEN:
             r.staging.freeze()
             size = len(r.staging)
@@ -160,6 +163,10 @@ class CommitQueue:
                                            f"least {MIN_PAYLOAD} (a 4-byte mug, then the jam)")
             r.state = READY
             self._notify()
+
+    async def commit(self, r: Reservation) -> None:
+        """Wait until ``r`` is durable and visible (return) or has failed (FUSEError)."""
+        self.ready(r)
         waited = 0.0
         while r.state == READY:
             head = self._live.get(self._head())

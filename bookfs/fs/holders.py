@@ -21,6 +21,13 @@ so the close is the last one exactly when no descriptor anywhere still refers to
   ``/proc/<pid>/fdinfo`` confirms the inode and a writable access mode;
 * only ``readlink`` is used: a ``stat`` of the link would re-enter this filesystem.
 
+A copy that another thread's ``fork`` made a moment before its ``exec`` (every descriptor
+is copied, ``O_CLOEXEC`` ones included) is **transient**: it goes away at the exec.  Such
+copies must not turn the writer's own close into a non-last one, or a multi-threaded
+writer that spawns processes would see ``close()`` return 0 for an event not yet
+committed.  So a holder whose copies are all ``O_CLOEXEC``, in a process other than the
+creator, is reported as transient, and ``flush`` waits (briefly) for it to go.
+
 Limits, stated: descriptors passed over a Unix socket (``SCM_RIGHTS``) or taken with
 ``pidfd_getfd`` into a process older than the file are not seen, nor are processes whose
 ``/proc`` entries the daemon may not read (another user's, when the daemon is not root).
@@ -72,15 +79,18 @@ def killed_by_signal(pid: int) -> bool:
 
 
 def _fdinfo(pid: int, fd: str) -> tuple[int, int]:
-    """``(inode, access mode)`` of descriptor ``fd`` of ``pid`` from its fdinfo."""
-    ino, mode = -1, -1
+    """``(inode, flags)`` of descriptor ``fd`` of ``pid`` from its fdinfo."""
+    ino, flags = -1, -1
     with open(f"/proc/{pid}/fdinfo/{fd}", "rb") as f:
         for line in f:
             if line.startswith(b"flags:"):
-                mode = int(line.split()[1], 8) & os.O_ACCMODE
+                flags = int(line.split()[1], 8)
             elif line.startswith(b"ino:"):
                 ino = int(line.split()[1])
-    return ino, mode
+    return ino, flags
+
+
+NOT_HELD, TRANSIENT, HELD = 0, 1, 2
 
 
 class HolderScan:
@@ -105,28 +115,37 @@ class HolderScan:
             return pids
         return [self.creator] + [p for p in pids if p > self.since]
 
-    def _holds(self, pid: int) -> bool:
+    def _holds(self, pid: int) -> int:
+        """HELD, TRANSIENT (only ``O_CLOEXEC`` copies, outside the creator) or NOT_HELD."""
         fd_dir = f"/proc/{pid}/fd"
         try:
             names = os.listdir(fd_dir)
         except OSError:  # gone, exiting (its table detached), or not ours to read
-            return False
+            return NOT_HELD
+        held = NOT_HELD
         for name in names:
             try:
                 if os.readlink(f"{fd_dir}/{name}") != self.path:
                     continue
-                ino, mode = _fdinfo(pid, name)
+                ino, flags = _fdinfo(pid, name)
             except (OSError, ValueError):
                 continue
-            if ino == self.inode and mode in _WRITABLE:
-                return True
-        return False
+            if ino != self.inode or flags & os.O_ACCMODE not in _WRITABLE:
+                continue
+            if pid == self.creator or not flags & os.O_CLOEXEC:
+                return HELD
+            held = TRANSIENT
+        return held
 
-    def holders(self) -> tuple[set[int], bool]:
-        """``(holders now, killed)`` (blocking: run it in a worker thread).  ``killed`` is
-        True when nobody holds the file any more and one of the previous holders (so the
-        process whose close this is) is exiting because a signal killed it: a writer
-        that never finished."""
-        found = {pid for pid in self._candidates() if self._holds(pid)}
-        previous, self.last = self.last, found
+    def holders(self) -> tuple[dict[int, int], bool]:
+        """``({pid: HELD or TRANSIENT}, killed)`` for the processes holding the file now.
+        ``killed`` is True when nobody holds it any more and one of the previous holders
+        (so the process whose close this is) is exiting because a signal killed it: a
+        writer that never finished."""
+        found = {}
+        for pid in self._candidates():
+            how = self._holds(pid)
+            if how:
+                found[pid] = how
+        previous, self.last = self.last, set(found)
         return found, not found and any(killed_by_signal(pid) for pid in previous)

@@ -172,7 +172,7 @@ def mount(source: str, mountpoint: str, *, options: str | None = None,
 def _setup_logging(log_file: str | None, debug: bool, daemon: bool) -> str | None:
     """Log to ``log_file`` (or, for a daemon, a new file in :func:`log_dir`), else to
     stderr.  Returns the log's path."""
-    level = logging.DEBUG if debug else logging.INFO
+    level = logging.DEBUG if debug or os.environ.get("BOOKFS_DEBUG_FLUSH") else logging.INFO
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     root = logging.getLogger()
     for h in list(root.handlers):

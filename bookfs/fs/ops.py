@@ -62,7 +62,7 @@ from ..segments import DEFAULT_SPAN, Segment, Segments
 from . import inodes as I
 from .cache import EventCache
 from .commit import CommitQueue, Reservation, refuse
-from .holders import HolderScan
+from .holders import TRANSIENT, HolderScan
 from .staging import Staging
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,7 @@ CHANGING = 1.0  # attribute timeout for things an append changes (seconds)
 SMALL_EVENT = 128 << 10  # events up to this size are read whole and cached
 FOLLOW_EVERY = 1.0  # seconds between a read-only mount's checks of the log
 HELD, LAST, KILLED = "held", "last", "killed"  # what a flush finds (see _closing)
+TRANSIENT_WAIT = 2.0  # seconds a flush waits for fork-before-exec copies to go away
 
 
 def guarded(fn):
@@ -652,13 +653,32 @@ class BookOperations(pyfuse3.Operations):
             return None
         return HolderScan(f"{self.mountpoint}/{rel}", inode, ctx.pid)
 
-    @staticmethod
-    def _closing(scan: HolderScan | None) -> str:
+    async def _closing(self, scan: HolderScan | None, h) -> str:
         """HELD if another descriptor still refers to the file (this close is not the
-        last), KILLED if the last one was closed by a writer a signal killed, else LAST."""
+        last), KILLED if the last one was closed by a writer a signal killed, else LAST.
+
+        Copies that another thread's fork made just before its exec (``holders.py``:
+        transient) are waited out, up to ``TRANSIENT_WAIT``, polling, so they never turn
+        the writer's own last close into one that returns before the commit.  The wait
+        also ends when another close (that very copy's) has begun the commit."""
         if scan is None:
             return LAST
         found, killed = scan.holders()
+        deadline = time.monotonic() + TRANSIENT_WAIT
+        if h is not None:
+            h.waiting += 1
+        try:
+            while (found and all(how == TRANSIENT for how in found.values())
+                   and getattr(h, "state", "open") == "open"
+                   and time.monotonic() < deadline):
+                await trio.sleep(0.002)
+                found, killed = scan.holders()
+        finally:
+            if h is not None:
+                h.waiting -= 1
+        log.debug("flush of %s: holders %s, killed %s", scan.path, found, killed)
+        if getattr(h, "state", "open") != "open":
+            return LAST  # the commit has begun: this close waits for its outcome
         if found:
             return HELD
         return KILLED if killed else LAST
@@ -714,26 +734,36 @@ class BookOperations(pyfuse3.Operations):
 
     async def _flush_reservation(self, h: Reservation) -> None:
         if h.state == "open":
-            closing = self._closing(h.holders)
-            if closing == HELD:  # a dup, a fork or an exec closed a copy: not the end
+            closing = await self._closing(h.holders, h)
+            if h.state != "open":  # another close began the commit while this one waited
+                closing = LAST
+            elif closing == HELD:  # a dup, a fork or an exec closed a copy: not the end
                 h.deferred = True
                 if h.poisoned:
                     raise pyfuse3.FUSEError(h.poisoned)
                 return
             h.deferred = False
-            if closing == KILLED:
+            if closing == KILLED and h.state == "open":
                 self.queue.abandon(h, "its writer was killed before it closed the file")
                 raise pyfuse3.FUSEError(errno.EIO)
-            await self.queue.commit(h)
-        elif h.state == "ready":
+            if h.waiting:
+                # The writer's own close is waiting for this copy to go (a child of a
+                # fork that just exec'd or exited): start the commit and let the writer's
+                # close carry its outcome.  Blocking here could deadlock: that child's
+                # parent may be the writer of a predecessor, waiting for the child.
+                self.queue.ready(h)
+                return
             await self.queue.commit(h)
         elif h.state == "failed":
             raise pyfuse3.FUSEError(h.error)
+        # "ready" or "done": the close that began the commit carries its outcome.  This is
+        # a copy closing late (a fork child at its exec); it must not wait, since the
+        # writer of a predecessor may be waiting for that very child.
 
     async def _flush_meta(self, h: _MetaWriteHandle) -> None:
         if not h.dirty and not h.poisoned:
             return
-        closing = self._closing(h.holders)
+        closing = await self._closing(h.holders, None)
         if closing == HELD:
             h.deferred = True
             return
