@@ -49,7 +49,6 @@ from .layout import (
     FIR_OFFSET,
     HEADER,
     HEADER_SIZE,
-    LOCK_NAME,
     LOG_NAME,
     MAGIC,
     MAX_PAYLOAD,
@@ -61,7 +60,7 @@ from .layout import (
     crc32,
     deed_parts,
 )
-from .lock import WriterLock
+from .lock import WriterLock, lock_path_for
 from .logbase import SingleFileLog, contained, create_files
 from .types import Progress
 
@@ -95,13 +94,19 @@ class Book(SingleFileLog):
 
     @classmethod
     def open(cls, path: str | os.PathLike, writable: bool = False, create: bool = False, *,
-             progress: Progress | None = None, use_index_cache: bool = True) -> "Book":
+             lock: bool = True, progress: Progress | None = None,
+             use_index_cache: bool = True) -> "Book":
         """Open the log in directory ``path``.
 
         ``create=True`` (needs ``writable``) makes the directory's ``book.log`` (header with
-        ``fir_d = 0``) and ``meta.bin`` (zeros) if missing.  Raises a :class:`FormatError`
-        subclass for a file that is not a Book log, :class:`LockHeld` if another writer
-        holds the lock, :class:`PathEscape` for a file that resolves outside ``path``.
+        ``fir_d = 0``) and ``meta.bin`` (zeros) if missing.  A writable open takes the
+        writer lock :func:`bookfs.lock.lock_path_for` names: the enclosing pier's
+        ``.vere.lock`` when ``path`` lies inside a pier (an epoch), else ``book.lock``;
+        ``lock=False`` skips it for a caller that already holds it (a writable pier).
+        Raises a :class:`FormatError` subclass for a file that is not a Book log
+        (:class:`NotRegularFile` for a FIFO, directory, ... where a file belongs),
+        :class:`LockHeld` if another writer holds the lock, :class:`PathEscape` for a file
+        that resolves outside ``path`` (or any symlink, for a writable open).
         ``progress`` is called with byte counts during long scans.
         """
         directory = os.fspath(path)
@@ -114,17 +119,15 @@ class Book(SingleFileLog):
                 raise BookError(f"{directory}: not a directory holding {LOG_NAME}")
         log_path = contained(directory, LOG_NAME)
         meta_path = contained(directory, META_NAME)
-        lock = None
-        if writable:
-            lock = WriterLock(contained(directory, LOCK_NAME))
+        held = WriterLock(lock_path_for(directory)) if writable and lock else None
         try:
             if create:
                 cls._create_files(directory, log_path, meta_path)
             fd, meta_fd = cls._open_files(log_path, meta_path, writable, "a Book log")
-            book = cls(directory, fd, meta_fd, writable, lock)
+            book = cls(directory, fd, meta_fd, writable, held)
         except BaseException:
-            if lock:
-                lock.release()
+            if held:
+                held.release()
             raise
         try:
             book._check_meta_file()

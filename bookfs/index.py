@@ -28,7 +28,8 @@ import tempfile
 from array import array
 from dataclasses import dataclass, field
 
-from .fileio import pread_into
+from .errors import BookError
+from .fileio import open_regular, pread_into
 from .layout import (
     DEED_LEN,
     DEED_OVERHEAD,
@@ -222,10 +223,15 @@ def load_index(log_path: str, fd: int, size: int) -> OffsetIndex | None:
     st = os.fstat(fd)
     path = _index_path(log_path, st)
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        ifd = open_regular(path, os.O_RDONLY)  # never a symlink, never a FIFO that hangs
     except FileNotFoundError:
         return None
+    except (OSError, BookError) as e:
+        log.info("index %s unreadable (%s); rebuilding", path, e)
+        return None
+    try:
+        with os.fdopen(ifd, "rb") as f:
+            raw = f.read()
     except OSError as e:
         log.info("index %s unreadable (%s); rebuilding", path, e)
         return None

@@ -24,9 +24,9 @@ from .errors import (
     PayloadTooLarge,
     ReadOnly,
 )
-from .fileio import fsync_dir
+from .fileio import create_new, fsync_dir, open_regular
 from .index import OffsetIndex
-from .layout import FILE_MODE, MAX_PAYLOAD, META_FIELDS, META_SIZE, MIN_PAYLOAD
+from .layout import CREATING_SUFFIX, MAX_PAYLOAD, META_FIELDS, META_SIZE, MIN_PAYLOAD
 from .types import EventNum
 
 _IOV_MAX = 1024
@@ -44,17 +44,17 @@ def contained(directory: str, name: str) -> str:
 
 
 def create_files(directory: str, files: list[tuple[str, bytes]]) -> None:
-    """Create each missing ``(path, content)`` atomically and durably: written to a temp
-    file (mode 0644 regardless of umask), fsync'd, renamed into place, then the directory
-    fsync'd.  Existing files are left alone."""
+    """Create each missing ``(path, content)`` atomically and durably: written to a fresh
+    ``<path>.creating`` temp file (``fileio.create_new``: exclusive, mode 0644 regardless of
+    umask, never through a planted symlink), fsync'd, renamed into place, then the
+    directory fsync'd.  Existing files are left alone."""
     made = False
     for path, content in files:
         if os.path.lexists(path):
             continue
-        tmp = path + ".creating"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        tmp = path + CREATING_SUFFIX
+        fd = create_new(tmp)
         try:
-            os.fchmod(fd, FILE_MODE)
             os.write(fd, content)
             os.fsync(fd)
         finally:
@@ -172,18 +172,25 @@ class SingleFileLog(PublishedView):
     @staticmethod
     def _open_files(log_path: str, meta_path: str, writable: bool,
                     what: str) -> tuple[int, int]:
-        """Open the log and ``meta.bin`` (read-write or read-only); a missing one is a
-        :class:`BookError` saying what was expected (``what``: the kind of log)."""
-        flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC
+        """Open the log and ``meta.bin`` (read-write or read-only) through
+        :func:`bookfs.fileio.open_regular`: a missing one is a :class:`BookError` saying what
+        was expected (``what``: the kind of log); a FIFO, socket, device or directory is a
+        :class:`NotRegularFile`, never a hang.  A read-only open may follow a symlink the
+        caller checked with :func:`contained`; a writable open never follows one."""
+        flags = os.O_RDWR if writable else os.O_RDONLY
+        follow = not writable
         try:
-            fd = os.open(log_path, flags)
+            fd = open_regular(log_path, flags, follow=follow)
         except FileNotFoundError:
             raise BookError(f"{log_path}: no such file (expected {what})") from None
         try:
-            meta_fd = os.open(meta_path, flags)
+            meta_fd = open_regular(meta_path, flags, follow=follow)
         except FileNotFoundError:
             os.close(fd)
             raise BookError(f"{meta_path}: no such file (expected 256 bytes of meta)") from None
+        except BaseException:
+            os.close(fd)
+            raise
         return fd, meta_fd
 
     def _publish_view(self, end: int, *extra) -> None:
