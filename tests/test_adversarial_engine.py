@@ -325,9 +325,11 @@ _FSCK_RAW_OPEN = pytest.mark.xfail(
     "os.open: it must use bookfs.fileio.open_regular")
 
 
-@pytest.mark.parametrize("name", [pytest.param("book.log", marks=_FSCK_RAW_OPEN), "meta.bin"])
-def test_special_file_fsck_does_not_hang(special, name):
+@pytest.mark.parametrize("name", ["book.log", "meta.bin"])
+def test_special_file_fsck_does_not_hang(special, name, request):
     d, kind = special(name)
+    if name == "book.log" and kind in ("fifo", "directory"):
+        request.applymarker(_FSCK_RAW_OPEN)
     res = _cli_line("fsck", str(d))
     assert res.returncode != 0
     assert "Traceback" not in res.stderr
