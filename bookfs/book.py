@@ -41,7 +41,7 @@ from .errors import (
     TooShort,
     UnsupportedLayout,
 )
-from .index import OffsetIndex, load_index, save_index, scan_framing
+from .index import OffsetIndex, discard_index, load_index, save_index, scan_framing
 from .layout import (
     DEED_LEN,
     DEED_OVERHEAD,
@@ -89,6 +89,11 @@ class Book(SingleFileLog):
         self._seen_size = 0
         self.recovery = recovery.RecoveryReport()
         self._index_dirty = False
+        self._index_untrusted = False  # a read found the index wrong: never persist it
+        #: ``offsets[0 .. _chain_ok]`` are confirmed deed starts: built by a framing scan,
+        #: or walked (each ``len_d`` spans exactly to the next offset) from the header.
+        #: A persisted index is only a hint until this walk reaches the event read.
+        self._chain_ok = 0
 
     # --- opening -----------------------------------------------------------------------
 
@@ -190,18 +195,29 @@ class Book(SingleFileLog):
         fd = self._fd
         size = os.fstat(fd).st_size
         fir = self._read_header(size)
-        index = load_index(self.log_path, fd, size) if use_cache else None
-        if index is None or (index.first != fir and index.count):
-            index = OffsetIndex(first=fir)
-            index.times.append((fir, os.fstat(fd).st_mtime_ns))
-        index.first = fir
-        before = index.count
-        self._index = index
-        if fir == 0 and size > HEADER_SIZE:
-            end = HEADER_SIZE  # deeds without a first event number cannot be numbered
-            self.recovery.notes.append(f"{self.log_path}: fir_d is 0 but data follows the header")
-        else:
-            end = scan_framing(fd, index, size, progress=progress)
+        cached = load_index(self.log_path, fd, size) if use_cache else None
+        if cached is not None and cached.first != fir and cached.count:
+            cached = None
+        while True:
+            index = cached or OffsetIndex(first=fir)
+            if cached is None:
+                index.times.append((fir, os.fstat(fd).st_mtime_ns))
+            index.first = fir
+            before = index.count
+            self._index = index
+            if fir == 0 and size > HEADER_SIZE:
+                end = HEADER_SIZE  # deeds without a first event number cannot be numbered
+                self.recovery.notes.append(
+                    f"{self.log_path}: fir_d is 0 but data follows the header")
+            else:
+                end = scan_framing(fd, index, size, progress=progress)
+            if cached is None or end == size:
+                break
+            # Damage past a persisted index: never cut or quarantine on a cache's word.
+            log.info("%s: the framing breaks after the persisted index; rebuilding it",
+                     self.log_path)
+            cached = None
+        self._chain_ok = 0 if cached is not None else index.count
         if end == HEADER_SIZE and size > HEADER_SIZE and self._looks_padded(size):
             raise UnsupportedLayout(
                 f"{self.log_path}: deeds use the padded January 2026 layout (len_d + 28 bytes); "
@@ -256,7 +272,8 @@ class Book(SingleFileLog):
         os.fsync(self._fd)
 
     def _persist_index(self) -> None:
-        save_index(self.log_path, self._fd, self._index)
+        if not self._index_untrusted:
+            save_index(self.log_path, self._fd, self._index)
         self._index_dirty = False
 
     def _publish(self) -> None:
@@ -277,24 +294,55 @@ class Book(SingleFileLog):
         Holds the whole payload in memory: use :meth:`read_slice` for large events.
         """
         off, n = self._locate(event)
+        self._confirm_offset(event, event - self._view[0])
         buf = os.pread(self._fd, n + DEED_OVERHEAD, off)
         if len(buf) != n + DEED_OVERHEAD:  # the file was cut under us
-            self._corrupt(event, off)
+            self._corrupt(event, off, "framing (the deed runs past the end of the file)")
+        self._check_len(event, off, n, buf[:8])
         crc, let = DEED_TAIL.unpack_from(buf, n + 8)
         mv = memoryview(buf)
         if let != n or crc32(mv[: n + 8]) != crc:
             self._corrupt(event, off)
         return bytes(mv[8 : n + 8])
 
-    def _corrupt(self, event: int, off: int):
-        msg = f"{self.log_path}: event {event} at offset {off} fails its CRC check"
+    def _corrupt(self, event: int, off: int, what: str = "CRC", detail: str = ""):
+        msg = f"{self.log_path}: event {event} at offset {off} fails its {what} check"
+        if detail:
+            msg += f": {detail}"
         log.error("%s", msg)
         raise CorruptDeed(msg, event=event, offset=off)
 
+    def _confirm_offset(self, event: int, i: int) -> None:
+        """Walk the chain of deeds from the last confirmed offset to ``offsets[i]`` (one
+        8-byte ``pread`` per deed, once per log open), so an index loaded from the cache
+        can never point a read at another event's deed.  A break means the persisted
+        index is wrong: it is logged, deleted (the next open rebuilds it) and the read
+        fails with :class:`CorruptDeed`."""
+        k = self._chain_ok
+        if i <= k:
+            return
+        fd, offsets = self._fd, self._index.offsets
+        while k < i:
+            head = os.pread(fd, 8, offsets[k])
+            if len(head) != 8 or DEED_LEN.unpack(head)[0] + DEED_OVERHEAD != (
+                    offsets[k + 1] - offsets[k]):
+                self._chain_ok = k
+                discard_index(self.log_path, fd)
+                self._index_dirty = False
+                self._index_untrusted = True
+                self._corrupt(event, offsets[i], "index",
+                              f"the persisted index disagrees with the log's framing at "
+                              f"offset {offsets[k]}; discarded, the next open rebuilds it")
+            k += 1
+        self._chain_ok = k
+
     def verify_event(self, event: int) -> None:
-        """Check ``event``'s CRC by streaming its deed (constant memory) or raise
-        :class:`CorruptDeed`."""
+        """Check ``event``'s framing (``len_d``, ``let_d``: the deed is the one the index
+        names) and its CRC by streaming its deed (constant memory), or raise
+        :class:`CorruptDeed`.  A later :meth:`read_slice` of it is then safe."""
         off, n = self._locate(event)
+        self._confirm_offset(event, event - self._view[0])
+        self._check_len(event, off, n, os.pread(self._fd, 8, off))
         if not recovery.deed_crc_ok(self._fd, off, n):
             self._corrupt(event, off)
 

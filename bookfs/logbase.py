@@ -26,7 +26,7 @@ from .errors import (
 )
 from .fileio import create_new, fsync_dir, open_regular
 from .index import OffsetIndex
-from .layout import CREATING_SUFFIX, MAX_PAYLOAD, META_FIELDS, META_SIZE, MIN_PAYLOAD
+from .layout import CREATING_SUFFIX, DEED_LEN, MAX_PAYLOAD, META_FIELDS, META_SIZE, MIN_PAYLOAD
 from .types import EventNum
 
 _IOV_MAX = 1024
@@ -228,10 +228,28 @@ class SingleFileLog(PublishedView):
         """When ``event`` arrived, as far as the index knows (see ``index.py``)."""
         return self._index.mtime_ns(event)
 
+    def _confirm_offset(self, event: int, i: int) -> None:
+        """Hook: make sure ``offsets[i]`` really is where event ``event`` starts (an index
+        loaded from a cache is only a hint), else raise :class:`CorruptDeed`.  The formats
+        whose index is always built from the log itself need nothing here."""
+
+    def _check_len(self, event: int, off: int, n: int, len_bytes: bytes) -> None:
+        """The deed at ``off`` must announce the ``n`` payload bytes the index gives it."""
+        if len(len_bytes) != 8 or DEED_LEN.unpack(len_bytes)[0] != n:
+            self._corrupt(event, off, f"framing (len_d is not the indexed {n} bytes)")
+
+    def _corrupt(self, event: int, off: int, what: str):
+        raise NotImplementedError
+
     def read_slice(self, event: int, offset: int, size: int) -> bytes:
-        """Up to ``size`` bytes of ``event``'s payload from ``offset``, **unchecked**: the
-        caller must have called ``verify_event`` (the FUSE layer does so on open)."""
+        """Up to ``size`` bytes of ``event``'s payload from ``offset``.  Only the framing is
+        checked here (the deed's ``len_d`` equals the indexed size, so the index cannot
+        send a read into another deed); the caller must have called ``verify_event`` for
+        the payload check (the FUSE layer does so on open).  :class:`CorruptDeed` if the
+        framing does not hold."""
         off, n = self._locate(event)
+        self._confirm_offset(event, event - self._view[0])
+        self._check_len(event, off, n, os.pread(self._fd, 8, off))
         if offset >= n:
             return b""
         return os.pread(self._fd, min(size, n - offset), off + 8 + offset)

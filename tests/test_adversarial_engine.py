@@ -334,3 +334,130 @@ def test_special_file_fsck_does_not_hang(special, name, request):
     assert res.returncode != 0
     assert "Traceback" not in res.stderr
     assert str(d / name) in res.stderr + res.stdout
+
+
+# --- #7: a crafted persisted index is only a hint ----------------------------------------------
+
+
+def _sizes(count: int, seed: int) -> list[int]:
+    """Payload sizes with many repeats, so a shifted offset often lands on a deed of the
+    very size the index expects (the case framing alone cannot catch)."""
+    rng = random.Random(seed)
+    return [rng.choice([4, 9, 9, 9, 37, 37, 200]) for _ in range(count)]
+
+
+def _write_index(idx: Path, log_path: Path, first: int, offsets: list[int], end: int) -> None:
+    """A persisted index for ``log_path`` with these offsets, that passes the file's own
+    checks: right magic, identity, header bytes, last-deed tail bytes and checksum."""
+    from array import array
+
+    from bookfs.layout import crc32
+
+    st = os.stat(log_path)
+    data = log_path.read_bytes()
+    head = index_mod._FILE_HEAD.pack(index_mod._FILE_MAGIC, st.st_dev, st.st_ino, first,
+                                     len(offsets), end, end, 0, data[:16],
+                                     data[end - 12:end] if offsets else bytes(12))
+    body = head + array("Q", offsets).tobytes()
+    idx.write_bytes(body + crc32(body).to_bytes(4, "little"))
+
+
+def _crafted_offsets(true: list[int], end: int, rng: random.Random) -> tuple[list[int], int]:
+    kind = rng.choice(["drop", "drop", "shift-tail", "swap", "nudge", "duplicate"])
+    offs = list(true)
+    k = rng.randrange(1, len(offs) - 1)
+    if kind == "drop":  # one deed missing: every later event is served one too far
+        del offs[k]
+    elif kind == "shift-tail":
+        del offs[k : k + rng.randrange(1, 4)]
+    elif kind == "swap":
+        j = rng.randrange(1, len(offs))
+        offs[k], offs[j] = offs[j], offs[k]
+    elif kind == "nudge":
+        offs[k] += rng.choice([-8, -1, 1, 8, 20])
+    else:
+        offs[k] = offs[k - 1]
+    return offs, end
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_crafted_index_never_serves_wrong_bytes(tmp_path, seed):
+    sizes = _sizes(150, seed)
+    events = [random.Random(seed * 1000 + e).randbytes(n) for e, n in enumerate(sizes, 1)]
+    d = make_log(tmp_path / "log", "book", events)
+    log_path = d / "book.log"
+    with Book.open(d) as book:
+        true = list(book.index.offsets)
+        end = book.index.end
+    idx = Path(index_mod._index_path(str(log_path), os.stat(log_path)))
+    assert idx.exists()
+    rng = random.Random(seed)
+    offs, end = _crafted_offsets(true, end, rng)
+    _write_index(idx, log_path, 1, offs, end)
+    refused = 0
+    with Book.open(d) as book:
+        for event in range(book.first, book.last + 1):
+            want = events[event - 1]
+            for how in ("read", "verify+slice"):
+                try:
+                    if how == "read":
+                        got = book.read(event)
+                    else:
+                        book.verify_event(event)
+                        got = book.read_slice(event, 0, 1 << 20)
+                except CorruptDeed:
+                    refused += 1
+                    continue
+                assert got == want, f"event {event} ({how}) served another event's bytes"
+    # whatever happened, the next open serves every event, byte for byte
+    with Book.open(d) as book:
+        assert book.gulf() == (1, 150)
+        for event in (1, 75, 150):
+            assert book.read(event) == events[event - 1]
+        assert [book.read(e) for e in range(1, 151)] == events
+
+
+def test_crafted_index_read_is_logged_and_discarded(tmp_path, caplog):
+    events = [b"\0\0\0\0" + bytes([e]) * 5 for e in range(1, 41)]  # all the same size
+    d = make_log(tmp_path / "log", "book", events)
+    log_path = d / "book.log"
+    with Book.open(d) as book:
+        true, end = list(book.index.offsets), book.index.end
+    idx = Path(index_mod._index_path(str(log_path), os.stat(log_path)))
+    _write_index(idx, log_path, 1, true[:10] + true[11:], end)  # event 11 dropped
+    with Book.open(d) as book:
+        assert book.read(9) == events[8]
+        with pytest.raises(CorruptDeed, match=r"event 10 at offset \d+ fails its framing"):
+            book.read(10)  # its len_d does not span to the next indexed offset
+        with pytest.raises(CorruptDeed, match=r"event 11 at offset \d+ fails its index check"):
+            book.read(11)  # served by a dropped-deed index, this would be event 12's bytes
+        with pytest.raises(CorruptDeed):
+            book.verify_event(39)
+    assert "disagrees with the log's framing" in caplog.text
+    with Book.open(d) as book:  # rebuilt from the log
+        assert book.gulf() == (1, 40) and book.read(11) == events[10]
+
+
+@pytest.mark.parametrize("layout", ["book", "vere"])
+def test_read_slice_checks_the_framing_the_index_names(tmp_path, layout):
+    """Whatever puts a wrong offset in memory (a bug, a crafted cache), read_slice
+    refuses to serve a deed whose len_d is not the indexed size."""
+    events = [random.Random(e).randbytes(40 + e) for e in range(1, 21)]
+    d = make_log(tmp_path / "log", layout, events)
+    rng = random.Random(7)
+    with LAYOUTS[layout].open(d) as log:
+        offsets = log.index.offsets
+        for _ in range(40):
+            i = rng.randrange(len(offsets))
+            saved = offsets[i]
+            offsets[i] = saved + rng.choice([-9, -8, -1, 1, 3, 8, 16])
+            try:
+                for call in (lambda: log.read(i + 1), lambda: log.verify_event(i + 1),
+                             lambda: log.read_slice(i + 1, 0, 1 << 16)):
+                    try:
+                        got = call()
+                    except CorruptDeed:
+                        continue
+                    assert got is None or got == events[i], f"event {i + 1}: wrong bytes"
+            finally:
+                offsets[i] = saved
