@@ -87,6 +87,7 @@ class Book(SingleFileLog):
         super().__init__(directory, LOG_NAME, META_NAME, fd, meta_fd, writable, lock)
         self._view = (0, 0, HEADER_SIZE)
         self._seen_size = 0
+        self._stamp = b""  # see _read_stamp
         self.recovery = recovery.RecoveryReport()
         self._index_dirty = False
         self._index_untrusted = False  # a read found the index wrong: never persist it
@@ -278,6 +279,32 @@ class Book(SingleFileLog):
 
     def _publish(self) -> None:
         self._publish_view(self._index.end)
+        self._stamp = self._read_stamp()
+
+    def _read_stamp(self) -> bytes:
+        """The header and the last published deed's CRC and ``let_d``: if a later look
+        finds them different, published events were rewritten (a writer's recovery)."""
+        ix = self._index
+        tail = os.pread(self._fd, 12, ix.end - 12) if ix.count else b""
+        return os.pread(self._fd, HEADER_SIZE, 0) + tail
+
+    def _rebuild(self, why: str) -> int:
+        """Throw the view away and index the log again from its start (no cache); bump
+        ``generation``.  Returns how many more events than before there are (0 or more)."""
+        log.warning("%s %s; re-indexing it from scratch", self.log_path, why)
+        before = self.count
+        old = self._index
+        self._index = OffsetIndex()
+        self._seen_size = 0
+        self.recovery = recovery.RecoveryReport()
+        try:
+            self._load(None, use_cache=False)
+        except BookError:
+            self._index = old
+            raise
+        finally:
+            self.generation += 1
+        return max(0, self.count - before)
 
     # --- state ---------------------------------------------------------------------------
 
@@ -361,22 +388,20 @@ class Book(SingleFileLog):
     def refresh(self) -> int:
         """Pick up deeds another process appended.  Only whole deeds whose CRC checks are
         exposed; a deed still being written is left for a later call.  Returns how many
-        events were added.  Cheap (one ``fstat``) when the log has not changed."""
+        events were added.  If the log was rewritten under us (it shrank, its header or
+        the last published deed's tail changed, or, for a reader, a rename replaced it),
+        the view is rebuilt from scratch and ``generation`` grows.  Cheap (an ``fstat``, a
+        ``stat`` and two small ``pread`` calls) when the log has not changed."""
+        if self._reopen_if_replaced():
+            return self._rebuild("was replaced (a new file at its path)")
         size = os.fstat(self._fd).st_size
-        if size == self._seen_size:
-            return 0
         ix = self._index
         if size < ix.end:
-            log.warning("%s shrank from %d to %d bytes; re-indexing", self.log_path, ix.end, size)
-            old = self._index
-            self._index = OffsetIndex()
-            self._seen_size = 0
-            try:
-                self._load(None, use_cache=False)
-            except BookError:
-                self._index = old
-                raise
-            return max(0, self._index.count - old.count)
+            return self._rebuild(f"shrank from {ix.end} to {size} bytes")
+        if ix.count and self._read_stamp() != self._stamp:
+            return self._rebuild("was rewritten (its header or last published deed changed)")
+        if size == self._seen_size:
+            return 0
         if not ix.offsets:
             (_, _, fir) = HEADER.unpack(os.pread(self._fd, HEADER_SIZE, 0))
             if fir == 0:

@@ -168,6 +168,9 @@ class SingleFileLog(PublishedView):
         self._lock = lock
         self._index = OffsetIndex()
         self._view = (0, 0, 0)  # (first, count, end of the last deed, ...)
+        #: Grows whenever published events may have changed (see ``eventlog.py``).
+        self.generation = 0
+        self._retired_fds: list[int] = []
 
     @staticmethod
     def _open_files(log_path: str, meta_path: str, writable: bool,
@@ -192,6 +195,31 @@ class SingleFileLog(PublishedView):
             os.close(fd)
             raise
         return fd, meta_fd
+
+    def _reopen_if_replaced(self) -> bool:
+        """For a read-only follower: if ``log_path`` now names another file than the one
+        open (a rename over it), open the new ``book.log`` and ``meta.bin`` in place of the
+        old ones and return True; the caller then rebuilds its view.  A writer never
+        reopens (its lock guards the file it has).  A path that is missing or not a
+        regular file right now is left for a later look."""
+        if self.writable:
+            return False
+        try:
+            st = os.stat(self.log_path)
+        except OSError:
+            return False
+        mine = os.fstat(self._fd)
+        if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+            return False
+        try:
+            fd, meta_fd = self._open_files(self.log_path, self.meta_path, False, "a log")
+        except (OSError, BookError):
+            return False
+        # The old descriptors stay open until close(): a read in another thread may still
+        # be using them, and a closed number could be reused for an unrelated file.
+        self._retired_fds += [f for f in (self._fd, self._meta_fd) if f is not None]
+        self._fd, self._meta_fd = fd, meta_fd
+        return True
 
     def _publish_view(self, end: int, *extra) -> None:
         ix = self._index
@@ -335,6 +363,9 @@ class SingleFileLog(PublishedView):
         if self._meta_fd is not None:
             os.close(self._meta_fd)
             self._meta_fd = None
+        retired, self._retired_fds = self._retired_fds, []
+        for f in retired:
+            os.close(f)
         if self._lock is not None:
             self._lock.release()
             self._lock = None

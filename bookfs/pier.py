@@ -330,8 +330,15 @@ class Pier(LogMixin):
             yield from e.log.walk(max(start, e.log.first), min(end, e.log.last))
 
     def refresh(self) -> int:
-        """Events the newest epoch gained since the last look."""
+        """Events the newest epoch gained since the last look (it rebuilds its view, and
+        bumps its ``generation``, if it was rewritten under us)."""
         return self.newest.log.refresh()
+
+    @property
+    def generation(self) -> int:
+        """Grows whenever any epoch's published events may have changed (the sum of the
+        epochs' generations; see ``eventlog.py``)."""
+        return sum(e.log.generation for e in self.epochs)
 
     # --- writing ---------------------------------------------------------------------------
 

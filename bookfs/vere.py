@@ -649,8 +649,13 @@ class VereBook(SingleFileLog):
     def refresh(self) -> int:
         """Pick up events another process committed (a new header slot whose last batch
         checks).  Deeds written but not yet committed by a header are left for a later call.
-        Returns how many events were added.  Cheap (an ``fstat`` and two 48-byte reads)
-        when nothing changed."""
+        Returns how many events were added.  If the log was rewritten under us (it shrank,
+        a newer header's batch covers events already published, or, for a reader, a rename
+        replaced the file) the view is rebuilt from scratch and ``generation`` grows.  Cheap
+        (an ``fstat``, a ``stat`` and two 48-byte reads) when nothing changed."""
+        if self._reopen_if_replaced():
+            log.warning("%s was replaced (a new file at its path); re-indexing", self.log_path)
+            return self._reindex()
         fd = self._fd
         size = os.fstat(fd).st_size
         raw = self._read_slots()
@@ -667,6 +672,14 @@ class VereBook(SingleFileLog):
         if best.las - self._fir < before or size < ix.end:
             log.warning("%s: the committed log shrank (las_d %d, %d bytes); re-indexing",
                         self.log_path, best.las, size)
+            return self._reindex()
+        active_seq = self._active.seq if self._active is not None else -1
+        if before and (best.seq < active_seq or (
+                best.seq > active_seq and best.las - best.bat - self._fir < before)):
+            # a newer header whose batch covers events we already published (an append only
+            # ever adds batches after them), or a header older than ours: rewritten
+            log.warning("%s: header slot %s (seq %d) rewrote events from %d on; re-indexing",
+                        self.log_path, best.name, best.seq, best.las - best.bat + 1)
             return self._reindex()
         scan_vere_framing(fd, ix, size, max(c.las - self._fir for c in cands))
         for c in cands:
@@ -697,6 +710,8 @@ class VereBook(SingleFileLog):
         except BookError:
             self._index, self._view, self._slots, self._active, self.recovery = old
             raise
+        finally:
+            self.generation += 1  # published events may have changed
         return max(0, self.count - before)
 
     # --- writing ---------------------------------------------------------------------------

@@ -462,3 +462,94 @@ def test_read_slice_checks_the_framing_the_index_names(tmp_path, layout):
                     assert got is None or got == events[i], f"event {i + 1}: wrong bytes"
             finally:
                 offsets[i] = saved
+
+
+# --- #6: a follower sees a recovery ----------------------------------------------------------
+
+
+def _new(event: int, size: int = 0) -> bytes:
+    """The payload a recovered writer re-appends as ``event``: not the old one."""
+    return b"NEW!" + random.Random(-event).randbytes(size or 10 + event % 7)
+
+
+@pytest.mark.parametrize("size", ["shorter", "longer"])
+def test_book_follower_rebuilds_after_recovery_reappends(tmp_path, size):
+    old = payloads(1, 40)
+    d = make_log(tmp_path / "log", "book", old)
+    with Book.open(d) as follower:
+        assert [follower.read(e) for e in (25, 30, 40)] == [old[24], old[29], old[39]]
+        g0 = follower.generation
+        cut = follower.index.offsets[23]  # the writer's recovery cuts from event 24 on
+        with open(d / "book.log", "r+b") as f:
+            f.truncate(cut)
+        k = 5 if size == "shorter" else 400
+        with Book.open(d, writable=True) as writer:
+            writer.save(24, [_new(e, k) for e in range(24, 41)])
+        assert follower.refresh() >= 0
+        assert follower.generation > g0
+        assert follower.gulf() == (1, 40)
+        for e in (23, 25, 30, 40):
+            want = old[e - 1] if e < 24 else _new(e, k)
+            assert follower.read(e) == want
+            follower.verify_event(e)
+            assert follower.read_slice(e, 0, 1 << 20) == want
+        g1 = follower.generation
+        with Book.open(d, writable=True) as writer:  # a plain append: no new generation
+            writer.save(41, [b"\0\0\0\0plain"])
+        assert follower.refresh() == 1 and follower.generation == g1
+
+
+@pytest.mark.parametrize("layout", ["book", "vere"])
+def test_follower_reopens_a_log_replaced_by_rename(tmp_path, layout):
+    old = payloads(1, 30)
+    d = make_log(tmp_path / "log", layout, old)
+    other = make_log(tmp_path / "other", layout, [_new(e) for e in range(1, 26)])
+    with LAYOUTS[layout].open(d) as follower:
+        assert follower.read(25) == old[24]
+        g0 = follower.generation
+        os.replace(other / "book.log", d / "book.log")
+        os.replace(other / "meta.bin", d / "meta.bin")
+        follower.refresh()
+        assert follower.generation > g0
+        assert follower.gulf() == (1, 25)
+        assert follower.read(25) == _new(25)
+        assert follower.read_slice(20, 0, 100) == _new(20)
+
+
+def test_vere_follower_rebuilds_after_batch_rollback(tmp_path):
+    old = payloads(1, 40)
+    d = tmp_path / "0i0"
+    with VereBook.open(d, writable=True, create=True) as w:
+        w.save(1, old[:30])
+        w.save(31, old[30:])  # the newest batch: events 31..40
+    with VereBook.open(d) as follower:
+        assert follower.read(35) == old[34]
+        g0 = follower.generation
+        off = follower.index.offsets[34] + 12
+        with open(d / "book.log", "r+b") as f:  # a bit flips in the newest batch
+            f.seek(off)
+            b = f.read(1)
+            f.seek(off)
+            f.write(bytes([b[0] ^ 1]))
+        with VereBook.open(d, writable=True) as writer:  # rolls 31..40 back, re-appends
+            assert writer.recovery.rolled_back == (31, 40)
+            writer.save(31, [_new(e) for e in range(31, 41)])
+        follower.refresh()
+        assert follower.generation > g0
+        assert follower.gulf() == (1, 40)
+        assert follower.read(35) == _new(35) and follower.read(30) == old[29]
+
+
+def test_pier_generation_follows_its_newest_epoch(tmp_path):
+    root = make_pier(tmp_path / "pier", [("book", payloads(1, 10)), ("book", payloads(11, 10))])
+    newest = root / ".urb" / "log" / "0i10"
+    with Pier.open(root) as pier:
+        g0 = pier.generation
+        assert pier.read(15) == payloads(11, 10)[4]
+        with open(newest / "book.log", "r+b") as f:
+            f.truncate(pier.newest.log.index.offsets[3])  # cut from event 14 on
+        with Book.open(newest, writable=True) as w:
+            w.save(14, [_new(e) for e in range(14, 21)])
+        pier.refresh()
+        assert pier.generation > g0
+        assert pier.read(15) == _new(15)
