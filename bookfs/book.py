@@ -42,7 +42,7 @@ from .errors import (
     TooShort,
     UnsupportedLayout,
 )
-from .index import OffsetIndex, load_index, save_index, scan_framing
+from .index import OffsetIndex, discard_index, load_index, save_index, scan_framing
 from .layout import (
     DEED_LEN,
     DEED_OVERHEAD,
@@ -50,7 +50,6 @@ from .layout import (
     FIR_OFFSET,
     HEADER,
     HEADER_SIZE,
-    LOCK_NAME,
     LOG_NAME,
     MAGIC,
     MAX_PAYLOAD,
@@ -62,7 +61,7 @@ from .layout import (
     crc32,
     deed_parts,
 )
-from .lock import WriterLock
+from .lock import WriterLock, lock_path_for
 from .logbase import SingleFileLog, contained, create_files
 from .types import Progress
 
@@ -89,20 +88,32 @@ class Book(SingleFileLog):
         super().__init__(directory, LOG_NAME, META_NAME, fd, meta_fd, writable, lock)
         self._view = (0, 0, HEADER_SIZE)
         self._seen_size = 0
+        self._stamp = b""  # see _read_stamp
         self.recovery = recovery.RecoveryReport()
         self._index_dirty = False
+        self._index_untrusted = False  # a read found the index wrong: never persist it
+        #: ``offsets[0 .. _chain_ok]`` are confirmed deed starts: built by a framing scan,
+        #: or walked (each ``len_d`` spans exactly to the next offset) from the header.
+        #: A persisted index is only a hint until this walk reaches the event read.
+        self._chain_ok = 0
 
     # --- opening -----------------------------------------------------------------------
 
     @classmethod
     def open(cls, path: str | os.PathLike, writable: bool = False, create: bool = False, *,
-             progress: Progress | None = None, use_index_cache: bool = True) -> "Book":
+             lock: bool = True, progress: Progress | None = None,
+             use_index_cache: bool = True) -> "Book":
         """Open the log in directory ``path``.
 
         ``create=True`` (needs ``writable``) makes the directory's ``book.log`` (header with
-        ``fir_d = 0``) and ``meta.bin`` (zeros) if missing.  Raises a :class:`FormatError`
-        subclass for a file that is not a Book log, :class:`LockHeld` if another writer
-        holds the lock, :class:`PathEscape` for a file that resolves outside ``path``.
+        ``fir_d = 0``) and ``meta.bin`` (zeros) if missing.  A writable open takes the
+        writer lock :func:`bookfs.lock.lock_path_for` names: the enclosing pier's
+        ``.vere.lock`` when ``path`` lies inside a pier (an epoch), else ``book.lock``;
+        ``lock=False`` skips it for a caller that already holds it (a writable pier).
+        Raises a :class:`FormatError` subclass for a file that is not a Book log
+        (:class:`NotRegularFile` for a FIFO, directory, ... where a file belongs),
+        :class:`LockHeld` if another writer holds the lock, :class:`PathEscape` for a file
+        that resolves outside ``path`` (or any symlink, for a writable open).
         ``progress`` is called with byte counts during long scans.
         """
         directory = os.fspath(path)
@@ -115,17 +126,15 @@ class Book(SingleFileLog):
                 raise BookError(f"{directory}: not a directory holding {LOG_NAME}")
         log_path = contained(directory, LOG_NAME)
         meta_path = contained(directory, META_NAME)
-        lock = None
-        if writable:
-            lock = WriterLock(contained(directory, LOCK_NAME))
+        held = WriterLock(lock_path_for(directory)) if writable and lock else None
         try:
             if create:
                 cls._create_files(directory, log_path, meta_path)
             fd, meta_fd = cls._open_files(log_path, meta_path, writable, "a Book log")
-            book = cls(directory, fd, meta_fd, writable, lock)
+            book = cls(directory, fd, meta_fd, writable, held)
         except BaseException:
-            if lock:
-                lock.release()
+            if held:
+                held.release()
             raise
         try:
             book._check_meta_file()
@@ -188,18 +197,29 @@ class Book(SingleFileLog):
         fd = self._fd
         size = os.fstat(fd).st_size
         fir = self._read_header(size)
-        index = load_index(self.log_path, fd, size) if use_cache else None
-        if index is None or (index.first != fir and index.count):
-            index = OffsetIndex(first=fir)
-            index.times.append((fir, os.fstat(fd).st_mtime_ns))
-        index.first = fir
-        before = index.count
-        self._index = index
-        if fir == 0 and size > HEADER_SIZE:
-            end = HEADER_SIZE  # deeds without a first event number cannot be numbered
-            self.recovery.notes.append(f"{self.log_path}: fir_d is 0 but data follows the header")
-        else:
-            end = scan_framing(fd, index, size, progress=progress)
+        cached = load_index(self.log_path, fd, size) if use_cache else None
+        if cached is not None and cached.first != fir and cached.count:
+            cached = None
+        while True:
+            index = cached or OffsetIndex(first=fir)
+            if cached is None:
+                index.times.append((fir, os.fstat(fd).st_mtime_ns))
+            index.first = fir
+            before = index.count
+            self._index = index
+            if fir == 0 and size > HEADER_SIZE:
+                end = HEADER_SIZE  # deeds without a first event number cannot be numbered
+                self.recovery.notes.append(
+                    f"{self.log_path}: fir_d is 0 but data follows the header")
+            else:
+                end = scan_framing(fd, index, size, progress=progress)
+            if cached is None or end == size:
+                break
+            # Damage past a persisted index: never cut or quarantine on a cache's word.
+            log.info("%s: the framing breaks after the persisted index; rebuilding it",
+                     self.log_path)
+            cached = None
+        self._chain_ok = 0 if cached is not None else index.count
         if end == HEADER_SIZE and size > HEADER_SIZE and self._looks_padded(size):
             raise UnsupportedLayout(
                 f"{self.log_path}: deeds use the padded January 2026 layout (len_d + 28 bytes); "
@@ -254,11 +274,38 @@ class Book(SingleFileLog):
         os.fsync(self._fd)
 
     def _persist_index(self) -> None:
-        save_index(self.log_path, self._fd, self._index)
+        if not self._index_untrusted:
+            save_index(self.log_path, self._fd, self._index)
         self._index_dirty = False
 
     def _publish(self) -> None:
         self._publish_view(self._index.end)
+        self._stamp = self._read_stamp()
+
+    def _read_stamp(self) -> bytes:
+        """The header and the last published deed's CRC and ``let_d``: if a later look
+        finds them different, published events were rewritten (a writer's recovery)."""
+        ix = self._index
+        tail = os.pread(self._fd, 12, ix.end - 12) if ix.count else b""
+        return os.pread(self._fd, HEADER_SIZE, 0) + tail
+
+    def _rebuild(self, why: str) -> int:
+        """Throw the view away and index the log again from its start (no cache); bump
+        ``generation``.  Returns how many more events than before there are (0 or more)."""
+        log.warning("%s %s; re-indexing it from scratch", self.log_path, why)
+        before = self.count
+        old = self._index
+        self._index = OffsetIndex()
+        self._seen_size = 0
+        self.recovery = recovery.RecoveryReport()
+        try:
+            self._load(None, use_cache=False)
+        except BookError:
+            self._index = old
+            raise
+        finally:
+            self.generation += 1
+        return max(0, self.count - before)
 
     # --- state ---------------------------------------------------------------------------
 
@@ -275,24 +322,55 @@ class Book(SingleFileLog):
         Holds the whole payload in memory: use :meth:`read_slice` for large events.
         """
         off, n = self._locate(event)
+        self._confirm_offset(event, event - self._view[0])
         buf = os.pread(self._fd, n + DEED_OVERHEAD, off)
         if len(buf) != n + DEED_OVERHEAD:  # the file was cut under us
-            self._corrupt(event, off)
+            self._corrupt(event, off, "framing (the deed runs past the end of the file)")
+        self._check_len(event, off, n, buf[:8])
         crc, let = DEED_TAIL.unpack_from(buf, n + 8)
         mv = memoryview(buf)
         if let != n or crc32(mv[: n + 8]) != crc:
             self._corrupt(event, off)
         return bytes(mv[8 : n + 8])
 
-    def _corrupt(self, event: int, off: int):
-        msg = f"{self.log_path}: event {event} at offset {off} fails its CRC check"
+    def _corrupt(self, event: int, off: int, what: str = "CRC", detail: str = ""):
+        msg = f"{self.log_path}: event {event} at offset {off} fails its {what} check"
+        if detail:
+            msg += f": {detail}"
         log.error("%s", msg)
         raise CorruptDeed(msg, event=event, offset=off)
 
+    def _confirm_offset(self, event: int, i: int) -> None:
+        """Walk the chain of deeds from the last confirmed offset to ``offsets[i]`` (one
+        8-byte ``pread`` per deed, once per log open), so an index loaded from the cache
+        can never point a read at another event's deed.  A break means the persisted
+        index is wrong: it is logged, deleted (the next open rebuilds it) and the read
+        fails with :class:`CorruptDeed`."""
+        k = self._chain_ok
+        if i <= k:
+            return
+        fd, offsets = self._fd, self._index.offsets
+        while k < i:
+            head = os.pread(fd, 8, offsets[k])
+            if len(head) != 8 or DEED_LEN.unpack(head)[0] + DEED_OVERHEAD != (
+                    offsets[k + 1] - offsets[k]):
+                self._chain_ok = k
+                discard_index(self.log_path, fd)
+                self._index_dirty = False
+                self._index_untrusted = True
+                self._corrupt(event, offsets[i], "index",
+                              f"the persisted index disagrees with the log's framing at "
+                              f"offset {offsets[k]}; discarded, the next open rebuilds it")
+            k += 1
+        self._chain_ok = k
+
     def verify_event(self, event: int) -> None:
-        """Check ``event``'s CRC by streaming its deed (constant memory) or raise
-        :class:`CorruptDeed`."""
+        """Check ``event``'s framing (``len_d``, ``let_d``: the deed is the one the index
+        names) and its CRC by streaming its deed (constant memory), or raise
+        :class:`CorruptDeed`.  A later :meth:`read_slice` of it is then safe."""
         off, n = self._locate(event)
+        self._confirm_offset(event, event - self._view[0])
+        self._check_len(event, off, n, os.pread(self._fd, 8, off))
         if not recovery.deed_crc_ok(self._fd, off, n):
             self._corrupt(event, off)
 
@@ -311,22 +389,20 @@ class Book(SingleFileLog):
     def refresh(self) -> int:
         """Pick up deeds another process appended.  Only whole deeds whose CRC checks are
         exposed; a deed still being written is left for a later call.  Returns how many
-        events were added.  Cheap (one ``fstat``) when the log has not changed."""
+        events were added.  If the log was rewritten under us (it shrank, its header or
+        the last published deed's tail changed, or, for a reader, a rename replaced it),
+        the view is rebuilt from scratch and ``generation`` grows.  Cheap (an ``fstat``, a
+        ``stat`` and two small ``pread`` calls) when the log has not changed."""
+        if self._reopen_if_replaced():
+            return self._rebuild("was replaced (a new file at its path)")
         size = os.fstat(self._fd).st_size
-        if size == self._seen_size:
-            return 0
         ix = self._index
         if size < ix.end:
-            log.warning("%s shrank from %d to %d bytes; re-indexing", self.log_path, ix.end, size)
-            old = self._index
-            self._index = OffsetIndex()
-            self._seen_size = 0
-            try:
-                self._load(None, use_cache=False)
-            except BookError:
-                self._index = old
-                raise
-            return max(0, self._index.count - old.count)
+            return self._rebuild(f"shrank from {ix.end} to {size} bytes")
+        if ix.count and self._read_stamp() != self._stamp:
+            return self._rebuild("was rewritten (its header or last published deed changed)")
+        if size == self._seen_size:
+            return 0
         if not ix.offsets:
             (_, _, fir) = HEADER.unpack(os.pread(self._fd, HEADER_SIZE, 0))
             if fir == 0:

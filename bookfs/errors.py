@@ -18,6 +18,11 @@ class FormatError(BookError):
     errno = _errno.EINVAL
 
 
+class NotRegularFile(FormatError):
+    """A FIFO, socket, device or directory where a regular file (``book.log``,
+    ``meta.bin``, a lock file) belongs; the message names the path and what was found."""
+
+
 class BadMagic(FormatError):
     """The first four bytes are not the Book magic."""
 

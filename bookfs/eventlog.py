@@ -14,7 +14,15 @@ Contract, for every implementation:
   ``verify_event`` runs the same check without holding the payload in memory;
   ``read_slice`` returns unchecked bytes and is used only after ``verify_event``.
 * ``payload_size`` and ``mtime_ns`` are cheap (no payload read where the format allows).
-* ``refresh()`` picks up events another process committed and returns how many.
+* ``refresh()`` picks up events another process committed and returns how many.  It
+  also notices when the log was rewritten under it (shrank, was replaced by a rename, or
+  its header or already-published deeds changed: a writer's recovery that cut events and
+  re-appended the same numbers) and then rebuilds its view from scratch.
+* ``generation`` is an ``int`` that only grows.  It increases whenever events that were
+  already published may have changed (a rebuild as above); a caller that caches event
+  bytes or sizes (the FUSE layer, the kernel's page cache) must drop them when it sees a
+  new value.  Plain appends do not change it.  :class:`~bookfs.pier.Pier`'s is derived
+  from its epochs'; an LMDB epoch's stays 0.
 * ``save(first, payloads, epoch)`` appends durably or raises and leaves the log as it was
   (``ReadOnly`` for a read-only log or format).
 * ``read_meta``/``save_meta``/``meta`` use the keys version, who, fake, life with the
@@ -34,6 +42,7 @@ from .types import EventNum
 class EventLog(Protocol):
     directory: str
     writable: bool
+    generation: int
 
     @property
     def format(self) -> str: ...

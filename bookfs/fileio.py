@@ -1,8 +1,98 @@
-"""Small file-I/O helpers shared by the format modules."""
+"""Small file-I/O helpers shared by the format modules.
+
+Every file bookfs opens inside a log directory, or writes anywhere, is opened through
+:func:`open_regular` (or created through :func:`create_new`): a planted symlink is never
+followed for a write, and a FIFO, socket, device or directory where a regular file belongs
+is refused with one clear line instead of hanging the open (a FIFO blocks ``open`` until a
+writer appears) or raising ``IsADirectoryError``.
+"""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
+import stat
+
+from .errors import NotRegularFile, PathEscape
+from .layout import FILE_MODE
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular file is, in words, for error messages."""
+    for test, word in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symlink")):
+        if test(mode):
+            return word
+    return "not a regular file"
+
+
+def _refuse(path: str, found: str):
+    raise NotRegularFile(f"{path}: {found}, expected a regular file; refusing it")
+
+
+def open_regular(path: str, flags: int, mode: int = FILE_MODE, *,
+                 follow: bool = False) -> int:
+    """``os.open(path, flags, mode)`` for a file that must be a regular file; returns the fd.
+
+    * Never blocks on a FIFO and never follows a symlink (``O_NOFOLLOW``) unless
+      ``follow=True`` is given (only for read-only opens whose target the caller has
+      checked, e.g. with :func:`bookfs.logbase.contained`); a symlink refused this way
+      raises :class:`PathEscape`.
+    * The opened file is ``fstat``-checked: a directory, FIFO, socket or device raises
+      :class:`NotRegularFile` (a :class:`FormatError`) naming the path and what it found.
+    * ``O_CLOEXEC`` is always added.  Other ``OSError``\\ s (``FileNotFoundError``, ...)
+      propagate unchanged.
+    """
+    if follow and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC):
+        raise ValueError("follow=True is only for read-only opens")
+    extra = os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags | extra, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP and not follow:
+            raise PathEscape(f"{path}: a symlink; bookfs does not follow symlinks for "
+                             "files it writes (expected a regular file)") from None
+        if e.errno in (errno.EISDIR, errno.ENXIO, errno.ENODEV, errno.EOPNOTSUPP):
+            try:
+                found = _kind(os.stat(path).st_mode)
+            except OSError:
+                found = "not a regular file"
+            _refuse(path, found)
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            _refuse(path, _kind(st.st_mode))
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def create_new(path: str, mode: int = FILE_MODE) -> int:
+    """Create ``path`` for writing, exclusively (``O_CREAT | O_EXCL``, so nothing that is
+    already there, a symlink included, is ever opened or followed); returns the fd, with
+    ``mode`` applied regardless of umask.  A stale *regular* file at ``path`` (a temp file
+    left by a crash) is unlinked first; anything else there (a symlink, FIFO, directory)
+    raises :class:`NotRegularFile` and is left alone."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            _refuse(path, _kind(st.st_mode))
+        os.unlink(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     mode)
+    except FileExistsError:  # planted between the lstat and the open
+        _refuse(path, _kind(os.lstat(path).st_mode))
+    os.fchmod(fd, mode)
+    return fd
 
 
 def pread_into(fd: int, buf: bytearray, size: int, offset: int) -> memoryview:

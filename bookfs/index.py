@@ -28,7 +28,8 @@ import tempfile
 from array import array
 from dataclasses import dataclass, field
 
-from .fileio import pread_into
+from .errors import BookError
+from .fileio import open_regular, pread_into
 from .layout import (
     DEED_LEN,
     DEED_OVERHEAD,
@@ -45,7 +46,7 @@ _FILE_MAGIC = b"BFSIDX02"
 # magic, dev, ino, first, count, end, verified_end, ntimes, header16, tail12
 _FILE_HEAD = struct.Struct("<8sQQQQQQQ16s12s")
 _TIME = struct.Struct("<QQ")
-_SAMPLE = 32  # deed lengths re-checked against the log when a persisted index is loaded
+_SAMPLE = 64  # deeds (len_d, let_d) re-checked against the log when a persisted index is loaded
 _CHUNK = 4 << 20  # bytes read at a time while scanning framing
 
 
@@ -182,6 +183,17 @@ def _index_path(log_path: str, st: os.stat_result) -> str:
     return os.path.join(cache_dir(), hashlib.sha256(key).hexdigest()[:40] + ".idx")
 
 
+def discard_index(log_path: str, fd: int) -> None:
+    """Delete the persisted index of this log (it was found wrong), so the next open
+    rebuilds it from the log.  Failure is logged, not raised."""
+    try:
+        os.unlink(_index_path(log_path, os.fstat(fd)))
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        log.warning("could not discard the index of %s: %s", log_path, e)
+
+
 def save_index(log_path: str, fd: int, index: OffsetIndex) -> None:
     """Persist ``index`` atomically (temp file + rename).  Failure is logged, not raised:
     the index is only a cache."""
@@ -222,10 +234,15 @@ def load_index(log_path: str, fd: int, size: int) -> OffsetIndex | None:
     st = os.fstat(fd)
     path = _index_path(log_path, st)
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        ifd = open_regular(path, os.O_RDONLY)  # never a symlink, never a FIFO that hangs
     except FileNotFoundError:
         return None
+    except (OSError, BookError) as e:
+        log.info("index %s unreadable (%s); rebuilding", path, e)
+        return None
+    try:
+        with os.fdopen(ifd, "rb") as f:
+            raw = f.read()
     except OSError as e:
         log.info("index %s unreadable (%s); rebuilding", path, e)
         return None
@@ -263,13 +280,16 @@ def _validate(raw: bytes, fd: int, st: os.stat_result, size: int):
             return "the last deed changed"
         if offsets[0] != HEADER_SIZE:
             return "does not start after the header"
-        rng = random.Random(count)
+        rng = random.Random()  # seeded from the OS: a crafted index cannot know the picks
         picks = {0, count - 1} | {rng.randrange(count) for _ in range(_SAMPLE)}
         for i in picks:
             nxt = offsets[i + 1] if i + 1 < count else end
             (n,) = DEED_LEN.unpack(os.pread(fd, 8, offsets[i]))
             if n + DEED_OVERHEAD != nxt - offsets[i]:
                 return f"deed {i} does not match the log"
+            let = os.pread(fd, 8, nxt - 8)
+            if len(let) != 8 or DEED_LEN.unpack(let)[0] != n:
+                return f"deed {i}'s let_d does not match the log"
     elif end != HEADER_SIZE:
         return "empty index not at the header"
     times = [

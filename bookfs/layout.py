@@ -31,6 +31,16 @@ LOCK_NAME: Final = "book.lock"
 #: Quarantined bytes are copied to ``QUARANTINE_PREFIX + <offset>-<unix time>``, beside the log.
 QUARANTINE_PREFIX: Final = "quarantine-book.log.at-"
 
+#: ``create_files`` writes a new file as ``<name> + CREATING_SUFFIX`` and renames it into place.
+CREATING_SUFFIX: Final = ".creating"
+
+# --- piers (reference-formats.md §3) -------------------------------------------------------
+
+#: A pier keeps its epochs in ``<pier>/PIER_LOG_DIR``; a directory holding it is a pier.
+PIER_LOG_DIR: Final = ".urb/log"
+#: The runtime's writer lock, ``<pier>/VERE_LOCK_NAME``: a PID, fcntl-locked on byte 0.
+VERE_LOCK_NAME: Final = ".vere.lock"
+
 FILE_MODE: Final = 0o644
 
 # --- book.log header -----------------------------------------------------------------------

@@ -134,6 +134,8 @@ class LmdbLog(PublishedView):
     """An LMDB epoch, read-only.  Use :meth:`open`; close with :meth:`close` or ``with``."""
 
     writable = False
+    #: Published events never change in an LMDB epoch (bookfs never writes one).
+    generation = 0
 
     def __init__(self, directory: str, env, events_db, base: int | None,
                  meta: dict[str, bytes] | None, meta_source: str | None):

@@ -9,6 +9,16 @@ record lock the Urbit runtime takes.  The kernel releases it when the holder die
 
 The holder writes its PID (first line, as the runtime does) and a description into the file,
 so a refused writer can say who holds it.
+
+Which lock guards a log does not depend on the path it was opened by:
+:func:`lock_path_for` walks up from any path inside a pier (the pier, ``.urb/log``, an
+epoch directory, a Book directory anywhere below it) to the pier's ``.vere.lock``, so a
+mount of a pier and a mount of one of its epochs can never both be writers.  Only a Book
+directory that is not inside a pier uses its own ``book.lock``.
+
+Lock files are opened with ``O_NOFOLLOW`` and must be regular files
+(``fileio.open_regular``): a ``book.lock`` planted as a symlink to ``book.log`` is refused,
+never truncated.
 """
 
 from __future__ import annotations
@@ -21,8 +31,9 @@ import socket
 import struct
 import sys
 
-from .errors import LockHeld
-from .layout import FILE_MODE
+from .errors import BookError, LockHeld
+from .fileio import open_regular
+from .layout import FILE_MODE, LOCK_NAME, PIER_LOG_DIR, VERE_LOCK_NAME
 
 _F_OFD_GETLK = getattr(fcntl, "F_OFD_GETLK", 36)
 _F_OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", 37)
@@ -34,12 +45,38 @@ def _flock(kind: int) -> bytes:
     return _FLOCK.pack(kind, os.SEEK_SET, 0, 1, 0)
 
 
+def enclosing_pier(path: str | os.PathLike) -> str | None:
+    """The pier directory (one holding ``.urb/log/``) that ``path`` is or lies inside, after
+    resolving symlinks; ``None`` if there is none.  The nearest enclosing pier wins."""
+    d = os.path.realpath(os.fspath(path))
+    while True:
+        if os.path.isdir(os.path.join(d, PIER_LOG_DIR)):
+            return d
+        parent = os.path.dirname(d)
+        if parent == d:
+            return None
+        d = parent
+
+
+def lock_path_for(source: str | os.PathLike) -> str:
+    """The writer-lock file that guards the log at ``source``, whatever path names it: the
+    enclosing pier's ``.vere.lock`` for a pier, its ``.urb/log``, an epoch directory or any
+    directory inside a pier (see :func:`enclosing_pier`); else ``source/book.lock``."""
+    pier = enclosing_pier(source)
+    if pier is not None:
+        return os.path.join(pier, VERE_LOCK_NAME)
+    return os.path.join(os.fspath(source), LOCK_NAME)
+
+
 def describe_holder(path: str) -> str:
     """What the lock file says about its holder (PID and command), or a plain fallback."""
     try:
-        with open(path, "rb") as f:
-            text = f.read(4096).decode("utf-8", "replace").strip()
-    except OSError:
+        fd = open_regular(path, os.O_RDONLY)
+        try:
+            text = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+        finally:
+            os.close(fd)
+    except (OSError, BookError):  # missing, a symlink, a FIFO: say nothing
         text = ""
     if not text:
         return "an unknown process"
@@ -53,16 +90,19 @@ class WriterLock:
     """An exclusive, non-blocking writer lock on ``path`` (created 0644 if missing).
 
     ``WriterLock(path)`` either holds the lock or raises :class:`LockHeld` naming the holder.
-    ``release()`` (or the context manager) drops it; so does the holder's death.
+    A ``path`` that is a symlink, FIFO, directory or device raises (:class:`PathEscape`,
+    :class:`NotRegularFile`) without touching anything.  ``release()`` (or the context
+    manager) drops it; so does the holder's death.
     """
 
     def __init__(self, path: str, *, what: str = "bookfs"):
         self.path = path
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
-            os.fchmod(fd, FILE_MODE)  # a lock file we create is 0644 regardless of umask
-        except FileExistsError:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)  # someone else's: leave its mode
+        try:  # a lock file we create is 0644 regardless of umask
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, FILE_MODE)
+            os.fchmod(fd, FILE_MODE)
+        except FileExistsError:  # someone else's (or a stale one): leave its mode
+            fd = open_regular(path, os.O_RDWR)
         try:
             fcntl.fcntl(fd, _F_OFD_SETLK, _flock(fcntl.F_WRLCK))
         except OSError as e:
@@ -81,8 +121,8 @@ class WriterLock:
     def is_held(path: str) -> bool:
         """True if some open file description holds the lock on ``path`` (readers' probe)."""
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
+            fd = open_regular(path, os.O_RDONLY)
+        except (FileNotFoundError, BookError):  # missing, or not a lock file
             return False
         try:
             res = fcntl.fcntl(fd, _F_OFD_GETLK, _flock(fcntl.F_RDLCK))

@@ -24,9 +24,9 @@ from .errors import (
     PayloadTooLarge,
     ReadOnly,
 )
-from .fileio import fsync_dir
+from .fileio import create_new, fsync_dir, open_regular
 from .index import OffsetIndex
-from .layout import FILE_MODE, MAX_PAYLOAD, META_FIELDS, META_SIZE, MIN_PAYLOAD
+from .layout import CREATING_SUFFIX, DEED_LEN, MAX_PAYLOAD, META_FIELDS, META_SIZE, MIN_PAYLOAD
 from .types import EventNum
 
 _IOV_MAX = 1024
@@ -44,17 +44,17 @@ def contained(directory: str, name: str) -> str:
 
 
 def create_files(directory: str, files: list[tuple[str, bytes]]) -> None:
-    """Create each missing ``(path, content)`` atomically and durably: written to a temp
-    file (mode 0644 regardless of umask), fsync'd, renamed into place, then the directory
-    fsync'd.  Existing files are left alone."""
+    """Create each missing ``(path, content)`` atomically and durably: written to a fresh
+    ``<path>.creating`` temp file (``fileio.create_new``: exclusive, mode 0644 regardless of
+    umask, never through a planted symlink), fsync'd, renamed into place, then the
+    directory fsync'd.  Existing files are left alone."""
     made = False
     for path, content in files:
         if os.path.lexists(path):
             continue
-        tmp = path + ".creating"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        tmp = path + CREATING_SUFFIX
+        fd = create_new(tmp)
         try:
-            os.fchmod(fd, FILE_MODE)
             os.write(fd, content)
             os.fsync(fd)
         finally:
@@ -168,23 +168,58 @@ class SingleFileLog(PublishedView):
         self._lock = lock
         self._index = OffsetIndex()
         self._view = (0, 0, 0)  # (first, count, end of the last deed, ...)
+        #: Grows whenever published events may have changed (see ``eventlog.py``).
+        self.generation = 0
+        self._retired_fds: list[int] = []
 
     @staticmethod
     def _open_files(log_path: str, meta_path: str, writable: bool,
                     what: str) -> tuple[int, int]:
-        """Open the log and ``meta.bin`` (read-write or read-only); a missing one is a
-        :class:`BookError` saying what was expected (``what``: the kind of log)."""
-        flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC
+        """Open the log and ``meta.bin`` (read-write or read-only) through
+        :func:`bookfs.fileio.open_regular`: a missing one is a :class:`BookError` saying what
+        was expected (``what``: the kind of log); a FIFO, socket, device or directory is a
+        :class:`NotRegularFile`, never a hang.  A read-only open may follow a symlink the
+        caller checked with :func:`contained`; a writable open never follows one."""
+        flags = os.O_RDWR if writable else os.O_RDONLY
+        follow = not writable
         try:
-            fd = os.open(log_path, flags)
+            fd = open_regular(log_path, flags, follow=follow)
         except FileNotFoundError:
             raise BookError(f"{log_path}: no such file (expected {what})") from None
         try:
-            meta_fd = os.open(meta_path, flags)
+            meta_fd = open_regular(meta_path, flags, follow=follow)
         except FileNotFoundError:
             os.close(fd)
             raise BookError(f"{meta_path}: no such file (expected 256 bytes of meta)") from None
+        except BaseException:
+            os.close(fd)
+            raise
         return fd, meta_fd
+
+    def _reopen_if_replaced(self) -> bool:
+        """For a read-only follower: if ``log_path`` now names another file than the one
+        open (a rename over it), open the new ``book.log`` and ``meta.bin`` in place of the
+        old ones and return True; the caller then rebuilds its view.  A writer never
+        reopens (its lock guards the file it has).  A path that is missing or not a
+        regular file right now is left for a later look."""
+        if self.writable:
+            return False
+        try:
+            st = os.stat(self.log_path)
+        except OSError:
+            return False
+        mine = os.fstat(self._fd)
+        if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+            return False
+        try:
+            fd, meta_fd = self._open_files(self.log_path, self.meta_path, False, "a log")
+        except (OSError, BookError):
+            return False
+        # The old descriptors stay open until close(): a read in another thread may still
+        # be using them, and a closed number could be reused for an unrelated file.
+        self._retired_fds += [f for f in (self._fd, self._meta_fd) if f is not None]
+        self._fd, self._meta_fd = fd, meta_fd
+        return True
 
     def _publish_view(self, end: int, *extra) -> None:
         ix = self._index
@@ -221,10 +256,28 @@ class SingleFileLog(PublishedView):
         """When ``event`` arrived, as far as the index knows (see ``index.py``)."""
         return self._index.mtime_ns(event)
 
+    def _confirm_offset(self, event: int, i: int) -> None:
+        """Hook: make sure ``offsets[i]`` really is where event ``event`` starts (an index
+        loaded from a cache is only a hint), else raise :class:`CorruptDeed`.  The formats
+        whose index is always built from the log itself need nothing here."""
+
+    def _check_len(self, event: int, off: int, n: int, len_bytes: bytes) -> None:
+        """The deed at ``off`` must announce the ``n`` payload bytes the index gives it."""
+        if len(len_bytes) != 8 or DEED_LEN.unpack(len_bytes)[0] != n:
+            self._corrupt(event, off, f"framing (len_d is not the indexed {n} bytes)")
+
+    def _corrupt(self, event: int, off: int, what: str):
+        raise NotImplementedError
+
     def read_slice(self, event: int, offset: int, size: int) -> bytes:
-        """Up to ``size`` bytes of ``event``'s payload from ``offset``, **unchecked**: the
-        caller must have called ``verify_event`` (the FUSE layer does so on open)."""
+        """Up to ``size`` bytes of ``event``'s payload from ``offset``.  Only the framing is
+        checked here (the deed's ``len_d`` equals the indexed size, so the index cannot
+        send a read into another deed); the caller must have called ``verify_event`` for
+        the payload check (the FUSE layer does so on open).  :class:`CorruptDeed` if the
+        framing does not hold."""
         off, n = self._locate(event)
+        self._confirm_offset(event, event - self._view[0])
+        self._check_len(event, off, n, os.pread(self._fd, 8, off))
         if offset >= n:
             return b""
         return os.pread(self._fd, min(size, n - offset), off + 8 + offset)
@@ -310,6 +363,9 @@ class SingleFileLog(PublishedView):
         if self._meta_fd is not None:
             os.close(self._meta_fd)
             self._meta_fd = None
+        retired, self._retired_fds = self._retired_fds, []
+        for f in retired:
+            os.close(f)
         if self._lock is not None:
             self._lock.release()
             self._lock = None

@@ -21,9 +21,10 @@ Contract
 * A writable pier holds the runtime's own lock ``<pier>/.vere.lock`` (a running ship makes
   the open fail with :class:`LockHeld`), and opens only the newest epoch writable; appends
   go there.  If the newest epoch is LMDB the open raises :class:`ReadOnly` instead (LMDB
-  epochs are never written: migrate them).  The newest epoch is opened without its own
-  ``book.lock`` where its engine allows (``VereBook.open(lock=False)``); ``Book.open`` has
-  no such switch, so a writable UIP Book epoch also takes ``book.lock`` in its directory.
+  epochs are never written: migrate them).  The newest epoch is opened with
+  ``lock=False`` (the pier already holds the lock).  Whatever path a writable open is
+  given (the pier, ``.urb/log``, an epoch, a Book directory inside the pier), the same
+  ``.vere.lock`` is taken (``lock.lock_path_for``), so two writers never meet.
 * Meta is the newest epoch's: ``meta.bin`` for a Book epoch, the top-level META database
   for an LMDB epoch.
 * ``refresh`` delegates to the newest epoch (a new epoch created by a roll while the pier
@@ -44,11 +45,12 @@ from typing import NamedTuple
 from .logbase import LogMixin
 from .errors import BookError, ContiguityError, FormatError, NoSuchEvent, ReadOnly
 from .eventlog import EventLog
-from .layout import LOG_NAME
+from .fileio import open_regular
+from .layout import LOG_NAME, PIER_LOG_DIR, VERE_LOCK_NAME
 from .types import EventNum
 
-LOG_DIR = os.path.join(".urb", "log")
-LOCK_NAME = ".vere.lock"
+LOG_DIR = PIER_LOG_DIR
+LOCK_NAME = VERE_LOCK_NAME  # kept for importers; lock.lock_path_for finds it from any path
 EPOC_NAME = "epoc.txt"
 
 _EPOCH_NAME = re.compile(r"^0i(\d+)$")
@@ -75,29 +77,20 @@ def _is_vere_layout(log_path: str) -> bool:
     return is_vere_layout(log_path)
 
 
-def _takes_lock_flag(opener) -> bool:
-    import inspect
-
-    try:
-        return "lock" in inspect.signature(opener).parameters
-    except (TypeError, ValueError):  # pragma: no cover
-        return False
-
-
 def open_book_dir(directory: str, writable: bool = False, *,
                   pier_locked: bool = False, progress=None) -> EventLog:
     """A directory holding ``book.log``: a :class:`~bookfs.vere.VereBook` if the log is in
     vere's two-slot layout, else a UIP :class:`~bookfs.book.Book`.
 
-    ``pier_locked``: the caller holds the pier's ``.vere.lock``, so a writable open skips
-    the epoch's own ``book.lock`` where the engine allows it (``lock=False``)."""
+    ``pier_locked``: the caller holds the pier's ``.vere.lock``, so a writable open does
+    not take it again (``lock=False``); otherwise a writable open takes the lock
+    ``lock.lock_path_for(directory)`` names (the enclosing pier's, if any)."""
     if _is_vere_layout(os.path.join(directory, LOG_NAME)):
         from .vere import VereBook as cls
     else:
         from .book import Book as cls
-    if writable and pier_locked and _takes_lock_flag(cls.open):
-        return cls.open(directory, writable=writable, lock=False, progress=progress)
-    return cls.open(directory, writable=writable, progress=progress)
+    return cls.open(directory, writable=writable, lock=not (writable and pier_locked),
+                    progress=progress)
 
 
 def open_source(path: str | os.PathLike, writable: bool = False, *,
@@ -133,10 +126,14 @@ def epoch_kind(directory: str) -> str:
     3: Book), or from the files present when ``epoc.txt`` is missing."""
     path = os.path.join(directory, EPOC_NAME)
     try:
-        with open(path, "rb") as f:
-            text = f.read(64).strip()
+        fd = open_regular(path, os.O_RDONLY, follow=True)
     except FileNotFoundError:
         text = None
+    else:
+        try:
+            text = os.pread(fd, 64, 0).strip()
+        finally:
+            os.close(fd)
     if text is None:
         if os.path.exists(os.path.join(directory, LOG_NAME)):
             return "book"
@@ -197,9 +194,9 @@ class Pier(LogMixin):
                     raise ReadOnly(f"{newest}: the newest epoch is LMDB, and LMDB epochs are "
                                    "read-only; open the pier read-only or migrate it with "
                                    "bookfs migrate")
-                from .lock import WriterLock
+                from .lock import WriterLock, lock_path_for
 
-                pier._lock = WriterLock(os.path.join(directory, LOCK_NAME), what="bookfs")
+                pier._lock = WriterLock(lock_path_for(directory))
             for i, ((base, name), kind) in enumerate(zip(names, kinds)):
                 d = os.path.join(log_dir, name)
                 rw = writable and i == len(names) - 1
@@ -333,8 +330,15 @@ class Pier(LogMixin):
             yield from e.log.walk(max(start, e.log.first), min(end, e.log.last))
 
     def refresh(self) -> int:
-        """Events the newest epoch gained since the last look."""
+        """Events the newest epoch gained since the last look (it rebuilds its view, and
+        bumps its ``generation``, if it was rewritten under us)."""
         return self.newest.log.refresh()
+
+    @property
+    def generation(self) -> int:
+        """Grows whenever any epoch's published events may have changed (the sum of the
+        epochs' generations; see ``eventlog.py``)."""
+        return sum(e.log.generation for e in self.epochs)
 
     # --- writing ---------------------------------------------------------------------------
 

@@ -75,12 +75,11 @@ from .errors import (
     TooShort,
     UnsupportedLayout,
 )
-from .fileio import pread_into
+from .fileio import open_regular, pread_into
 from .index import OffsetIndex, u64_views
 from .layout import (
     DEED_LEN,
     HEADER,
-    LOCK_NAME,
     LOG_NAME,
     MAGIC,
     MAX_PAYLOAD,
@@ -97,7 +96,7 @@ from .layout import (
     VERSION,
     crc32,
 )
-from .lock import WriterLock
+from .lock import WriterLock, lock_path_for
 from .logbase import SingleFileLog, contained, create_files
 from .types import Progress
 
@@ -176,8 +175,8 @@ def is_vere_layout(path: str | os.PathLike) -> bool:
     or slot B has a matching header CRC and the Book magic.  The version number cannot tell
     the layouts apart (both are 1); the CRC can.  False for a missing or short file."""
     try:
-        fd = os.open(os.fspath(path), os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+        fd = open_regular(os.fspath(path), os.O_RDONLY, follow=True)
+    except (OSError, BookError):  # missing, or not a regular file: the opener says why
         return False
     try:
         for off in VERE_SLOT_OFFSETS:
@@ -350,8 +349,10 @@ class VereBook(SingleFileLog):
         ``create=True`` (needs ``writable``) makes ``book.log`` (both slots with
         ``fir_d = las_d = N``, ``seq_d = 0``, padded to 8192 bytes) and ``meta.bin`` (zeros)
         if missing.  ``N`` is taken from a directory named ``0i<N>``, else from ``epoch``
-        (default 0); both given and different is a :class:`ValueError`.  ``lock=False``
-        skips ``book.lock`` (for a caller holding the pier's lock).  Raises a
+        (default 0); both given and different is a :class:`ValueError`.  A writable open
+        takes the lock :func:`bookfs.lock.lock_path_for` names (the enclosing pier's
+        ``.vere.lock`` for an epoch inside a pier, else ``book.lock``); ``lock=False``
+        skips it (for a caller holding the pier's lock).  Raises a
         :class:`FormatError` subclass for a file that is not a vere-layout log,
         :class:`LockHeld` if another writer holds the lock, :class:`PathEscape` for a file
         that resolves outside ``path``.  ``progress`` is called with byte counts during
@@ -373,7 +374,7 @@ class VereBook(SingleFileLog):
                 raise ValueError(f"{directory}: the directory name says epoch {named}, "
                                  f"but epoch={epoch} was given")
             fir = named if named is not None else (epoch or 0)
-        held = WriterLock(contained(directory, LOCK_NAME)) if writable and lock else None
+        held = WriterLock(lock_path_for(directory)) if writable and lock else None
         try:
             if create:
                 cls._create_files(directory, log_path, meta_path, fir)
@@ -648,8 +649,13 @@ class VereBook(SingleFileLog):
     def refresh(self) -> int:
         """Pick up events another process committed (a new header slot whose last batch
         checks).  Deeds written but not yet committed by a header are left for a later call.
-        Returns how many events were added.  Cheap (an ``fstat`` and two 48-byte reads)
-        when nothing changed."""
+        Returns how many events were added.  If the log was rewritten under us (it shrank,
+        a newer header's batch covers events already published, or, for a reader, a rename
+        replaced the file) the view is rebuilt from scratch and ``generation`` grows.  Cheap
+        (an ``fstat``, a ``stat`` and two 48-byte reads) when nothing changed."""
+        if self._reopen_if_replaced():
+            log.warning("%s was replaced (a new file at its path); re-indexing", self.log_path)
+            return self._reindex()
         fd = self._fd
         size = os.fstat(fd).st_size
         raw = self._read_slots()
@@ -666,6 +672,14 @@ class VereBook(SingleFileLog):
         if best.las - self._fir < before or size < ix.end:
             log.warning("%s: the committed log shrank (las_d %d, %d bytes); re-indexing",
                         self.log_path, best.las, size)
+            return self._reindex()
+        active_seq = self._active.seq if self._active is not None else -1
+        if before and (best.seq < active_seq or (
+                best.seq > active_seq and best.las - best.bat - self._fir < before)):
+            # a newer header whose batch covers events we already published (an append only
+            # ever adds batches after them), or a header older than ours: rewritten
+            log.warning("%s: header slot %s (seq %d) rewrote events from %d on; re-indexing",
+                        self.log_path, best.name, best.seq, best.las - best.bat + 1)
             return self._reindex()
         scan_vere_framing(fd, ix, size, max(c.las - self._fir for c in cands))
         for c in cands:
@@ -696,6 +710,8 @@ class VereBook(SingleFileLog):
         except BookError:
             self._index, self._view, self._slots, self._active, self.recovery = old
             raise
+        finally:
+            self.generation += 1  # published events may have changed
         return max(0, self.count - before)
 
     # --- writing ---------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from bookfs.errors import (
 )
 from bookfs.eventlog import EventLog
 from bookfs.lmdb_log import LmdbLog
+from bookfs.lock import WriterLock
 from bookfs.pier import Pier, epoch_kind, open_source
 from lmdb_fixtures import (
     make_book_epoch,
@@ -175,7 +176,7 @@ def test_writable_pier_with_lmdb_newest_is_refused(tmp_path):
     root = make_pier(tmp_path / "p", [("book", payloads(1, 3)), ("lmdb", payloads(4, 3))])
     with pytest.raises(ReadOnly, match=r"0i3: the newest epoch is LMDB"):
         Pier.open(root, writable=True)
-    assert not (root / ".vere.lock").exists()
+    assert not WriterLock.is_held(str(root / ".vere.lock"))  # the refused open let go
     with Pier.open(root) as pier:  # read-only is fine
         assert pier.gulf() == (1, 6)
 
@@ -203,12 +204,15 @@ def test_writable_pier_refuses_a_running_ship(tmp_path):
             Pier.open(root, writable=True)
         with Pier.open(root) as pier:  # readers need no lock
             assert pier.read(327) == events[-1]
-        # the refused open left no writer behind: the newest Book is not locked either
-        with Book.open(root / ".urb" / "log" / "0i320", writable=True):
-            pass
+        # the newest epoch opened directly is guarded by the same .vere.lock (issue 9 #3)
+        with pytest.raises(LockHeld, match=rf"\.vere\.lock: .* by pid {ship.pid}"):
+            Book.open(root / ".urb" / "log" / "0i320", writable=True)
     finally:
         ship.stdin.close()
         ship.wait(timeout=10)
+    # the refused opens left no writer behind
+    with Book.open(root / ".urb" / "log" / "0i320", writable=True):
+        pass
     with Pier.open(root, writable=True) as pier:  # the ship stopped: the lock is free
         pier.save(328, [b"abcd"])
 
