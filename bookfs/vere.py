@@ -37,16 +37,19 @@ Contract (the same as :class:`bookfs.book.Book`'s, where the format allows)
   (``seq_d + 1``, new ``las_d``, ``bat``, ``sum``) into the *inactive* slot, then calls one
   ``fdatasync``.  A failed write or sync (ENOSPC, EIO) is undone by cutting the file back
   and rewriting the inactive slot's old bytes, so both slots and the file are as before.
-* **Recovery** (reference-formats.md §2, plus DESIGN.md's "recovery must not destroy
-  evidence"): take the valid slot with the higher ``seq_d`` (tie: slot A) and check its
-  last batch.  If that fails, the whole batch is rolled back: the other slot's state is
-  used if *its* batch checks, else the forward framing scan from 8192 is cut back to
-  before every batch a valid slot names.  Bytes past the committed end are cut only when
-  they are a torn tail (an incomplete final deed that no header claims); anything more (a
-  whole uncommitted deed, any part of a rolled-back batch) is first copied to a quarantine
-  file beside the log.  A
-  writable open that rolled back rewrites the stale slot so the next open agrees; a
-  read-only open modifies nothing and reports the bytes it ignored.
+* **Recovery** (reference-formats.md §2, DESIGN.md's "recovery must not destroy
+  evidence"; the case-by-case table against the reference is in ``docs/format.md``): take
+  the valid slot with the higher ``seq_d`` (tie: slot A) and check its last batch.  If it
+  checks, its ``las_d`` is the committed end.  If not, that save was never acknowledged
+  and its batch is rolled back; every earlier deed whose framing holds is kept (they were
+  acknowledged), up to the first that does not frame.  Bytes past the kept deeds are cut
+  only when they are a torn tail (an incomplete final deed that no header claims);
+  anything more (a whole uncommitted deed, any part of a rolled-back batch, the rest of a
+  damaged region) is first copied to a quarantine file beside the log.  A writable open
+  that rolled back rewrites a slot so the next open agrees; a read-only open modifies
+  nothing and reports the bytes it ignored.  A writable open of a file shorter than the
+  8192-byte header region is refused (``TooShort``), never grown: ``bookfs fsck --repair``
+  rebuilds it.
 * **Index**: offsets of every committed deed, 8 bytes per event (``array('Q')``), built by
   a forward framing scan on open (not persisted: see the report in ``docs``).  Event access
   is O(1).
@@ -450,6 +453,11 @@ class VereBook(SingleFileLog):
                        f"{best.name}'s {best.fir}; ignored")
             cands = [best]
             slots[1 - best.which] = None
+        if self.writable and size < VERE_DEEDS_START:
+            raise TooShort(f"{self.log_path}: {size} bytes, under the {VERE_DEEDS_START} bytes "
+                           "of vere's two header slots and their padding; a writable open "
+                           "never grows a file it cannot use (`bookfs fsck --repair` "
+                           "rebuilds the header region and says what it did)")
         report.bad_slots = why
         for w in why:
             log.warning("%s: header %s", self.log_path, w)
@@ -460,24 +468,12 @@ class VereBook(SingleFileLog):
         index.times.append((fir + 1, os.fstat(fd).st_mtime_ns))
         scan_vere_framing(fd, index, size, max(c.las - fir for c in cands), progress=progress)
 
-        chosen = None
-        for c in cands:
-            if self._batch_ok(index, c):
-                chosen = c
-                break
-            report.notes.append(f"slot {c.name} (seq {c.seq}, las {c.las}): its last batch of "
-                                f"{c.bat} deeds is missing or fails its CRC")
+        k, chosen = self._committed_count(index, best, cands)
         if chosen is not None:
-            k = chosen.las - fir
             batch = (k - chosen.bat, chosen.sum)
             report.slot = chosen.name
         else:
-            # No header vouches for what is on disk: keep deeds whose framing holds, but none
-            # of a batch any valid header names (each of those failed its check).
-            k = min([index.count] + [c.las - c.bat - fir for c in cands])
             batch = None
-            report.notes.append(f"no header slot's last batch checks; kept {k} events whose "
-                                "framing holds (vere deeds carry no CRC)")
         if k < best.las - fir:
             report.rolled_back = (fir + k + 1, best.las)
             log.warning("%s: rolled back events %d..%d (slot %s's batch does not check)",
@@ -497,6 +493,41 @@ class VereBook(SingleFileLog):
             index.verified_end = index.end
         self._seen = (os.fstat(fd).st_size, b"".join(self._read_slots()))
         self._publish(batch)
+
+    def _committed_count(self, index: OffsetIndex, best: Slot, cands: list[Slot]
+                         ) -> tuple[int, Slot | None]:
+        """How many deeds recovery keeps, and the valid slot describing exactly them
+        (``None``: no slot does; a writable open then rewrites one).  The rule
+        (``docs/format.md``, "vere's layout: recovery"):
+
+        * the newest valid slot's last batch checks: keep ``las_d - fir_d`` deeds;
+        * it does not (a cut or flipped byte inside it): that batch was never
+          acknowledged, since a save returns only after the header and the deeds share
+          one ``fdatasync``, so roll it back.  Every earlier deed was acknowledged by an
+          earlier save and is kept if its framing holds: the forward scan's deeds, up to
+          ``las_d - bat``.  Damage inside those (not a crash) loses only the bytes from
+          the first deed whose framing fails, which are quarantined.
+
+        A torn newest slot is simply not a candidate, so the older slot's state is used and
+        the deeds of the newest (unacknowledged) save are past its end."""
+        fir = self._fir
+        report = self.recovery
+        if self._batch_ok(index, best):
+            return best.las - fir, best
+        report.notes.append(f"slot {best.name} (seq {best.seq}, las {best.las}): its last "
+                            f"batch of {best.bat} deeds is missing or fails its CRC; that "
+                            "save was never acknowledged, so it is rolled back")
+        acked = best.las - best.bat - fir
+        k = min(index.count, acked)
+        if k < acked:
+            report.notes.append(
+                f"events {fir + k + 1}..{fir + acked} were acknowledged by an earlier save, "
+                f"but the deed of event {fir + k + 1} does not frame (damage, not a crash); "
+                f"kept the {k} events before it whose framing holds")
+        for c in cands[1:]:
+            if c.las - fir == k and self._batch_ok(index, c):
+                return k, c
+        return k, None
 
     def _batch_ok(self, index: OffsetIndex, c: Slot) -> bool:
         """Slot ``c``'s committed state is on disk: its ``las_d - fir_d`` deeds are framed
