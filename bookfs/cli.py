@@ -72,6 +72,30 @@ def cmd_info(args) -> int:
     return 0
 
 
+def _open_damage(log) -> list[str]:
+    """What opening ``log`` (each epoch of a pier) found wrong: bytes past the valid
+    prefix, a batch rolled back, a damaged header slot.  Empty for a clean log."""
+    logs = [e.log for e in log.epochs] if hasattr(log, "epochs") else [log]
+    out = []
+    for lg in logs:
+        rep = getattr(lg, "recovery", None)
+        if rep is None or rep.clean:
+            continue
+        path = getattr(lg, "log_path", lg.directory)
+        if rep.bad_region is not None:
+            off, n = rep.bad_region
+            out.append(f"{path}: {n} bytes at offset {off} are not valid committed deeds "
+                       "(see bookfs fsck)")
+        for attr in ("rolled_back",):
+            span = getattr(rep, attr, None)
+            if span is not None:
+                out.append(f"{path}: events {span[0]}..{span[1]} that a header names are "
+                           "not all on disk (see bookfs fsck)")
+        out += [f"{path}: header {w}" for w in getattr(rep, "bad_slots", [])]
+        out += [f"{path}: {n}" for n in rep.notes if not out]
+    return out
+
+
 def cmd_verify(args) -> int:
     from .pier import open_source
     from .recovery import CheckReport, check_mugs
@@ -86,6 +110,9 @@ def cmd_verify(args) -> int:
             bad = log.verify(progress=bar.update)
         for event, off in bad:
             print(f"event {event} at offset {off}: fails its {log.format} check")
+        damaged = _open_damage(log)
+        for line in damaged:
+            print(line)
         mugs = None
         if args.mugs:
             mugs = CheckReport(log.directory, log.format)
@@ -93,7 +120,7 @@ def cmd_verify(args) -> int:
                 check_mugs(log, mugs, progress=bar.update)
             for p in mugs.problems:
                 print(f"mug mismatch: {p.message}")
-        if bad or (mugs is not None and mugs.problems):
+        if bad or damaged or (mugs is not None and mugs.problems):
             return 1
         said = "; ".join(what.get(k, k) for k in kinds)
         if mugs is not None:

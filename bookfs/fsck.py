@@ -94,8 +94,8 @@ def run(args) -> int:
     code = EXIT_CLEAN if rep.clean else EXIT_PROBLEMS
     if args.repair:
         try:
-            done = rec.repair(rep) if not rep.clean else []
-        except ReadOnly as e:
+            done = rec.repair(rep) if not rep.clean or not rec.writes else []
+        except ReadOnly as e:  # a format bookfs never writes: checked only
             print(f"not repaired: {e}")
         except BookError as e:
             print(f"bookfs fsck: repair failed: {e}", file=sys.stderr)
@@ -103,7 +103,7 @@ def run(args) -> int:
         else:
             for line in done:
                 print(f"repaired: {line}")
-            if rep.clean:
+            if rep.clean and rec.writes:
                 print("nothing to repair")
             else:
                 after = rec.check(mugs=args.mugs)

@@ -404,6 +404,7 @@ class LmdbRecovery(recovery.Recovery):
     that reads into a new vere-layout Book log with the same epoch base."""
 
     kind = "lmdb"
+    writes = False
 
     def __init__(self, path: str, *, pier_locked: bool = False, meta_from: str | None = None):
         super().__init__(path, pier_locked=pier_locked)

@@ -435,6 +435,7 @@ class PierRecovery:
     writes, in vere's layout when the epoch was LMDB or vere's)."""
 
     kind = "pier"
+    writes = True
 
     def __init__(self, path: str):
         self.path = os.fspath(path)

@@ -308,6 +308,8 @@ class Recovery:
 
     #: the source kind: uip | vere | lmdb | pier
     kind: str = ""
+    #: False for a format bookfs never writes: ``repair`` always refuses (``ReadOnly``)
+    writes: bool = True
 
     def __init__(self, path: str, *, pier_locked: bool = False):
         self.path = os.fspath(path)
