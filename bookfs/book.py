@@ -30,6 +30,7 @@ import os
 import struct
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from . import recovery
@@ -533,3 +534,226 @@ def _first_at_or_after(offsets, pos: int) -> int:
     import bisect
 
     return bisect.bisect_left(offsets, pos)
+
+
+# --- fsck: the recovery ladder for the UIP layout ------------------------------------------
+
+
+@dataclass
+class UipFindings:
+    """What :meth:`BookRecovery.check` found beyond the problem list."""
+
+    #: (offset, bytes) of regions past framing breaks that may hold valid deeds
+    damaged: list[tuple[int, int]] = field(default_factory=list)
+    torn_tail: tuple[int, int] | None = None
+    #: offsets of every framed deed, in log order (across damaged regions)
+    offsets: list[int] = field(default_factory=list, repr=False)
+    #: how many framed deeds precede the first framing break (their numbers are certain)
+    numbered: int = 0
+    meta_missing: bool = False
+
+
+class BookRecovery(recovery.Recovery):
+    """``check``/``repair``/``salvage`` for a UIP-layout Book directory.
+
+    * ``check`` reads the log raw (never the recovering open): the header, ``meta.bin``,
+      broken framing, every deed whose CRC fails, a torn tail, bytes past the last deed
+      that are not a torn tail; optionally every mug.
+    * ``repair`` cuts a torn tail (shown to hold no valid deed) and creates a missing
+      ``meta.bin``; nothing else.  It holds ``book.lock`` unless the pier's lock is held.
+    * ``salvage`` rescans damaged regions at every byte offset for valid deeds (length
+      trailer and CRC agree) and writes every recoverable event, in log order, to a new
+      UIP log, numbered from the original first event; the report lists the gaps.
+    """
+
+    kind = "uip"
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.path, LOG_NAME)
+
+    def size(self) -> int:
+        return 2 * os.path.getsize(self.log_path)  # the framing pass, then every CRC
+
+    def open_log(self) -> "Book":
+        return Book.open(self.path)
+
+    def check(self, *, mugs: bool = False, progress=None) -> recovery.CheckReport:
+        from .index import OffsetIndex
+
+        P = recovery.Problem
+        log_path = self.log_path
+        rep = recovery.CheckReport(log_path, "book-v1 (UIP layout)")
+        st = rep.state = UipFindings()
+        fd = os.open(log_path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            if size < HEADER_SIZE:
+                rep.problems.append(P("header", 0, f"{size} bytes, under the 16-byte header"))
+                return rep
+            magic, version, fir = HEADER.unpack(os.pread(fd, HEADER_SIZE, 0))
+            if magic != MAGIC or version != VERSION:
+                raise BadMagic(f"{log_path}: not a UIP Book log (magic {magic:#010x}, "
+                               f"version {version})")
+            st.meta_missing = recovery.check_meta_file(self.path, rep)
+            index = OffsetIndex(first=fir)
+            pos = HEADER_SIZE
+            numbered = None
+            while True:
+                index.end = pos
+                stop = scan_framing(fd, index, size, progress=progress)
+                if stop >= size:
+                    break
+                if numbered is None:
+                    numbered = len(index.offsets)
+                if recovery.is_torn_tail(fd, stop, size):
+                    st.torn_tail = (stop, size - stop)
+                    rep.problems.append(P("torn-tail", stop, f"{size - stop} bytes at offset "
+                                          f"{stop} are an incomplete final deed"))
+                    rep.repairs.append(f"cut the torn tail at offset {stop}")
+                    break
+                nxt = recovery.find_valid_deeds(fd, stop + 1, size, limit=1)
+                end = nxt[0] if nxt else size
+                st.damaged.append((stop, end - stop))
+                rep.problems.append(P("framing", stop, f"{end - stop} bytes at offset {stop} "
+                                      "do not frame a deed" +
+                                      (f"; valid deeds resume at {end}" if nxt else "")))
+                if not nxt:
+                    break
+                pos = end
+            # every CRC, continuing past failures (framing holds, so positions are known)
+            i = 0
+            while True:
+                bad = recovery.first_bad_deed(fd, index.offsets, i, index.end,
+                                              progress=progress)
+                if bad is None:
+                    break
+                off = index.offsets[bad]
+                known = numbered is None or bad < numbered
+                rep.problems.append(P(
+                    "crc", off, f"deed at offset {off} fails its CRC check" +
+                    ("" if known else " (its event number is unknown: it follows damage)"),
+                    event=fir + bad if known else None))
+                i = bad + 1
+            st.offsets = list(index.offsets)
+            st.numbered = len(st.offsets) if numbered is None else numbered
+            rep.events = len(index.offsets)
+            rep.first = fir if rep.events else 0
+            rep.last = fir + rep.events - 1 if rep.events else 0
+        finally:
+            os.close(fd)
+        for p in rep.problems:
+            p.path = p.path or log_path
+        if mugs:
+            self._check_mugs(rep, progress)
+        return rep
+
+    def repair(self, report: recovery.CheckReport) -> list[str]:
+        """Cut a torn tail (the only cut that is always safe) and create a missing
+        ``meta.bin``; returns what was done."""
+        st: UipFindings = report.state
+        done = []
+        lock = None if self.pier_locked else WriterLock(contained(self.path, LOCK_NAME))
+        try:
+            if st.torn_tail is not None:
+                fd = os.open(self.log_path, os.O_RDWR | os.O_CLOEXEC)
+                try:
+                    off, n = st.torn_tail
+                    if os.fstat(fd).st_size != off + n:
+                        raise BookError(f"{self.path}: the log changed while being checked")
+                    os.ftruncate(fd, off)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                done.append(f"cut the torn tail of {n} bytes at offset {off} of "
+                            f"{self.log_path}")
+                st.torn_tail = None
+            if st.meta_missing:
+                made = recovery.create_meta_file(self.path)
+                if made:
+                    done.append(made)
+        finally:
+            if lock is not None:
+                lock.release()
+        return done
+
+    def salvage(self, report: recovery.CheckReport, out: str, *, progress=None) -> dict:
+        """Write every recoverable event of the checked log to a new UIP log in ``out``, in
+        log order; each deed is re-checked here and only valid ones are copied."""
+        from .layout import META_FIELDS
+
+        st: UipFindings = report.state
+        log_path = self.log_path
+        first = report.first or 1
+        gaps: list[dict] = []
+        os.makedirs(out, exist_ok=True)
+        fd = os.open(log_path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            with Book.open(out, writable=True, create=True) as dst:
+                meta_src = os.path.join(self.path, META_NAME)
+                if os.path.exists(meta_src) and os.path.getsize(meta_src) == META_SIZE:
+                    with open(meta_src, "rb") as f:
+                        raw = f.read()
+                    for key, (o, n) in META_FIELDS.items():
+                        dst.save_meta(key, raw[o : o + n])
+                batch = SalvageBatch(dst, first, epoch=first - 1)
+                original_known = True
+                prev_end = HEADER_SIZE
+                for i, off in enumerate(st.offsets):
+                    if off != prev_end:  # bytes lost to broken framing: count unknown
+                        gaps.append({"offset": prev_end, "bytes": off - prev_end,
+                                     "after_new_event": batch.next_event - 1,
+                                     "events_lost": "unknown"})
+                        original_known = False
+                    (n,) = DEED_LEN.unpack(os.pread(fd, 8, off))
+                    prev_end = off + n + DEED_OVERHEAD
+                    if not recovery.deed_crc_ok(fd, off, n):
+                        gaps.append({"offset": off, "bytes": n + DEED_OVERHEAD,
+                                     "after_new_event": batch.next_event - 1,
+                                     "events_lost": 1,
+                                     "original_event": first + i if original_known else None})
+                        continue  # framing is intact: later original numbers stay known
+                    batch.add(os.pread(fd, n, off + 8))
+                    if progress is not None:
+                        progress(n + DEED_OVERHEAD)
+                batch.flush()
+                if prev_end < size:
+                    gaps.append({"offset": prev_end, "bytes": size - prev_end,
+                                 "after_new_event": batch.next_event - 1,
+                                 "events_lost": "unknown"})
+                result = {
+                    "source": log_path, "out": os.path.abspath(out), "layout": "uip",
+                    "recovered": dst.count, "first": dst.first, "last": dst.last,
+                    "gaps": gaps,
+                    "note": ("a Book log is contiguous, so recovered events are numbered in "
+                             "log order from the original first event; after the first gap "
+                             "their original numbers are higher than their new ones"),
+                }
+        finally:
+            os.close(fd)
+        return recovery.write_salvage_report(out, result)
+
+
+class SalvageBatch:
+    """Payloads appended to a new log ``dst`` in batches (at most 4096 events or 16 MiB
+    each, one ``save`` per batch), numbered from ``first``."""
+
+    def __init__(self, dst, first: int, epoch: int):
+        self.dst = dst
+        self.next_event = first
+        self.epoch = epoch
+        self._batch: list[bytes] = []
+        self._bytes = 0
+
+    def add(self, payload: bytes) -> None:
+        self._batch.append(payload)
+        self._bytes += len(payload)
+        self.next_event += 1
+        if len(self._batch) >= 4096 or self._bytes >= 16 << 20:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._batch:
+            self.dst.save(self.next_event - len(self._batch), self._batch, epoch=self.epoch)
+            self._batch, self._bytes = [], 0

@@ -72,17 +72,61 @@ def cmd_info(args) -> int:
     return 0
 
 
-def cmd_verify(args) -> int:
-    from .book import Book
+def _open_damage(log) -> list[str]:
+    """What opening ``log`` (each epoch of a pier) found wrong: bytes past the valid
+    prefix, a batch rolled back, a damaged header slot.  Empty for a clean log."""
+    logs = [e.log for e in log.epochs] if hasattr(log, "epochs") else [log]
+    out = []
+    for lg in logs:
+        rep = getattr(lg, "recovery", None)
+        if rep is None or rep.clean:
+            continue
+        path = getattr(lg, "log_path", lg.directory)
+        if rep.bad_region is not None:
+            off, n = rep.bad_region
+            out.append(f"{path}: {n} bytes at offset {off} are not valid committed deeds "
+                       "(see bookfs fsck)")
+        for attr in ("rolled_back",):
+            span = getattr(rep, attr, None)
+            if span is not None:
+                out.append(f"{path}: events {span[0]}..{span[1]} that a header names are "
+                           "not all on disk (see bookfs fsck)")
+        out += [f"{path}: header {w}" for w in getattr(rep, "bad_slots", [])]
+        out += [f"{path}: {n}" for n in rep.notes if not out]
+    return out
 
-    with Book.open(args.path) as book:
-        with _progress_bar(book.log_bytes, "verify") as bar:
-            bad = book.verify(progress=bar.update)
-        if bad:
-            for event, off in bad:
-                print(f"event {event} at offset {off}: CRC mismatch")
+
+def cmd_verify(args) -> int:
+    from .pier import open_source
+    from .recovery import CheckReport, check_mugs
+
+    with open_source(args.path) as log:
+        what = {"book-v1": "every CRC checks", "vere-book": "every deed frames and the "
+                "newest batch's CRC checks", "lmdb": "every event reads"}
+        kinds = sorted({w.split(" ")[0] for w in
+                        ([e.log.format for e in log.epochs] if hasattr(log, "epochs")
+                         else [log.format])})
+        with _progress_bar(log.log_bytes, "verify") as bar:
+            bad = log.verify(progress=bar.update)
+        for event, off in bad:
+            print(f"event {event} at offset {off}: fails its {log.format} check")
+        damaged = _open_damage(log)
+        for line in damaged:
+            print(line)
+        mugs = None
+        if args.mugs:
+            mugs = CheckReport(log.directory, log.format)
+            with _progress_bar(log.log_bytes, "mugs") as bar:
+                check_mugs(log, mugs, progress=bar.update)
+            for p in mugs.problems:
+                print(f"mug mismatch: {p.message}")
+        if bad or damaged or (mugs is not None and mugs.problems):
             return 1
-        print(f"{book.count} events, {book.log_bytes:,} bytes: every CRC checks")
+        said = "; ".join(what.get(k, k) for k in kinds)
+        if mugs is not None:
+            said += (f"; {mugs.mugs_checked} mugs match their nouns"
+                     f" ({mugs.mugs_unset} unset, mug 0)")
+        print(f"{log.format}: {log.count} events, {log.log_bytes:,} bytes: {said}")
     return 0
 
 
@@ -139,9 +183,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=cmd_info)
 
-    s = sub.add_parser("verify", help="check every CRC of a log",
-                       description="Read the whole log and check every deed's CRC.")
-    s.add_argument("path")
+    s = sub.add_parser("verify", help="check every event of a log", description=(
+        "Read the whole log (a Book directory in either layout, an LMDB epoch or a pier) and "
+        "check every event as its format allows: the UIP layout's CRCs; vere's framing and "
+        "newest batch CRC; LMDB reads.  --mugs also cues every event and compares its "
+        "stored mug with the noun's mug (mug 0 is unset and skipped). Exit 1 on any "
+        "failure."))
+    s.add_argument("path", help="a pier, a Book directory or an LMDB epoch")
+    s.add_argument("--mugs", action="store_true",
+                   help="also check every event's mug against its cued jam")
     s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("sample", help="write a deterministic sample log", description=(

@@ -51,6 +51,12 @@ class BadMetaSize(MetaError):
     errno = _errno.EINVAL
 
 
+class MetaAbsent(MetaError):
+    """``meta.bin`` is missing and the log was opened read-only: the meta reads as absent."""
+
+    errno = _errno.ENOENT
+
+
 class BadMetaFile(MetaError):
     """A ``meta.bin`` that is not exactly 256 bytes."""
 

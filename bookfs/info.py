@@ -7,14 +7,22 @@ import json
 from .eventlog import EventLog
 
 
+def loobean(byte: int) -> str:
+    """A loobean as Urbit prints it: 0 is ``%.y`` (yes), 1 is ``%.n`` (no).  ``fake`` in
+    ``meta.bin`` and LMDB's META is one: ``%.y`` is a fake ship, ``%.n`` a real one.  Any
+    other value is shown as what it is, never guessed."""
+    return {0: "%.y", 1: "%.n"}.get(byte, f"invalid loobean {byte}")
+
+
 def summary(book: EventLog) -> dict:
-    """Format, path, first/last event, count, bytes and the meta fields, decoded."""
+    """Format, path, first/last event, count, bytes and the meta fields, decoded (``fake``
+    as a loobean, :func:`loobean`; ``meta: absent`` when a read-only open found no
+    ``meta.bin``)."""
     from .noun import patp
 
+    from .errors import MetaAbsent
+
     first, last = book.gulf()
-    meta = book.meta()
-    who = int.from_bytes(meta["who"], "little")
-    fake = meta["fake"][0]
     info = {
         "format": book.format,
         "path": book.directory,
@@ -23,12 +31,20 @@ def summary(book: EventLog) -> dict:
         "last": last,
         "events": book.count,
         "bytes": book.log_bytes,
-        "ship": patp(who),
-        "who": who,
-        "fake": bool(fake),
-        "life": int.from_bytes(meta["life"], "little"),
-        "version": int.from_bytes(meta["version"], "little"),
     }
+    try:
+        meta = book.meta()
+    except MetaAbsent:
+        info["meta"] = "absent (no meta.bin)"
+    else:
+        who = int.from_bytes(meta["who"], "little")
+        info.update({
+            "ship": patp(who),
+            "who": who,
+            "fake": loobean(meta["fake"][0]),
+            "life": int.from_bytes(meta["life"], "little"),
+            "version": int.from_bytes(meta["version"], "little"),
+        })
     epochs = getattr(book, "epochs", None)
     if epochs:
         info["epochs"] = "; ".join(

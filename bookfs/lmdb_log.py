@@ -36,6 +36,7 @@ import re
 import struct
 from collections.abc import Iterable, Iterator
 
+from . import recovery
 from .logbase import PublishedView
 from .errors import (
     BadMetaKey,
@@ -349,6 +350,22 @@ class LmdbLog(PublishedView):
         self._scan()
         return max(0, self.count - before)
 
+    def verify(self, *, progress=None) -> list[tuple[int, int]]:
+        """Read every event in one cursor pass (LMDB checks its own pages; there is no
+        per-event checksum).  Returns ``(event, 0)`` for the first event that could not be
+        read (an LMDB error or a missing key ends the pass); empty when all read."""
+        import lmdb
+
+        expected = self.first
+        try:
+            for event, value in self.iter_buffers():
+                expected = event + 1
+                if progress is not None:
+                    progress(len(value) + 8)
+        except (lmdb.Error, BookError):
+            return [(expected, 0)]
+        return []
+
     # --- writing (refused) ---------------------------------------------------------------
 
     def save(self, first_event: int, payloads: Iterable[bytes], epoch: int = 0) -> None:
@@ -377,3 +394,75 @@ class LmdbLog(PublishedView):
         if self._env is not None:
             self._env.close()
             self._env = None
+
+
+# --- fsck: the recovery ladder for LMDB epochs (check only) --------------------------------
+
+
+class LmdbRecovery(recovery.Recovery):
+    """``check`` reads an LMDB epoch through :class:`LmdbLog` (contiguous keys from
+    ``N + 1``, ``MDB_INTEGERKEY``, every value readable; optionally every mug).  bookfs never
+    writes LMDB, so ``repair`` refuses (:class:`ReadOnly`).  ``salvage`` copies every event
+    that reads into a new vere-layout Book log with the same epoch base."""
+
+    kind = "lmdb"
+    writes = False
+
+    def __init__(self, path: str, *, pier_locked: bool = False, meta_from: str | None = None):
+        super().__init__(path, pier_locked=pier_locked)
+        self.meta_from = meta_from
+
+    def size(self) -> int:
+        return os.path.getsize(os.path.join(self.path, DATA_NAME))
+
+    def open_log(self) -> LmdbLog:
+        return LmdbLog.open(self.path, meta_from=self.meta_from)
+
+    def check(self, *, mugs: bool = False, progress=None) -> recovery.CheckReport:
+        with self.open_log() as lg:
+            rep = recovery.CheckReport(lg.data_path, lg.format)
+            for event, _ in lg.verify(progress=progress):
+                rep.problems.append(recovery.Problem(
+                    "read", None, f"event {event} cannot be read from EVENTS; the events "
+                    "after it were not checked", event=event, path=lg.data_path))
+            rep.first, rep.last = lg.gulf()
+            rep.events = lg.count
+            if mugs:
+                recovery.check_mugs(lg, rep, progress=progress)
+        return rep
+
+    def repair(self, report: recovery.CheckReport) -> list[str]:
+        raise ReadOnly(f"{os.path.join(self.path, DATA_NAME)}: LMDB epochs are not written "
+                       "by bookfs, so fsck checks them but never repairs them (copy the "
+                       "readable events with --salvage OUT, or convert with bookfs migrate)")
+
+    def salvage(self, report: recovery.CheckReport, out: str, *, progress=None) -> dict:
+        from .book import SalvageBatch
+        from .vere import VereBook
+
+        import lmdb
+
+        with self.open_log() as lg:
+            base = lg.base if lg.base is not None else (lg.first - 1 if lg.count else 0)
+            os.makedirs(out, exist_ok=True)
+            lost = None
+            with VereBook.open(out, writable=True, create=True, epoch=base) as dst:
+                for key, value in lg.meta().items():
+                    dst.save_meta(key, value)
+                batch = SalvageBatch(dst, base + 1, epoch=base)
+                try:
+                    for _, value in lg.iter_buffers():
+                        batch.add(bytes(value))
+                        if progress is not None:
+                            progress(len(value))
+                except (lmdb.Error, BookError) as e:
+                    lost = f"reading stopped after event {batch.next_event - 1}: {e}"
+                batch.flush()
+                result = {"source": lg.data_path, "out": os.path.abspath(out),
+                          "layout": "vere", "recovered": dst.count, "first": dst.first,
+                          "last": dst.last,
+                          "gaps": [] if lost is None else [{"after_new_event":
+                                                           batch.next_event - 1,
+                                                           "events_lost": "unknown",
+                                                           "why": lost}]}
+        return recovery.write_salvage_report(out, result)

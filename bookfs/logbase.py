@@ -18,6 +18,7 @@ from .errors import (
     BadMetaKey,
     BadMetaSize,
     BookError,
+    MetaAbsent,
     NoSuchEvent,
     PathEscape,
     PayloadError,
@@ -87,6 +88,20 @@ def pwritev_all(fd: int, bufs: list, off: int) -> int:
                 off += k
                 rest = rest[k:]
     return off
+
+
+def _open_meta(meta_path: str, flags: int, writable: bool, follow: bool) -> int | None:
+    """Open ``meta.bin`` (through :func:`open_regular`).  When it is missing, a writable
+    open creates it zero-filled (256 bytes, durably), as vere's reference does; a
+    read-only open changes nothing and returns ``None``: the events are served and the
+    meta reads as absent (:class:`MetaAbsent`)."""
+    try:
+        return open_regular(meta_path, flags, follow=follow)
+    except FileNotFoundError:
+        if not writable:
+            return None
+    create_files(os.path.dirname(meta_path) or ".", [(meta_path, bytes(META_SIZE))])
+    return open_regular(meta_path, flags, follow=follow)
 
 
 class LogMixin:
@@ -174,12 +189,13 @@ class SingleFileLog(PublishedView):
 
     @staticmethod
     def _open_files(log_path: str, meta_path: str, writable: bool,
-                    what: str) -> tuple[int, int]:
+                    what: str) -> tuple[int, int | None]:
         """Open the log and ``meta.bin`` (read-write or read-only) through
-        :func:`bookfs.fileio.open_regular`: a missing one is a :class:`BookError` saying what
-        was expected (``what``: the kind of log); a FIFO, socket, device or directory is a
-        :class:`NotRegularFile`, never a hang.  A read-only open may follow a symlink the
-        caller checked with :func:`contained`; a writable open never follows one."""
+        :func:`bookfs.fileio.open_regular`: a missing log is a :class:`BookError` saying
+        what was expected (``what``: the kind of log); a FIFO, socket, device or directory
+        is a :class:`NotRegularFile`, never a hang.  A read-only open may follow a symlink
+        the caller checked with :func:`contained`; a writable open never follows one.  A
+        missing ``meta.bin`` is handled by :func:`_open_meta`."""
         flags = os.O_RDWR if writable else os.O_RDONLY
         follow = not writable
         try:
@@ -187,10 +203,7 @@ class SingleFileLog(PublishedView):
         except FileNotFoundError:
             raise BookError(f"{log_path}: no such file (expected {what})") from None
         try:
-            meta_fd = open_regular(meta_path, flags, follow=follow)
-        except FileNotFoundError:
-            os.close(fd)
-            raise BookError(f"{meta_path}: no such file (expected 256 bytes of meta)") from None
+            meta_fd = _open_meta(meta_path, flags, writable, follow)
         except BaseException:
             os.close(fd)
             raise
@@ -326,7 +339,14 @@ class SingleFileLog(PublishedView):
     def _pwritev_all(self, bufs: list, off: int) -> int:
         return pwritev_all(self._fd, bufs, off)
 
+    @property
+    def has_meta(self) -> bool:
+        """False when ``meta.bin`` is missing (a read-only open of such a directory)."""
+        return self._meta_fd is not None
+
     def _check_meta_file(self) -> None:
+        if self._meta_fd is None:
+            return
         size = os.fstat(self._meta_fd).st_size
         if size != META_SIZE:
             raise BadMetaFile(f"{self.meta_path}: {size} bytes, expected exactly {META_SIZE}")
@@ -341,6 +361,9 @@ class SingleFileLog(PublishedView):
     def read_meta(self, key: str) -> bytes:
         """The raw bytes of meta field ``key`` (version, who, fake, life), as stored."""
         off, size = self._meta_field(key)
+        if self._meta_fd is None:
+            raise MetaAbsent(f"{self.meta_path}: no such file (the log was opened read-only "
+                             "without its meta.bin; a writable open creates it zero-filled)")
         return os.pread(self._meta_fd, size, off)
 
     def save_meta(self, key: str, value: bytes) -> None:

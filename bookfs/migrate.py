@@ -37,7 +37,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .errors import BookError, ContiguityError, CorruptDeed, FormatError, LockHeld
+from .errors import BookError, ContiguityError, CorruptDeed, LockHeld, MetaAbsent
 from .fileio import fsync_dir
 from .layout import META_FIELDS
 
@@ -130,15 +130,26 @@ def _dir_is_empty(path: str) -> bool:
         return next(it, None) is None
 
 
-def migrate(source: str | os.PathLike, dest: str | os.PathLike, layout: str = "uip",
+#: What each runtime reads: vere opens a pier's epoch with ``epoc.txt`` 3 only in vere's
+#: two-slot layout; the UIP layout is read by bookfs alone, so it is only ever written as a
+#: single Book directory, never into a pier.
+DEFAULT_LAYOUT = "vere"
+
+
+def migrate(source: str | os.PathLike, dest: str | os.PathLike, layout: str | None = None,
             progress: Progress | None = None) -> MigrateReport:
     """Migrate the LMDB epoch or pier ``source`` to Book log(s) at ``dest`` (see the module
-    docstring).  ``layout``: ``uip`` (bookfs's own) or ``vere`` (vere's two-slot layout).
+    docstring).  ``layout``: ``vere`` (vere's two-slot layout, the default: what the
+    runtime reads) or ``uip`` (bookfs's own, for a single epoch only: a pier with a
+    UIP-layout ``book.log`` beside ``epoc.txt`` 3 opens in no runtime, so that is refused).
+    The source may be a pier (its epochs not yet in ``layout`` are converted: LMDB, or
+    Book in the other layout), an LMDB epoch, or a Book directory in either layout.
     ``progress(n)`` is called with event counts as they are done (including, first, the
     events a resumed run finds already done).  Returns a :class:`MigrateReport`."""
     from .lmdb_log import LmdbLog, is_lmdb_dir
     from .pier import Pier, is_pier
 
+    layout = layout or DEFAULT_LAYOUT
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
     src = os.path.abspath(os.fspath(source))
@@ -153,14 +164,21 @@ def migrate(source: str | os.PathLike, dest: str | os.PathLike, layout: str = "u
     if src == dst or dst.startswith(src + os.sep):
         raise BookError(f"{dst}: inside the source {src}; choose a DEST outside it")
 
+    from .pier import identify, open_book_dir
+
     pier = single = None
     try:
-        if is_pier(src):
+        kind, _ = identify(src)
+        if kind == "pier":
+            if layout != "vere":
+                raise BookError(f"{src}: a pier's Book epochs (epoc.txt 3) open in vere only "
+                                "in vere's layout; --layout uip would write a pier no runtime "
+                                "reads (use --layout vere, the default)")
             _refuse_running(src)
             pier = Pier.open(src)
             jobs = []
             for name, base, log in pier.epochs:
-                if isinstance(log, LmdbLog):
+                if _layout_of(log) != layout:
                     try:
                         with open(os.path.join(log.directory, "vere.txt"), "rb") as f:
                             vere_txt = f.read(256)
@@ -168,13 +186,18 @@ def migrate(source: str | os.PathLike, dest: str | os.PathLike, layout: str = "u
                         vere_txt = None
                     jobs.append(_Job(name, base, log, vere_txt))
             if not jobs:
-                raise BookError(f"{src}: the pier has no LMDB epochs; nothing to migrate")
-        elif is_lmdb_dir(src):
+                raise BookError(f"{src}: every epoch of the pier is already in the {layout} "
+                                "layout; nothing to migrate")
+        elif kind == "lmdb":
             _refuse_running(os.path.dirname(os.path.dirname(os.path.dirname(src))))
             single = LmdbLog.open(src)
             jobs = [_Job(os.path.basename(dst), single.base, single, None)]
-        else:
-            raise FormatError(f"{src}: neither an LMDB epoch (data.mdb) nor a pier (.urb/log/)")
+        else:  # a Book directory in either layout: a verified copy in ``layout``
+            single = open_book_dir(src)
+            base = getattr(single, "epoch", None)
+            if base is None:
+                base = single.first - 1 if single.count else 0
+            jobs = [_Job(os.path.basename(dst), base, single, None)]
 
         stamp = json.dumps({"source": src, "layout": layout, "pier": pier is not None},
                            sort_keys=True).encode()
@@ -202,6 +225,19 @@ def migrate(source: str | os.PathLike, dest: str | os.PathLike, layout: str = "u
     fsync_dir(os.path.dirname(dst))
     shutil.rmtree(staging)
     return report
+
+
+def _layout_of(log) -> str:
+    """``uip``, ``vere`` or ``lmdb``: the on-disk layout of an open epoch's log."""
+    word = log.format.split(" ")[0]
+    return {"book-v1": "uip", "vere-book": "vere"}.get(word, word)
+
+
+def _values(log, start: int, end: int):
+    """``(event, payload)`` for ``start..end``: zero-copy from LMDB, checked reads else."""
+    if hasattr(log, "iter_buffers"):
+        return log.iter_buffers(start, end)
+    return log.walk(start, end)
 
 
 def _refuse_running(pier_dir: str) -> None:
@@ -260,7 +296,10 @@ def _migrate_one(job: _Job, target: str, marker: str, layout: str,
     base = job.base if job.base is not None else (s_first - 1 if src.count else 0)
     book = _open_dest(target, layout, base)
     try:
-        meta = src.meta()
+        try:
+            meta = src.meta()
+        except MetaAbsent:  # a Book source without meta.bin: the copy's stays zero-filled
+            meta = {key: book.read_meta(key) for key in META_FIELDS}
         for key in META_FIELDS:
             if book.read_meta(key) != meta[key]:
                 book.save_meta(key, meta[key])
@@ -274,7 +313,7 @@ def _migrate_one(job: _Job, target: str, marker: str, layout: str,
                     f"{os.path.dirname(marker)} and start again")
             verified = max(_read_int(marker), d_first - 1)
             if verified < d_last:  # saved before a crash but never compared: compare now
-                for event, value in src.iter_buffers(verified + 1, d_last):
+                for event, value in _values(src, verified + 1, d_last):
                     if book.read(event) != value:
                         raise CorruptDeed(f"{target}: event {event} reads back different "
                                           "from the source", event=event)
@@ -288,7 +327,7 @@ def _migrate_one(job: _Job, target: str, marker: str, layout: str,
             batch: list = []
             batch_bytes = 0
             start = nxt
-            for event, value in src.iter_buffers(nxt, s_last):
+            for event, value in _values(src, nxt, s_last):
                 batch.append(value)
                 batch_bytes += len(value)
                 if (batch_bytes >= BATCH_BYTES or len(batch) >= BATCH_EVENTS
@@ -316,19 +355,13 @@ def _migrate_one(job: _Job, target: str, marker: str, layout: str,
 
 
 def cmd_migrate(args) -> int:
-    from .lmdb_log import LmdbLog
-    from .pier import Pier, is_pier
+    from .pier import open_source
 
-    total = 0
-    if is_pier(args.source):
-        with Pier.open(args.source) as p:
-            total = sum(e.log.count for e in p.epochs if isinstance(e.log, LmdbLog))
-    else:
-        try:
-            with LmdbLog.open(args.source) as lg:
-                total = lg.count
-        except BookError:
-            total = 0  # migrate() reports the problem
+    try:
+        with open_source(args.source) as lg:
+            total = lg.count
+    except BookError:
+        total = 0  # migrate() reports the problem
     try:
         from .cli import _progress_bar
     except ImportError:  # pragma: no cover
@@ -346,22 +379,27 @@ def cmd_migrate(args) -> int:
         again = f" ({e.resumed} already done by an earlier run)" if e.resumed else ""
         print(f"bookfs migrate: {e.name}: {span} ({e.count} events), every one verified"
               f"{again}")
-    print(f"bookfs migrate: wrote {report.dest} ({report.layout} layout)")
+    reader = ("vere and bookfs read it" if report.layout == "vere"
+              else "bookfs reads it; vere does not")
+    print(f"bookfs migrate: wrote {report.dest} in the {report.layout} layout ({reader})")
     return 0
 
 
 def register(subparsers) -> None:
     """Add the ``migrate`` subcommand to ``bookfs``'s subparsers."""
-    s = subparsers.add_parser("migrate", help="copy LMDB epochs into Book logs", description=(
-        "Copy SOURCE, an LMDB epoch directory (data.mdb) or a pier (.urb/log/), into Book "
-        "logs at DEST: a single epoch becomes the Book directory DEST; a pier's LMDB epochs "
-        "become DEST/0iN/ (with epoc.txt 3), ready to replace the pier's epochs (stop the "
-        "ship first). Meta is copied into meta.bin. Every event is re-read and compared "
-        "after writing. Work goes to DEST.partial/ and is renamed into place at the end: "
-        "after a crash, run the same command again to resume. An existing non-empty DEST "
-        "is never overwritten."))
-    s.add_argument("source", help="LMDB epoch directory or pier")
+    s = subparsers.add_parser("migrate", help="copy a log into Book logs", description=(
+        "Copy SOURCE into Book logs at DEST.  SOURCE is an LMDB epoch, a Book directory "
+        "(either layout) or a pier.  A single epoch becomes the Book directory DEST; a "
+        "pier's epochs not yet in the layout become DEST/0iN/ (with epoc.txt 3), ready "
+        "to replace the pier's epochs (stop the ship first).  The default layout is vere's "
+        "two-slot layout, the one the runtime reads; --layout uip (bookfs only) is allowed "
+        "for a single epoch, never for a pier.  Meta is copied into meta.bin.  Every event "
+        "is re-read and compared after writing.  Work goes to DEST.partial/ and is renamed "
+        "into place at the end: after a crash, run the same command again to resume.  An "
+        "existing non-empty DEST is never overwritten."))
+    s.add_argument("source", help="LMDB epoch, Book directory or pier")
     s.add_argument("dest", help="new Book directory (or directory of epochs, for a pier)")
-    s.add_argument("--layout", choices=LAYOUTS, default="uip",
-                   help="uip: bookfs's Book layout (default); vere: vere's two-slot layout")
+    s.add_argument("--layout", choices=LAYOUTS, default=DEFAULT_LAYOUT,
+                   help=f"vere: vere's two-slot layout (default); uip: bookfs's UIP layout "
+                        "(single epochs only)")
     s.set_defaults(func=cmd_migrate)

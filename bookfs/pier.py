@@ -69,12 +69,6 @@ def is_pier(path: str | os.PathLike) -> bool:
     return os.path.isdir(os.path.join(os.fspath(path), LOG_DIR))
 
 
-def _is_vere_layout(log_path: str) -> bool:
-    try:
-        from .vere import is_vere_layout
-    except ImportError:
-        return False
-    return is_vere_layout(log_path)
 
 
 def open_book_dir(directory: str, writable: bool = False, *,
@@ -82,10 +76,15 @@ def open_book_dir(directory: str, writable: bool = False, *,
     """A directory holding ``book.log``: a :class:`~bookfs.vere.VereBook` if the log is in
     vere's two-slot layout, else a UIP :class:`~bookfs.book.Book`.
 
+    The layout is identified by :func:`bookfs.vere.detect_layout`; a file that is neither
+    layout is refused with a :class:`FormatError` before any engine parses it.
+
     ``pier_locked``: the caller holds the pier's ``.vere.lock``, so a writable open does
     not take it again (``lock=False``); otherwise a writable open takes the lock
     ``lock.lock_path_for(directory)`` names (the enclosing pier's, if any)."""
-    if _is_vere_layout(os.path.join(directory, LOG_NAME)):
+    from .vere import detect_layout
+
+    if detect_layout(os.path.join(directory, LOG_NAME)) == "vere":
         from .vere import VereBook as cls
     else:
         from .book import Book as cls
@@ -93,32 +92,72 @@ def open_book_dir(directory: str, writable: bool = False, *,
                     progress=progress)
 
 
-def open_source(path: str | os.PathLike, writable: bool = False, *,
-                progress=None) -> EventLog:
-    """Open ``path`` as an event log: a pier (has ``.urb/log/``; also accepted: the
-    ``.urb/log`` directory itself), a Book directory (has ``book.log``; UIP or vere layout,
-    detected), or an LMDB epoch directory (has ``data.mdb`` with ``EVENTS``).
-
-    LMDB sources are read-only: ``writable=True`` on one raises :class:`ReadOnly`.
-    ``progress`` is called with byte counts while Book logs are indexed or checked."""
+def identify(path: str | os.PathLike) -> tuple[str, str]:
+    """``(kind, directory)`` for what ``path`` is, by the files present and, for a Book
+    directory, its layout (:func:`bookfs.vere.detect_layout`): ``pier`` (has ``.urb/log/``,
+    or is that ``.urb/log`` directory; the pier's directory is returned), ``vere`` or
+    ``uip`` (has ``book.log``), ``lmdb`` (has ``data.mdb``).  Anything else raises
+    :class:`FormatError` (or :class:`BookError` for a missing directory); nothing is
+    modified.  :func:`open_source` and :func:`recovery_for` both decide by this."""
     p = os.fspath(path)
     if is_pier(p):
-        return Pier.open(p, writable=writable, progress=progress)
+        return "pier", p
     norm = os.path.abspath(p)
     if (os.path.basename(norm) == "log" and os.path.basename(os.path.dirname(norm)) == ".urb"
             and os.path.isdir(norm)):
-        return Pier.open(os.path.dirname(os.path.dirname(norm)), writable=writable,
-                         progress=progress)
-    if os.path.exists(os.path.join(p, LOG_NAME)):
-        return open_book_dir(p, writable, progress=progress)
-    from .lmdb_log import LmdbLog, is_lmdb_dir
+        return "pier", os.path.dirname(os.path.dirname(norm))
+    if os.path.lexists(os.path.join(p, LOG_NAME)):
+        from .vere import detect_layout
+
+        return detect_layout(os.path.join(p, LOG_NAME)), p
+    from .lmdb_log import is_lmdb_dir
 
     if is_lmdb_dir(p):
-        return LmdbLog.open(p, writable=writable)
+        return "lmdb", p
     if not os.path.isdir(p):
         raise BookError(f"{p}: no such directory")
     raise FormatError(f"{p}: not a pier (.urb/log/), a Book directory ({LOG_NAME}) "
                       "or an LMDB epoch (data.mdb)")
+
+
+def open_source(path: str | os.PathLike, writable: bool = False, *,
+                progress=None) -> EventLog:
+    """Open ``path`` as an event log: a pier (has ``.urb/log/``; also accepted: the
+    ``.urb/log`` directory itself), a Book directory (has ``book.log``; UIP or vere layout,
+    detected), or an LMDB epoch directory (has ``data.mdb`` with ``EVENTS``), as
+    :func:`identify` says.
+
+    LMDB sources are read-only: ``writable=True`` on one raises :class:`ReadOnly`.
+    ``progress`` is called with byte counts while Book logs are indexed or checked."""
+    kind, p = identify(path)
+    if kind == "pier":
+        return Pier.open(p, writable=writable, progress=progress)
+    if kind in ("uip", "vere"):
+        return open_book_dir(p, writable, progress=progress)
+    from .lmdb_log import LmdbLog
+
+    return LmdbLog.open(p, writable=writable)
+
+
+def recovery_for(path: str | os.PathLike, *, pier_locked: bool = False):
+    """The format's :class:`~bookfs.recovery.Recovery` (check → repair → salvage) for
+    ``path``, chosen by :func:`identify`, the detection :func:`open_source` uses.  An
+    unknown or mismatched layout raises :class:`FormatError` before anything is read as a
+    log."""
+    kind, p = identify(path)
+    if kind == "pier":
+        return PierRecovery(p)
+    if kind == "uip":
+        from .book import BookRecovery
+
+        return BookRecovery(p, pier_locked=pier_locked)
+    if kind == "vere":
+        from .vere import VereRecovery
+
+        return VereRecovery(p, pier_locked=pier_locked)
+    from .lmdb_log import LmdbRecovery
+
+    return LmdbRecovery(p, pier_locked=pier_locked)
 
 
 def epoch_kind(directory: str) -> str:
@@ -146,6 +185,21 @@ def epoch_kind(directory: str) -> str:
     if text == b"3":
         return "book"
     raise FormatError(f"{path}: epoch format {text[:20]!r}, expected 1, 2 (LMDB) or 3 (Book)")
+
+
+def list_epochs(log_dir: str) -> tuple[list[tuple[int, str]], list[str]]:
+    """``([(N, "0iN"), ...] oldest first, [kind, ...])`` for a pier's ``.urb/log``; kinds
+    from :func:`epoch_kind`.  :class:`FormatError` when there is no epoch."""
+    names = []
+    for name in os.listdir(log_dir):
+        m = _EPOCH_NAME.match(name)
+        if m and os.path.isdir(os.path.join(log_dir, name)):
+            names.append((int(m.group(1)), name))
+    names.sort()
+    if not names:
+        raise FormatError(f"{log_dir}: no epoch directories (0i<N>); a pier from before "
+                          "epochs is not supported")
+    return names, [epoch_kind(os.path.join(log_dir, name)) for _, name in names]
 
 
 def _short_format(log: EventLog) -> str:
@@ -176,16 +230,7 @@ class Pier(LogMixin):
         log_dir = os.path.join(directory, LOG_DIR)
         if not os.path.isdir(log_dir):
             raise BookError(f"{log_dir}: no such directory (not a pier)")
-        names = []
-        for name in os.listdir(log_dir):
-            m = _EPOCH_NAME.match(name)
-            if m and os.path.isdir(os.path.join(log_dir, name)):
-                names.append((int(m.group(1)), name))
-        names.sort()
-        if not names:
-            raise FormatError(f"{log_dir}: no epoch directories (0i<N>); a pier from before "
-                              "epochs is not supported")
-        kinds = [epoch_kind(os.path.join(log_dir, name)) for _, name in names]
+        names, kinds = list_epochs(log_dir)
         pier = cls(directory, writable)
         try:
             if writable:
@@ -312,6 +357,14 @@ class Pier(LogMixin):
     def read_slice(self, event: int, offset: int, size: int) -> bytes:
         return self.epoch_of(event).log.read_slice(event, offset, size)
 
+    def verify(self, *, progress=None) -> list[tuple[int, int]]:
+        """Every epoch's own ``verify`` (CRC, framing and batch CRC, or LMDB reads):
+        ``(event, offset)`` of each bad deed, offsets within that epoch's log."""
+        bad = []
+        for e in self.epochs:
+            bad += e.log.verify(progress=progress)
+        return bad
+
     def walk(self, start: int | None = None, end: int | None = None
              ) -> Iterator[tuple[EventNum, bytes]]:
         """``(event, payload)`` for ``start..end`` inclusive across epochs."""
@@ -374,3 +427,102 @@ class Pier(LogMixin):
             self._lock = None
         if err is not None:
             raise err
+
+
+# --- fsck: a pier is checked epoch by epoch, each through its own format --------------------
+
+
+class PierRecovery:
+    """``check`` walks each epoch through its own format's recovery (LMDB, UIP or vere
+    layout, by ``epoc.txt`` and the layout detection) and then the chain of epochs;
+    ``repair`` holds the runtime's ``.vere.lock`` (refused while a ship runs) and repairs
+    each Book epoch (LMDB epochs are checked only, and the output says so); ``salvage``
+    writes ``OUT/0iN/`` for each epoch (with its ``epoc.txt``: 3 for the Book epochs it
+    writes, in vere's layout when the epoch was LMDB or vere's)."""
+
+    kind = "pier"
+    writes = True
+
+    def __init__(self, path: str):
+        self.path = os.fspath(path)
+        self.log_dir = os.path.join(self.path, LOG_DIR)
+
+    def _parts(self):
+        from .lmdb_log import LmdbRecovery, is_lmdb_dir
+
+        names, kinds = list_epochs(self.log_dir)
+        meta_from = self.log_dir if is_lmdb_dir(self.log_dir) else None
+        out = []
+        for (base, name), kind in zip(names, kinds):
+            d = os.path.join(self.log_dir, name)
+            if kind == "lmdb":
+                out.append((name, LmdbRecovery(d, pier_locked=True, meta_from=meta_from)))
+            else:
+                rec = recovery_for(d, pier_locked=True)
+                if rec.kind not in ("uip", "vere"):
+                    raise FormatError(f"{d}: epoc.txt says Book, but there is no book.log")
+                out.append((name, rec))
+        return out
+
+    def size(self) -> int:
+        return sum(r.size() for _, r in self._parts())
+
+    def open_log(self) -> "Pier":
+        return Pier.open(self.path)
+
+    def check(self, *, mugs: bool = False, progress=None):
+        from .recovery import CheckReport, Problem
+
+        rep = CheckReport(self.log_dir, "pier")
+        rep.state = self._parts()
+        for name, rec in rep.state:
+            part = rec.check(mugs=mugs, progress=progress)
+            part.path = f"{name}: {part.path}"
+            rep.parts.append(part)
+        rep.format = "pier (" + ", ".join(f"{n} {r.kind}" for n, r in rep.state) + ")"
+        counted = [p for p in rep.parts if p.events]
+        if counted:
+            rep.first, rep.last = counted[0].first, counted[-1].last
+        rep.events = sum(p.events for p in rep.parts)
+        if all(p.clean for p in rep.parts):  # the chain: only meaningful once each opens
+            try:
+                Pier.open(self.path).close()
+            except (ContiguityError, FormatError) as e:
+                rep.problems.append(Problem("chain", None, str(e), path=self.log_dir))
+        return rep
+
+    def repair(self, report) -> list[str]:
+        from .lock import WriterLock
+
+        done = []
+        lock = WriterLock(os.path.join(self.path, LOCK_NAME), what="bookfs")
+        try:
+            for (name, rec), part in zip(report.state, report.parts):
+                if part.clean:
+                    continue
+                if rec.kind == "lmdb":
+                    done.append(f"{name}: not repaired: LMDB epochs are not written by "
+                                "bookfs (checked only)")
+                    continue
+                done += [f"{name}: {line}" for line in rec.repair(part)]
+        finally:
+            lock.release()
+        return done
+
+    def salvage(self, report, out: str, *, progress=None) -> dict:
+        from .recovery import write_salvage_report
+
+        os.makedirs(out, exist_ok=True)
+        epochs, gaps = {}, []
+        for (name, rec), part in zip(report.state, report.parts):
+            target = os.path.join(out, name)
+            res = rec.salvage(part, target, progress=progress)
+            if res.get("layout") == "vere":  # never epoc.txt 3 beside a UIP-layout log
+                with open(os.path.join(target, EPOC_NAME), "w") as f:
+                    f.write("3")
+            epochs[name] = {k: res[k] for k in ("recovered", "first", "last", "layout")}
+            gaps += [{"epoch": name, **g} for g in res["gaps"]]
+        result = {"source": self.log_dir, "out": os.path.abspath(out),
+                  "recovered": sum(e["recovered"] for e in epochs.values()),
+                  "epochs": epochs, "gaps": gaps}
+        return write_salvage_report(out, result)

@@ -247,3 +247,184 @@ def quarantine(dir_fd_path: str, fd: int, off: int, size: int) -> str:
     return path
 
 
+
+
+# --- the recovery ladder every format fills in ---------------------------------------------
+#
+# ``bookfs fsck`` (and nothing else) drives it: ``pier.recovery_for(path)`` identifies the
+# source with the same detection ``open_source`` uses and returns the format's ``Recovery``:
+# ``book.BookRecovery`` (UIP layout), ``vere.VereRecovery``, ``lmdb_log.LmdbRecovery``,
+# ``pier.PierRecovery``.  No tool parses bytes of a format it has not identified.
+
+
+@dataclass
+class Problem:
+    """One finding.  ``kind``: header | slot | meta | crc | framing | torn-tail | garbage |
+    rollback | mug | read | chain.  ``offset`` is a byte offset in ``path`` (the log)."""
+
+    kind: str
+    offset: int | None
+    message: str
+    event: int | None = None
+    path: str | None = None
+
+
+@dataclass
+class CheckReport:
+    """What :meth:`Recovery.check` found; nothing was modified to find it.
+
+    ``repairs`` says what :meth:`Recovery.repair` would do; ``parts`` are a pier's epochs;
+    ``state`` holds the format's own findings for its ``repair``/``salvage``."""
+
+    path: str
+    format: str
+    first: int = 0
+    last: int = 0
+    events: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    repairs: list[str] = field(default_factory=list)
+    mugs_checked: int = 0
+    mugs_unset: int = 0
+    parts: list["CheckReport"] = field(default_factory=list)
+    state: object = field(default=None, repr=False)
+
+    @property
+    def clean(self) -> bool:
+        return not self.problems and all(p.clean for p in self.parts)
+
+    def all_problems(self) -> list[Problem]:
+        out = list(self.problems)
+        for p in self.parts:
+            out += p.all_problems()
+        return out
+
+
+class Recovery:
+    """The recovery ladder for one identified source: ``check`` (read-only, reports every
+    problem with its offset) → ``repair`` (only what is safe for the format, never
+    destroying bytes that may hold events: they are quarantined first) → ``salvage``
+    (every recoverable event copied into a new log).  Subclasses live with their format.
+    """
+
+    #: the source kind: uip | vere | lmdb | pier
+    kind: str = ""
+    #: False for a format bookfs never writes: ``repair`` always refuses (``ReadOnly``)
+    writes: bool = True
+
+    def __init__(self, path: str, *, pier_locked: bool = False):
+        self.path = os.fspath(path)
+        #: the caller holds the pier's ``.vere.lock``: repairs skip the epoch's own lock
+        self.pier_locked = pier_locked
+
+    def size(self) -> int:
+        """Bytes ``check`` reads (for a progress bar)."""
+        return 0
+
+    def open_log(self):
+        """The source opened read-only with its engine (an ``EventLog``)."""
+        raise NotImplementedError
+
+    def check(self, *, mugs: bool = False, progress=None) -> CheckReport:
+        raise NotImplementedError
+
+    def repair(self, report: CheckReport) -> list[str]:
+        """Do the safe repairs ``report`` lists; returns what was done, one line each.
+        Raises :class:`~bookfs.errors.ReadOnly` for a format bookfs does not write."""
+        raise NotImplementedError
+
+    def salvage(self, report: CheckReport, out: str, *, progress=None) -> dict:
+        """Copy every recoverable event into a new log in ``out`` and write
+        ``out/salvage-report.json``; returns that report."""
+        raise NotImplementedError
+
+    # shared steps ------------------------------------------------------------------------
+
+    def _check_mugs(self, rep: CheckReport, progress=None) -> None:
+        with self.open_log() as lg:
+            check_mugs(lg, rep, progress=progress)
+
+
+def payload_mug_problem(event: int, payload) -> tuple[str, str | None]:
+    """``("ok"|"unset"|"bad", message)`` for one payload (``mug ++ jam``): the stored mug
+    must equal ``noun.mug`` of the cued jam.  A stored mug of 0 is *unset* (boot events
+    carry mug 0, and a real mug is never 0), so it is counted, not compared."""
+    from .noun import CueError, cue, mug
+
+    mv = memoryview(payload)
+    stored = int.from_bytes(mv[:4], "little")
+    if stored == 0:
+        return "unset", None
+    try:
+        noun = cue(mv[4:])
+    except CueError as e:
+        return "bad", f"event {event}: its jam does not cue ({e})"
+    got = mug(noun)
+    if got != stored:
+        return "bad", f"event {event}: stored mug {stored:#010x}, the noun's mug is {got:#010x}"
+    return "ok", None
+
+
+def check_mugs(lg, rep: CheckReport, *, progress=None) -> None:
+    """Cue every readable event of the open log ``lg`` and compare its stored mug with
+    the noun's (:func:`payload_mug_problem`); adds ``mug`` problems to ``rep``.  Events
+    the format itself refuses (a CRC or framing failure) are skipped: ``check`` reports
+    them already."""
+    from .errors import CorruptDeed
+
+    if not lg.count:
+        return
+    first, last = lg.gulf()
+    for event in range(first, last + 1):
+        try:
+            payload = lg.read(event)
+        except CorruptDeed:
+            continue
+        what, msg = payload_mug_problem(event, payload)
+        if what == "unset":
+            rep.mugs_unset += 1
+        else:
+            rep.mugs_checked += 1
+            if what == "bad":
+                rep.problems.append(Problem("mug", None, msg, event=event,
+                                            path=getattr(lg, "log_path", lg.directory)))
+        if progress is not None:
+            progress(len(payload))
+
+
+def write_salvage_report(out: str, result: dict) -> dict:
+    import json
+
+    with open(os.path.join(out, "salvage-report.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    return result
+
+
+def check_meta_file(directory: str, rep: CheckReport) -> bool:
+    """Report a missing or wrong-sized ``meta.bin`` in ``rep``; True if it is missing
+    (``repair`` then creates it zero-filled, as a writable open does)."""
+    from .layout import META_NAME, META_SIZE
+
+    meta = os.path.join(directory, META_NAME)
+    try:
+        size = os.stat(meta).st_size
+    except FileNotFoundError:
+        rep.problems.append(Problem("meta", None, f"{meta} is missing (a writable open, or "
+                                    "fsck --repair, creates it zero-filled)", path=meta))
+        rep.repairs.append(f"create {meta} zero-filled")
+        return True
+    if size != META_SIZE:
+        rep.problems.append(Problem("meta", None, f"{meta} has {size} bytes, expected "
+                                    f"{META_SIZE}", path=meta))
+    return False
+
+
+def create_meta_file(directory: str) -> str | None:
+    """Create a missing ``meta.bin`` zero-filled, durably; returns the action taken."""
+    from .layout import META_NAME, META_SIZE
+    from .logbase import create_files
+
+    meta = os.path.join(directory, META_NAME)
+    if os.path.lexists(meta):
+        return None
+    create_files(directory, [(meta, bytes(META_SIZE))])
+    return f"created {meta} zero-filled ({META_SIZE} bytes), as the reference does"

@@ -8,8 +8,8 @@ Pure functions, no file I/O.  A payload is what a Book deed or an LMDB value hol
 * events ``1 .. SAMPLE_LIFE``: lifecycle nouns of a pill (the lifecycle formula
   ``[2 [0 3] 0 2]``, then kernel-sized parts, one of them over 1 MB; under 2 MB in
   all), each with mug 0;
-* every later event: ``jam([now ovum])`` with ``ovum = [wire card]``, a nonzero random
-  31-bit mug, ``now`` an ``@da`` that starts at ``SAMPLE_EPOCH`` plus a seed-dependent
+* every later event: ``jam([now ovum])`` with ``ovum = [wire card]``, and its true mug
+  (``noun.mug`` of ``[now ovum]``, as ``bookfs verify --mugs`` checks it), ``now`` an ``@da`` that starts at ``SAMPLE_EPOCH`` plus a seed-dependent
   offset below ``SAMPLE_MAX_START_OFFSET`` and advances by ``SAMPLE_MIN_STEP`` ..
   ``SAMPLE_MAX_STEP`` per event (at vere's 2^-16 s resolution); ``wire`` is a list of
   knots such as ``/d/term/1``, and ``card = [tag data]`` with ``tag`` one of
@@ -38,6 +38,7 @@ from bookfs.noun import (
     cord,
     from_list,
     jam,
+    mug,
     patp,
     path,
     tape,
@@ -287,7 +288,7 @@ def iter_sample_payloads(events: int, seed: int = 0) -> Iterator[bytes]:
     """Yield ``events`` sample payloads (``mug (4 B LE) ++ jam(job)``), in event order.
 
     See the module docstring for the contract: lifecycle events first (mug 0), then
-    ``[now [wire card]]`` events with nonzero mugs, heavy-tailed sizes, strictly
+    ``[now [wire card]]`` events carrying their true mugs, heavy-tailed sizes, strictly
     increasing dates.  Deterministic in ``(events, seed)``, prefix-stable in
     ``events``.
     """
@@ -310,7 +311,6 @@ def iter_sample_payloads(events: int, seed: int = 0) -> Iterator[bytes]:
         step = int(rng.expovariate(1 / _MEAN_STEP_S) * _TICKS)
         ticks += min(_MAX_STEP_TICKS, max(_MIN_STEP_TICKS, step))
         now = ticks << 48  # 64-bit seconds . 16-bit fraction . 48 zero bits
-        mug = rng.randrange(1, 1 << 31)
         if number == next_large:
             ovum = ship.bulky_ovum(rng, _bulk_size(rng, LARGE_PAYLOAD))
             next_large = next(large)
@@ -318,19 +318,20 @@ def iter_sample_payloads(events: int, seed: int = 0) -> Iterator[bytes]:
             ovum = ship.bulky_ovum(rng, _bulk_size(rng, MEDIUM_PAYLOAD))
         else:
             ovum = ship.small_ovum(rng)
-        yield mug.to_bytes(4, "little") + jam((now, ovum))
+        job = (now, ovum)
+        yield mug(job).to_bytes(4, "little") + jam(job)
 
 
 def sample_meta(seed: int = 0) -> dict[str, bytes]:
     """The pier metadata matching :func:`iter_sample_payloads` for ``seed``.
 
     Keys and encodings as in ``meta.bin``: ``who`` (16 B LE, a planet),
-    ``version`` (4 B LE, 1), ``fake`` (1 B, 0), ``life`` (4 B LE, ``SAMPLE_LIFE``).
+    ``version`` (4 B LE, 1), ``fake`` (1 B, a loobean: 1 = ``%.n``, a real ship), ``life`` (4 B LE, ``SAMPLE_LIFE``).
     """
     who = _rng(seed, "who").randrange(0x10000, 1 << 32)
     return {
         "who": who.to_bytes(16, "little"),
         "version": (1).to_bytes(4, "little"),
-        "fake": b"\x00",
+        "fake": b"\x01",  # loobean %.n: not fake
         "life": SAMPLE_LIFE.to_bytes(4, "little"),
     }

@@ -37,16 +37,19 @@ Contract (the same as :class:`bookfs.book.Book`'s, where the format allows)
   (``seq_d + 1``, new ``las_d``, ``bat``, ``sum``) into the *inactive* slot, then calls one
   ``fdatasync``.  A failed write or sync (ENOSPC, EIO) is undone by cutting the file back
   and rewriting the inactive slot's old bytes, so both slots and the file are as before.
-* **Recovery** (reference-formats.md §2, plus DESIGN.md's "recovery must not destroy
-  evidence"): take the valid slot with the higher ``seq_d`` (tie: slot A) and check its
-  last batch.  If that fails, the whole batch is rolled back: the other slot's state is
-  used if *its* batch checks, else the forward framing scan from 8192 is cut back to
-  before every batch a valid slot names.  Bytes past the committed end are cut only when
-  they are a torn tail (an incomplete final deed that no header claims); anything more (a
-  whole uncommitted deed, any part of a rolled-back batch) is first copied to a quarantine
-  file beside the log.  A
-  writable open that rolled back rewrites the stale slot so the next open agrees; a
-  read-only open modifies nothing and reports the bytes it ignored.
+* **Recovery** (reference-formats.md §2, DESIGN.md's "recovery must not destroy
+  evidence"; the case-by-case table against the reference is in ``docs/format.md``): take
+  the valid slot with the higher ``seq_d`` (tie: slot A) and check its last batch.  If it
+  checks, its ``las_d`` is the committed end.  If not, that save was never acknowledged
+  and its batch is rolled back; every earlier deed whose framing holds is kept (they were
+  acknowledged), up to the first that does not frame.  Bytes past the kept deeds are cut
+  only when they are a torn tail (an incomplete final deed that no header claims);
+  anything more (a whole uncommitted deed, any part of a rolled-back batch, the rest of a
+  damaged region) is first copied to a quarantine file beside the log.  A writable open
+  that rolled back rewrites a slot so the next open agrees; a read-only open modifies
+  nothing and reports the bytes it ignored.  A writable open of a file shorter than the
+  8192-byte header region is refused (``TooShort``), never grown: ``bookfs fsck --repair``
+  rebuilds it.
 * **Index**: offsets of every committed deed, 8 bytes per event (``array('Q')``), built by
   a forward framing scan on open (not persisted: see the report in ``docs``).  Event access
   is O(1).
@@ -451,6 +454,11 @@ class VereBook(SingleFileLog):
                        f"{best.name}'s {best.fir}; ignored")
             cands = [best]
             slots[1 - best.which] = None
+        if self.writable and size < VERE_DEEDS_START:
+            raise TooShort(f"{self.log_path}: {size} bytes, under the {VERE_DEEDS_START} bytes "
+                           "of vere's two header slots and their padding; a writable open "
+                           "never grows a file it cannot use (`bookfs fsck --repair` "
+                           "rebuilds the header region and says what it did)")
         report.bad_slots = why
         for w in why:
             log.warning("%s: header %s", self.log_path, w)
@@ -461,24 +469,12 @@ class VereBook(SingleFileLog):
         index.times.append((fir + 1, os.fstat(fd).st_mtime_ns))
         scan_vere_framing(fd, index, size, max(c.las - fir for c in cands), progress=progress)
 
-        chosen = None
-        for c in cands:
-            if self._batch_ok(index, c):
-                chosen = c
-                break
-            report.notes.append(f"slot {c.name} (seq {c.seq}, las {c.las}): its last batch of "
-                                f"{c.bat} deeds is missing or fails its CRC")
+        k, chosen = self._committed_count(index, best, cands)
         if chosen is not None:
-            k = chosen.las - fir
             batch = (k - chosen.bat, chosen.sum)
             report.slot = chosen.name
         else:
-            # No header vouches for what is on disk: keep deeds whose framing holds, but none
-            # of a batch any valid header names (each of those failed its check).
-            k = min([index.count] + [c.las - c.bat - fir for c in cands])
             batch = None
-            report.notes.append(f"no header slot's last batch checks; kept {k} events whose "
-                                "framing holds (vere deeds carry no CRC)")
         if k < best.las - fir:
             report.rolled_back = (fir + k + 1, best.las)
             log.warning("%s: rolled back events %d..%d (slot %s's batch does not check)",
@@ -498,6 +494,41 @@ class VereBook(SingleFileLog):
             index.verified_end = index.end
         self._seen = (os.fstat(fd).st_size, b"".join(self._read_slots()))
         self._publish(batch)
+
+    def _committed_count(self, index: OffsetIndex, best: Slot, cands: list[Slot]
+                         ) -> tuple[int, Slot | None]:
+        """How many deeds recovery keeps, and the valid slot describing exactly them
+        (``None``: no slot does; a writable open then rewrites one).  The rule
+        (``docs/format.md``, "vere's layout: recovery"):
+
+        * the newest valid slot's last batch checks: keep ``las_d - fir_d`` deeds;
+        * it does not (a cut or flipped byte inside it): that batch was never
+          acknowledged, since a save returns only after the header and the deeds share
+          one ``fdatasync``, so roll it back.  Every earlier deed was acknowledged by an
+          earlier save and is kept if its framing holds: the forward scan's deeds, up to
+          ``las_d - bat``.  Damage inside those (not a crash) loses only the bytes from
+          the first deed whose framing fails, which are quarantined.
+
+        A torn newest slot is simply not a candidate, so the older slot's state is used and
+        the deeds of the newest (unacknowledged) save are past its end."""
+        fir = self._fir
+        report = self.recovery
+        if self._batch_ok(index, best):
+            return best.las - fir, best
+        report.notes.append(f"slot {best.name} (seq {best.seq}, las {best.las}): its last "
+                            f"batch of {best.bat} deeds is missing or fails its CRC; that "
+                            "save was never acknowledged, so it is rolled back")
+        acked = best.las - best.bat - fir
+        k = min(index.count, acked)
+        if k < acked:
+            report.notes.append(
+                f"events {fir + k + 1}..{fir + acked} were acknowledged by an earlier save, "
+                f"but the deed of event {fir + k + 1} does not frame (damage, not a crash); "
+                f"kept the {k} events before it whose framing holds")
+        for c in cands[1:]:
+            if c.las - fir == k and self._batch_ok(index, c):
+                return k, c
+        return k, None
 
     def _batch_ok(self, index: OffsetIndex, c: Slot) -> bool:
         """Slot ``c``'s committed state is on disk: its ``las_d - fir_d`` deeds are framed
@@ -818,3 +849,277 @@ class VereBook(SingleFileLog):
         """Close the files and release the lock.  (``save`` is accepted for compatibility
         with :meth:`Book.close`; there is no persisted index to save.)"""
         self._close_files()
+
+
+# --- telling the two Book layouts apart, without guessing ---------------------------------
+
+
+def detect_layout(log_path: str | os.PathLike) -> str:
+    """``"vere"`` or ``"uip"`` for the ``book.log`` at ``log_path``, or a
+    :class:`FormatError` saying why it is neither (nothing is parsed as a layout it has not
+    been identified as).  Missing file: :class:`BookError`.
+
+    * a header slot whose CRC holds and whose magic is Book's: vere's layout;
+    * else the Book magic and version 1 at offset 0: the UIP layout, unless the file looks
+      like vere's layout with *both* slots damaged (a UIP deed does not frame at 16, and
+      bytes 48..4095 are vere's zero padding), which is refused: neither reading would be
+      safe to repair;
+    * else (or under 16 bytes): refused."""
+    path = os.fspath(log_path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise BookError(f"{path}: no such file (expected a Book log)") from None
+    try:
+        size = os.fstat(fd).st_size
+        for off in VERE_SLOT_OFFSETS:
+            raw = os.pread(fd, VERE_SLOT_SIZE, off)
+            if _slot_crc_ok(raw) and struct.unpack_from("<I", raw)[0] == MAGIC:
+                return "vere"
+        head = os.pread(fd, 16, 0)
+        if len(head) < 16:
+            raise TooShort(f"{path}: {size} bytes, under the 16-byte header of either Book "
+                           "layout")
+        magic, version, _ = HEADER.unpack(head)
+        if magic != MAGIC:
+            raise BadMagic(f"{path}: magic {magic:#010x}, expected {MAGIC:#010x} (BOOK); not "
+                           "a Book log in either layout")
+        if version != VERSION:
+            raise FormatError(f"{path}: version {version}, expected {VERSION}")
+        if size > VERE_SLOT_SIZE:
+            pad = os.pread(fd, min(size, VERE_SLOT_OFFSETS[1]) - VERE_SLOT_SIZE, VERE_SLOT_SIZE)
+            (n,) = DEED_LEN.unpack(os.pread(fd, 8, 16).ljust(8, b"\0"))
+            uip_deed = 4 <= n <= MAX_PAYLOAD and recovery.deed_crc_ok(fd, 16, n)
+            if not uip_deed and not any(pad):
+                raise FormatError(f"{path}: looks like vere's two-slot layout with both "
+                                  "header slots damaged (no slot CRC holds); refusing to "
+                                  "guess the committed state, nothing was changed")
+        return "uip"
+    finally:
+        os.close(fd)
+
+
+# --- fsck: the recovery ladder for vere's layout --------------------------------------------
+
+
+@dataclass
+class VereFindings:
+    """What :meth:`VereRecovery.check` found beyond the problem list."""
+
+    short: bool = False  # under the 8192-byte header region
+    fir: int = 0
+    las: int = 0  # the best valid slot's las_d
+    meta_missing: bool = False
+
+
+class VereRecovery(recovery.Recovery):
+    """``check``/``repair``/``salvage`` for a vere-layout Book directory, through
+    :class:`VereBook` itself (the same recovery rule the mount applies).
+
+    * ``check`` opens the log read-only (which changes nothing) and reports: damaged or
+      missing header slots, a batch rolled back, bytes past the committed end (a torn tail
+      or quarantine-worthy), every committed deed whose framing fails, the newest batch's
+      CRC, a file under 8192 bytes, ``meta.bin``; optionally every mug (vere deeds carry
+      no CRC, so the mug is the only check of an older payload).
+    * ``repair`` pads a short file's header region (quarantining any bytes there), then
+      does what a writable open does: roll back an unacknowledged batch and cut a torn
+      tail, quarantining anything that may hold events first, and rewrite a header slot.
+      It says each thing it did.
+    * ``salvage`` copies every deed whose framing holds (scanning past damage at every
+      byte offset) into a new vere-layout log with the same epoch base.
+    """
+
+    kind = "vere"
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.path, LOG_NAME)
+
+    def size(self) -> int:
+        return os.path.getsize(self.log_path)
+
+    def open_log(self) -> VereBook:
+        return VereBook.open(self.path)
+
+    def check(self, *, mugs: bool = False, progress=None) -> recovery.CheckReport:
+        P = recovery.Problem
+        path = self.log_path
+        rep = recovery.CheckReport(path, "vere-book (two-slot layout)")
+        st = rep.state = VereFindings()
+        size = os.path.getsize(path)
+        st.meta_missing = recovery.check_meta_file(self.path, rep)
+        if size < VERE_DEEDS_START:
+            st.short = True
+            rep.problems.append(P("header", size, f"{size} bytes, under the "
+                                  f"{VERE_DEEDS_START}-byte header region (a writable open "
+                                  "refuses it)"))
+            rep.repairs.append(f"pad the header region to {VERE_DEEDS_START} bytes")
+        with VereBook.open(self.path) as b:
+            r = b.recovery
+            st.fir = b.epoch
+            best = max((s for s in b._slots if s), key=lambda s: (s.seq, -s.which))
+            st.las = best.las
+            for why in r.bad_slots:
+                rep.problems.append(P("slot", None, f"header {why}"))
+            if r.bad_slots and not st.short:
+                rep.repairs.append("rewrite the damaged header slot")
+            if r.rolled_back is not None:
+                lo, hi = r.rolled_back
+                rep.problems.append(P("rollback", None, f"events {lo}..{hi} that slot "
+                                      f"{best.name} names are not all on disk: " +
+                                      "; ".join(r.notes), event=lo))
+                rep.repairs.append(f"roll back events {lo}..{hi} (quarantining their bytes)")
+            if r.bad_region is not None:
+                off, n = r.bad_region
+                torn = (r.rolled_back is None
+                        and is_torn_vere_tail(b.fileno(), off, off + n))
+                if torn:
+                    rep.problems.append(P("torn-tail", off, f"{n} bytes at offset {off} are "
+                                          "an incomplete final deed no header committed"))
+                    rep.repairs.append(f"cut the torn tail at offset {off}")
+                else:
+                    rep.problems.append(P("garbage", off, f"{n} bytes at offset {off} are "
+                                          "not committed deeds (they may hold events)"))
+                    rep.repairs.append(f"quarantine {n} bytes at offset {off}, then cut them")
+            for event, off in b.verify(progress=progress):
+                rep.problems.append(P("framing", off, f"the deed of event {event} at offset "
+                                      f"{off} fails its framing or batch CRC check",
+                                      event=event))
+            rep.first, rep.last = b.gulf()
+            rep.events = b.count
+        for p in rep.problems:
+            p.path = p.path or path
+        if mugs:
+            self._check_mugs(rep, progress)
+        return rep
+
+    def repair(self, report: recovery.CheckReport) -> list[str]:
+        st: VereFindings = report.state
+        done = []
+        lock = None if self.pier_locked else WriterLock(contained(self.path, LOCK_NAME))
+        try:
+            if st.short:
+                done += self._rebuild_short_header(st.fir)
+            if st.meta_missing:
+                made = recovery.create_meta_file(self.path)
+                if made:
+                    done.append(made)
+            with VereBook.open(self.path, writable=True, lock=False) as b:
+                r = b.recovery
+                if r.rolled_back is not None:
+                    done.append(f"rolled back events {r.rolled_back[0]}..{r.rolled_back[1]} "
+                                "(their batch was never acknowledged, or does not frame)")
+                if r.torn_tail is not None:
+                    done.append(f"cut the torn tail of {r.torn_tail[1]} bytes at offset "
+                                f"{r.torn_tail[0]}")
+                for qpath, off, n in r.quarantined:
+                    done.append(f"copied {n} bytes at offset {off} to {qpath}, then cut them")
+                if r.header_repaired is not None:
+                    done.append(f"rewrote header slot {r.header_repaired} (las_d {b.las_d})")
+                elif r.bad_slots and not st.short:
+                    done += self._rewrite_bad_slot(b)
+        finally:
+            if lock is not None:
+                lock.release()
+        return done
+
+    def _rebuild_short_header(self, fir: int) -> list[str]:
+        """A file under 8192 bytes: no deed can be in it.  Copy any bytes past slot A
+        that are not zero to quarantine, then write the 8192-byte header region with both
+        slots saying ``fir_d = las_d = fir`` and a ``seq_d`` above every valid slot's."""
+        done = []
+        fd = os.open(self.log_path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            raw = os.pread(fd, size, 0)
+            seq = max([s.seq for s in (parse_slot(raw[o:o + VERE_SLOT_SIZE], w)[0]
+                                       for w, o in enumerate(VERE_SLOT_OFFSETS)) if s] + [0])
+            if any(raw[VERE_SLOT_SIZE:]):
+                q = recovery.quarantine(self.path, fd, VERE_SLOT_SIZE, size)
+                done.append(f"copied {size - VERE_SLOT_SIZE} bytes at offset "
+                            f"{VERE_SLOT_SIZE} to {q}")
+            buf = bytearray(VERE_DEEDS_START)
+            for which, off in enumerate(VERE_SLOT_OFFSETS):
+                buf[off : off + VERE_SLOT_SIZE] = Slot(which, fir, fir, seq + 1, 0, 0).pack()
+            os.pwrite(fd, bytes(buf), 0)
+            os.ftruncate(fd, VERE_DEEDS_START)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        done.append(f"grew {self.log_path} from {size} to {VERE_DEEDS_START} bytes: the "
+                    f"header region, both slots saying epoch {fir} with no events")
+        return done
+
+    @staticmethod
+    def _rewrite_bad_slot(b: VereBook) -> list[str]:
+        """A damaged slot the recovery did not need to rewrite (the other one holds the
+        state): write the committed state into it, so both slots are valid again."""
+        active = b._active
+        bad = [w for w, s in enumerate(b._slots) if s is None]
+        if active is None or not bad:
+            return []
+        target = bad[0]
+        new = Slot(target, active.fir, active.las, active.seq - 1 if active.seq else 0,
+                   active.bat, active.sum)
+        if target == 0 and new.seq == active.seq:  # pragma: no cover - seq 0 tie: A wins
+            return []
+        os.pwrite(b.fileno(), new.pack(), new.offset)
+        os.fdatasync(b.fileno())
+        return [f"rewrote damaged header slot {new.name} with the committed state "
+                f"(las_d {new.las}, seq_d {new.seq}) below slot {active.name}'s"]
+
+    def salvage(self, report: recovery.CheckReport, out: str, *, progress=None) -> dict:
+        """Copy every deed whose framing holds, in file order, into a new vere-layout log
+        in ``out`` (epoch base ``fir_d``), scanning past damage at every byte offset.
+        Deeds past the header's ``las_d`` are included (the reference keeps them too) and
+        the report says which they are; vere deeds have no CRC, so run ``--mugs`` on the
+        result to check their payloads."""
+        from .book import SalvageBatch
+        from .layout import META_FIELDS
+
+        st: VereFindings = report.state
+        gaps: list[dict] = []
+        os.makedirs(out, exist_ok=True)
+        fd = os.open(self.log_path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            with VereBook.open(out, writable=True, create=True, epoch=st.fir) as dst:
+                try:
+                    with open(os.path.join(self.path, META_NAME), "rb") as f:
+                        raw = f.read(META_SIZE + 1)
+                except FileNotFoundError:
+                    raw = b""
+                if len(raw) == META_SIZE:
+                    for key, (o, n) in META_FIELDS.items():
+                        dst.save_meta(key, raw[o : o + n])
+                batch = SalvageBatch(dst, st.fir + 1, epoch=st.fir)
+                pos = VERE_DEEDS_START
+                while pos < size:
+                    ix = OffsetIndex(first=1, end=pos)
+                    stop = scan_vere_framing(fd, ix, size, 1 << 62, progress=progress)
+                    for i, off in enumerate(ix.offsets):
+                        nxt = ix.offsets[i + 1] if i + 1 < ix.count else stop
+                        batch.add(os.pread(fd, nxt - off - VERE_DEED_OVERHEAD, off + 8))
+                    if stop >= size:
+                        break
+                    resume = find_framed_deed(fd, stop + 1, size)
+                    end = resume if resume is not None else size
+                    gaps.append({"offset": stop, "bytes": end - stop,
+                                 "after_new_event": batch.next_event - 1,
+                                 "events_lost": "unknown"})
+                    if resume is None:
+                        break
+                    pos = resume
+                batch.flush()
+                past = max(0, dst.last - st.las) if dst.count else 0
+                result = {
+                    "source": self.log_path, "out": os.path.abspath(out), "layout": "vere",
+                    "recovered": dst.count, "first": dst.first, "last": dst.last,
+                    "past_committed_end": past, "gaps": gaps,
+                    "note": ("every deed whose framing holds, in file order, numbered from "
+                             f"the epoch base {st.fir}; vere deeds carry no CRC, so check the "
+                             "payloads with `bookfs verify --mugs`"),
+                }
+        finally:
+            os.close(fd)
+        return recovery.write_salvage_report(out, result)

@@ -65,7 +65,7 @@ def test_torn_tail_is_repaired(log):
     size = os.path.getsize(d / "book.log")
     os.truncate(d / "book.log", size - 5)
     rep = fsck.check(str(d))
-    assert rep.torn_tail == (offsets[299], size - 5 - offsets[299])
+    assert rep.state.torn_tail == (offsets[299], size - 5 - offsets[299])
     res = _cli(d, "--repair")
     assert res.returncode == fsck.EXIT_REPAIRED, res.stdout
     assert os.path.getsize(d / "book.log") == offsets[299]
@@ -114,7 +114,7 @@ def test_salvage_tries_every_offset_in_garbage(tmp_path, monkeypatch):
         f.write(b"\x00" * 13)
         f.write(encode_deed(_payload(4)))
     rep = fsck.check(str(d))
-    assert rep.damaged[0][0] == end
+    assert rep.state.damaged[0][0] == end
     out = tmp_path / "out"
     fsck.salvage(str(d), rep, str(out))
     with Book.open(out) as b:
@@ -125,4 +125,4 @@ def test_not_a_log_is_an_operational_error(tmp_path):
     (tmp_path / "book.log").write_bytes(b"NOTABOOKLOG_____" * 2)
     res = _cli(tmp_path)
     assert res.returncode == fsck.EXIT_ERROR
-    assert "not a UIP Book log" in res.stderr
+    assert "not a Book log" in res.stderr

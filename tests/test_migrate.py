@@ -13,6 +13,7 @@ import tracemalloc
 import pytest
 
 from bookfs.book import Book
+from bookfs.vere import VereBook
 from bookfs.errors import BookError, FormatError, LockHeld
 from bookfs.migrate import CRASH_ENV, migrate, register
 from bookfs.pier import Pier, open_source
@@ -34,7 +35,7 @@ def test_single_epoch_round_trip(tmp_path):
     src = make_lmdb_epoch(tmp_path / "0i0", 0, events, meta=meta)
     dest = tmp_path / "out"
     seen = []
-    report = migrate(src, dest, progress=seen.append)
+    report = migrate(src, dest, layout="uip", progress=seen.append)
     assert sum(seen) == 400
     assert report.events == 400 and report.resumed == 0
     assert sorted(os.listdir(tmp_path)) == ["0i0", "out"]  # no .partial left
@@ -49,7 +50,7 @@ def test_single_epoch_round_trip(tmp_path):
 def test_single_epoch_keeps_its_numbering(tmp_path):
     events = payloads(51, 30)
     src = make_lmdb_epoch(tmp_path / "0i50", 50, events)
-    migrate(src, tmp_path / "book")
+    migrate(src, tmp_path / "book", layout="uip")
     with Book.open(tmp_path / "book") as book:
         assert book.gulf() == (51, 80) and book.read(80) == events[-1]
 
@@ -57,7 +58,7 @@ def test_single_epoch_keeps_its_numbering(tmp_path):
 def test_pier_round_trip_and_swap_in(tmp_path):
     a, b, c = payloads(1, 300, size=12), payloads(301, 50), payloads(351, 5)
     meta = meta_values(who=7, life=2)
-    pier = make_pier(tmp_path / "pier", [("lmdb", a), ("lmdb", b), ("book", c)], meta=meta)
+    pier = make_pier(tmp_path / "pier", [("lmdb", a), ("lmdb", b), ("vere", c)], meta=meta)
     dest = tmp_path / "epochs"
     report = migrate(pier, dest)
     assert [(e.name, e.first, e.last) for e in report.epochs] == [("0i0", 1, 300),
@@ -67,7 +68,7 @@ def test_pier_round_trip_and_swap_in(tmp_path):
         d = dest / name
         assert (d / "epoc.txt").read_text() == "3"
         assert (d / "vere.txt").read_text() == "3.2"
-        with Book.open(d) as book:
+        with VereBook.open(d) as book:  # the default layout for a pier: what vere reads
             assert list(book.walk()) == list(enumerate(evs, start=first))
             assert book.meta() == meta
     # swap the Book epochs into the pier: it reads the same, now all Book
@@ -76,13 +77,13 @@ def test_pier_round_trip_and_swap_in(tmp_path):
         shutil.rmtree(log_dir / name)
         shutil.copytree(dest / name, log_dir / name)
     with Pier.open(pier) as p:
-        assert p.format == "pier (3 epochs: book-v1, book-v1, book-v1)"
+        assert p.format == "pier (3 epochs: vere-book, vere-book, vere-book)"
         assert list(p.walk()) == list(enumerate(a + b + c, start=1))
 
 
 def test_pier_without_lmdb_epochs(tmp_path):
-    pier = make_pier(tmp_path / "p", [("book", payloads(1, 3))])
-    with pytest.raises(BookError, match="no LMDB epochs; nothing to migrate"):
+    pier = make_pier(tmp_path / "p", [("vere", payloads(1, 3))])
+    with pytest.raises(BookError, match="already in the vere layout; nothing to migrate"):
         migrate(pier, tmp_path / "out")
 
 
@@ -98,14 +99,14 @@ def test_refuses_to_overwrite(tmp_path):
     with pytest.raises(BookError, match="refusing to overwrite"):
         migrate(src, tmp_path / "file")
     (tmp_path / "empty").mkdir()  # an empty directory is fine
-    migrate(src, tmp_path / "empty")
+    migrate(src, tmp_path / "empty", layout="uip")
     with Book.open(tmp_path / "empty") as book:
         assert book.count == 10
 
 
 def test_bad_sources(tmp_path):
     (tmp_path / "plain").mkdir()
-    with pytest.raises(FormatError, match="neither an LMDB epoch"):
+    with pytest.raises(FormatError, match="not a pier"):
         migrate(tmp_path / "plain", tmp_path / "out")
     src = make_lmdb_epoch(tmp_path / "0i0", 0, payloads(1, 3))
     with pytest.raises(BookError, match="inside the source"):
@@ -147,7 +148,7 @@ def test_restart_after_crash(tmp_path, monkeypatch, torn):
     if torn:  # the crash also tore a deed in half
         with open(partial / "book.log", "ab") as f:
             f.write((500).to_bytes(8, "little") + b"half a deed")
-    report = migrate(src, dest)
+    report = migrate(src, dest, layout="uip")
     assert report.resumed == 300 and report.events == 1000
     assert not (tmp_path / "out.partial").exists()
     with Book.open(dest) as book:
@@ -163,7 +164,7 @@ def _run_migrate_batched(src, dest, crash_after, batch):
     code = textwrap.dedent(f"""
         import bookfs.migrate as m
         m.BATCH_EVENTS = {batch}
-        m.migrate({str(src)!r}, {str(dest)!r})
+        m.migrate({str(src)!r}, {str(dest)!r}, layout="uip")
     """)
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=120)
@@ -188,7 +189,7 @@ def test_restart_re_verifies_unverified_events(tmp_path):
     with Book.open(partial, writable=True, create=True) as book:
         book.save(1, bad)
     with pytest.raises(BookError, match="event 150 reads back different from the source"):
-        migrate(src, dest)
+        migrate(src, dest, layout="uip")
     assert not dest.exists()
 
 
@@ -203,7 +204,7 @@ def test_kill_mid_way_then_rerun(tmp_path):
         import sys
         import bookfs.migrate as m
         m.BATCH_EVENTS = 500
-        m.migrate({str(src)!r}, {str(dest)!r},
+        m.migrate({str(src)!r}, {str(dest)!r}, layout="uip",
                   progress=lambda n: (print(n, flush=True)))
     """)
     p = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
@@ -218,7 +219,7 @@ def test_kill_mid_way_then_rerun(tmp_path):
     p.wait(timeout=30)
     if dest.exists():  # pragma: no cover - the machine outran us; nothing left to test
         pytest.skip("migration finished before it could be killed")
-    report = migrate(src, dest)
+    report = migrate(src, dest, layout="uip")
     assert report.resumed >= 3000 and report.events == 20_000
     with Book.open(dest) as book:
         assert book.gulf() == (1, 20_000)
@@ -235,7 +236,7 @@ def test_other_source_into_partial_is_refused(tmp_path):
     with pytest.raises(BookError, match=r"out\.partial: holds an unfinished migration from "
                                         r".*a/0i0"):
         migrate(b, tmp_path / "out")
-    migrate(a, tmp_path / "out")
+    migrate(a, tmp_path / "out", layout="uip")
 
 
 def test_memory_does_not_grow_with_the_log(tmp_path):
@@ -248,7 +249,7 @@ def test_memory_does_not_grow_with_the_log(tmp_path):
     finally:
         tracemalloc.stop()
     assert peak < 32 << 20, f"peak {peak:,} bytes"
-    with Book.open(tmp_path / "out") as book:
+    with open_source(tmp_path / "out") as book:
         assert book.count == 20_000
 
 
@@ -262,7 +263,7 @@ def test_cli_register(tmp_path, capsys):
     assert e.value.code == 0
     assert "DEST.partial" in capsys.readouterr().out
     args = parser.parse_args(["migrate", str(src), str(tmp_path / "out")])
-    assert args.layout == "uip"
+    assert args.layout == "vere"  # issue 10 item 4: what the runtime reads
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "events 1..20 (20 events), every one verified" in out

@@ -9,6 +9,7 @@ from itertools import islice
 import pytest
 
 from bookfs.noun import cue, da_to_datetime, parse_patp, patp, to_list, uncord
+from bookfs.noun import mug as noun_mug
 from bookfs.sample import (
     LARGE_EVERY,
     LARGE_PAYLOAD,
@@ -118,6 +119,7 @@ def test_events_are_dated_ova(decoded: list[tuple[int, object]]) -> None:
     tags: Counter[str] = Counter()
     for mug, noun in decoded[SAMPLE_LIFE:]:
         assert 0 < mug < 2**31
+        assert mug == noun_mug(noun)  # issue 10 item 8: the true mug, not random bytes
         assert isinstance(noun, tuple)
         now, ovum = noun
         when = da_to_datetime(now)
@@ -168,7 +170,7 @@ def test_sample_meta() -> None:
     assert 0x10000 <= who < 2**32  # a planet
     assert parse_patp(patp(who)) == who and patp(who).count("-") == 1
     assert int.from_bytes(meta["version"], "little") == 1
-    assert meta["fake"] == b"\x00"
+    assert meta["fake"] == b"\x01"  # loobean %.n: a real ship (issue 10 item 3)
     assert int.from_bytes(meta["life"], "little") == SAMPLE_LIFE
     assert sample_meta(0) == meta
     assert sample_meta(1)["who"] != meta["who"]

@@ -426,18 +426,21 @@ def test_bit_flip_in_the_last_batch_rolls_back_the_whole_batch(tmp_path):
             shutil.rmtree(d)
 
 
-def test_no_slot_checks_falls_back_to_framing_before_every_named_batch(tmp_path):
+def test_no_slot_checks_keeps_every_acknowledged_deed_that_frames(tmp_path):
+    """Issue 10 item 5: damage in an earlier, acknowledged batch loses only the deeds from
+    the first one that does not frame; the newest (unacknowledged) batch is rolled back.
+    (Before, every batch a header named was rolled back: events 1..1 kept.)"""
     d, ends = make_log(tmp_path, [[5], [6, 7], [8]])
     raw = bytearray((d / "book.log").read_bytes())
-    raw[ends[2] - 3] ^= 1  # inside batch 2 (named by slot A, seq 2)
+    raw[ends[2] - 3] ^= 1  # event 3's let_d (batch 2, acknowledged by slot A, seq 2)
     raw[ends[3] - 12] ^= 1  # inside batch 3 (named by slot B, seq 3)
     (d / "book.log").write_bytes(raw)
     with VereBook.open(d, writable=True) as b:
-        assert b.gulf() == (1, 1) and b.recovery.slot is None
-        assert b.recovery.rolled_back == (2, 4)
-        assert Path(b.recovery.quarantined[0][0]).read_bytes() == raw[ends[1]:]
+        assert b.gulf() == (1, 2) and b.recovery.slot is None
+        assert b.recovery.rolled_back == (3, 4)
+        assert Path(b.recovery.quarantined[0][0]).read_bytes() == raw[ends[1] + 6 + 16:]
     with VereBook.open(d) as b:
-        assert b.recovery.clean and b.gulf() == (1, 1)
+        assert b.recovery.clean and b.gulf() == (1, 2)
 
 
 def test_reads_check_framing_and_the_newest_batch_crc(tmp_path):
