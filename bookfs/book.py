@@ -63,6 +63,7 @@ from .layout import (
     deed_parts,
 )
 from .lock import WriterLock, lock_path_for
+from .fileio import open_regular
 from .logbase import SingleFileLog, contained, create_files
 from .types import Progress
 
@@ -585,7 +586,7 @@ class BookRecovery(recovery.Recovery):
         log_path = self.log_path
         rep = recovery.CheckReport(log_path, "book-v1 (UIP layout)")
         st = rep.state = UipFindings()
-        fd = os.open(log_path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_regular(log_path, os.O_RDONLY, follow=True)
         try:
             size = os.fstat(fd).st_size
             if size < HEADER_SIZE:
@@ -653,10 +654,10 @@ class BookRecovery(recovery.Recovery):
         ``meta.bin``; returns what was done."""
         st: UipFindings = report.state
         done = []
-        lock = None if self.pier_locked else WriterLock(contained(self.path, LOCK_NAME))
+        lock = None if self.pier_locked else WriterLock(lock_path_for(self.path))
         try:
             if st.torn_tail is not None:
-                fd = os.open(self.log_path, os.O_RDWR | os.O_CLOEXEC)
+                fd = open_regular(self.log_path, os.O_RDWR)
                 try:
                     off, n = st.torn_tail
                     if os.fstat(fd).st_size != off + n:
@@ -687,7 +688,7 @@ class BookRecovery(recovery.Recovery):
         first = report.first or 1
         gaps: list[dict] = []
         os.makedirs(out, exist_ok=True)
-        fd = os.open(log_path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_regular(log_path, os.O_RDONLY, follow=True)
         try:
             size = os.fstat(fd).st_size
             with Book.open(out, writable=True, create=True) as dst:

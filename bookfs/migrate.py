@@ -146,8 +146,8 @@ def migrate(source: str | os.PathLike, dest: str | os.PathLike, layout: str | No
     Book in the other layout), an LMDB epoch, or a Book directory in either layout.
     ``progress(n)`` is called with event counts as they are done (including, first, the
     events a resumed run finds already done).  Returns a :class:`MigrateReport`."""
-    from .lmdb_log import LmdbLog, is_lmdb_dir
-    from .pier import Pier, is_pier
+    from .lmdb_log import LmdbLog
+    from .pier import Pier
 
     layout = layout or DEFAULT_LAYOUT
     if layout not in LAYOUTS:
@@ -400,6 +400,6 @@ def register(subparsers) -> None:
     s.add_argument("source", help="LMDB epoch, Book directory or pier")
     s.add_argument("dest", help="new Book directory (or directory of epochs, for a pier)")
     s.add_argument("--layout", choices=LAYOUTS, default=DEFAULT_LAYOUT,
-                   help=f"vere: vere's two-slot layout (default); uip: bookfs's UIP layout "
+                   help="vere: vere's two-slot layout (default); uip: bookfs's UIP layout "
                         "(single epochs only)")
     s.set_defaults(func=cmd_migrate)

@@ -866,8 +866,8 @@ def detect_layout(log_path: str | os.PathLike) -> str:
       safe to repair;
     * else (or under 16 bytes): refused."""
     path = os.fspath(log_path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:  # a FIFO or directory is refused here (NotRegularFile), never waited on
+        fd = open_regular(path, os.O_RDONLY, follow=True)
     except FileNotFoundError:
         raise BookError(f"{path}: no such file (expected a Book log)") from None
     try:
@@ -996,7 +996,7 @@ class VereRecovery(recovery.Recovery):
     def repair(self, report: recovery.CheckReport) -> list[str]:
         st: VereFindings = report.state
         done = []
-        lock = None if self.pier_locked else WriterLock(contained(self.path, LOCK_NAME))
+        lock = None if self.pier_locked else WriterLock(lock_path_for(self.path))
         try:
             if st.short:
                 done += self._rebuild_short_header(st.fir)
@@ -1028,7 +1028,7 @@ class VereRecovery(recovery.Recovery):
         that are not zero to quarantine, then write the 8192-byte header region with both
         slots saying ``fir_d = las_d = fir`` and a ``seq_d`` above every valid slot's."""
         done = []
-        fd = os.open(self.log_path, os.O_RDWR | os.O_CLOEXEC)
+        fd = open_regular(self.log_path, os.O_RDWR)
         try:
             size = os.fstat(fd).st_size
             raw = os.pread(fd, size, 0)
@@ -1080,7 +1080,7 @@ class VereRecovery(recovery.Recovery):
         st: VereFindings = report.state
         gaps: list[dict] = []
         os.makedirs(out, exist_ok=True)
-        fd = os.open(self.log_path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_regular(self.log_path, os.O_RDONLY, follow=True)
         try:
             size = os.fstat(fd).st_size
             with VereBook.open(out, writable=True, create=True, epoch=st.fir) as dst:

@@ -320,16 +320,9 @@ def test_special_file_mount_is_one_line(special, name, tmp_path):
     assert f"{d / name}: {EXPECTED[kind]}, expected a regular file" in res.stderr
 
 
-_FSCK_RAW_OPEN = pytest.mark.xfail(
-    strict=True, reason="bookfs/fsck.py (owned by issue 10) still opens book.log with a raw "
-    "os.open: it must use bookfs.fileio.open_regular")
-
-
 @pytest.mark.parametrize("name", ["book.log", "meta.bin"])
-def test_special_file_fsck_does_not_hang(special, name, request):
+def test_special_file_fsck_does_not_hang(special, name):
     d, kind = special(name)
-    if name == "book.log" and kind in ("fifo", "directory"):
-        request.applymarker(_FSCK_RAW_OPEN)
     res = _cli_line("fsck", str(d))
     assert res.returncode != 0
     assert "Traceback" not in res.stderr

@@ -13,7 +13,6 @@ import shutil
 import signal
 import stat
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path

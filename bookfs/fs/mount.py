@@ -335,13 +335,11 @@ def _mounted_source(mountpoint: str) -> tuple[str, bool] | None:
 
 
 def _wait_for_daemon(source: str, timeout: float) -> None:
-    """Wait until the daemon that served ``source`` has exited (its lock is free)."""
-    from ..layout import LOCK_NAME
-    from ..lock import WriterLock
+    """Wait until the daemon that served ``source`` has exited (its lock is free): the
+    lock :func:`bookfs.lock.lock_path_for` names, whatever path was mounted."""
+    from ..lock import WriterLock, lock_path_for
 
-    from ..pier import LOCK_NAME as PIER_LOCK
-
-    locks = [os.path.join(source, name) for name in (LOCK_NAME, PIER_LOCK)]
+    lock = lock_path_for(source)
     deadline = time.monotonic() + timeout
-    while any(WriterLock.is_held(p) for p in locks) and time.monotonic() < deadline:
+    while WriterLock.is_held(lock) and time.monotonic() < deadline:
         time.sleep(0.05)
