@@ -22,7 +22,8 @@ the engine's own read of the log:
   may land or not (it was never acknowledged, and it is whole if it lands);
 * the follower never served bytes that differ from the log's.
 
-Run longer by hand: ``python tests/soak.py --cycles 200 --seed 7 --dir /tmp/soak``.
+Run longer by hand: ``python tests/soak.py --cycles 200 --seed 7 --dir /tmp/soak``.  The
+daemons' logs of cycle N are in ``DIR/logs/cycle-N``.
 Totals print as JSON; ``docs/reliability.md`` records a long run.
 """
 
@@ -263,6 +264,7 @@ def soak(directory: Path, cycles: int, seed: int, writers: int = 3, appends: int
     totals = Totals()
     for c in range(cycles):
         kill = kill_every > 0 and rng.randrange(kill_every) == 0
+        os.environ["BOOKFS_LOG_DIR"] = str(directory / "logs" / f"cycle-{c + 1:04d}")
         Cycle(src, mnt, rng, totals).run(writers, appends, kill)
         totals.cycles += 1
         log(f"cycle {c + 1}/{cycles}: {totals.acknowledged} acknowledged, "

@@ -123,10 +123,11 @@ def test_background_child_holds_the_last_reference(small_src, mnt):
 
 
 def test_killed_last_holder_commits_nothing(small_src, mnt):
-    """A child that holds the last reference is killed by a signal: nothing commits and
-    the number is free again."""
+    """A child that inherited the descriptor holds the last reference and is killed by a
+    signal: nothing commits and the number is free again."""
     with mounted(small_src, mnt):
         fd = os.open(f"{mnt}/new/{NEXT}", W)
+        os.set_inheritable(fd, True)  # meant for the child, as a shell's redirection is
         os.write(fd, b"\0\0\0\0partial")
         pid = os.fork()
         if pid == 0:
@@ -142,6 +143,68 @@ def test_killed_last_holder_commits_nothing(small_src, mnt):
         os.write(fd, b"\0\0\0\0whole")
         os.close(fd)
         assert read_event(mnt, NEXT) == b"\0\0\0\0whole"
+
+
+def test_stray_fork_copy_fails_the_close_rather_than_acknowledge(small_src, mnt):
+    """A process forked while the file was open (an O_CLOEXEC copy it never execs away)
+    outlives the writer's close: the close must not return 0 for an event it did not
+    commit.  It fails with EBUSY, and nothing is committed, even when the copy closes."""
+    with mounted(small_src, mnt):
+        fd = os.open(f"{mnt}/new/{NEXT}", W)
+        os.write(fd, b"\0\0\0\0data")
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(4)
+            os._exit(0)
+        assert err_of(os.close, fd) == errno.EBUSY
+        os.waitpid(pid, 0)
+        time.sleep(0.3)
+        assert not os.path.exists(f"{mnt}/events/{NEXT}")
+
+
+def test_threads_forking_while_others_close(small_src, mnt):
+    """Many threads append while others fork and exec: every close that returns 0 has
+    committed its event whole (the copies forks make never turn a writer's close into
+    an early acknowledgement)."""
+    stop = threading.Event()
+
+    def spawner():
+        while not stop.is_set():
+            subprocess.run(["true"])
+
+    lock = threading.Lock()
+    numbers = iter(range(NEXT, NEXT + 1000))
+    acked: dict[int, bytes] = {}
+    failed: list = []
+
+    def writer():
+        for _ in range(15):
+            with lock:
+                n = next(numbers)
+                fd = os.open(f"{mnt}/new/{n}", W)
+            data = payload(n, 4 + (n % 7) * 3000)
+            os.write(fd, data[:100])
+            os.write(fd, data[100:])
+            try:
+                os.close(fd)
+            except OSError as e:
+                failed.append((n, e))
+                return
+            acked[n] = data
+
+    with mounted(small_src, mnt, log_file=str(mnt.parent / "daemon.log")):
+        spawners = [threading.Thread(target=spawner) for _ in range(2)]
+        writers = [threading.Thread(target=writer) for _ in range(3)]
+        for t in spawners + writers:
+            t.start()
+        for t in writers:
+            t.join()
+        stop.set()
+        for t in spawners:
+            t.join()
+    got = committed(small_src)
+    assert not failed, (failed, (mnt.parent / "daemon.log").read_text()[-3000:])
+    assert len(acked) == 45 and all(got.get(n) == data for n, data in acked.items())
 
 
 def test_big_writes_while_another_thread_spawns(small_src, mnt):

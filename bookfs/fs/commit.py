@@ -140,11 +140,11 @@ class CommitQueue:
             r.finish(FAILED, code)
         self._notify()
 
-    def abandon(self, r: Reservation, why: str) -> None:
+    def abandon(self, r: Reservation, why: str, err: int = errno.EIO) -> None:
         """Drop ``r`` (its writer died or went away) and everything after it."""
         if r.state in (OPEN, READY) and self._live.get(r.number) is r:
             log.warning("new/%d abandoned: %s", r.number, why)
-            self._fail_from(r.number, errno.EIO, why)
+            self._fail_from(r.number, err, why)
 
     def ready(self, r: Reservation) -> None:
         """Freeze ``r`` and queue it for the next save without waiting for it (another

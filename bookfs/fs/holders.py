@@ -28,6 +28,13 @@ writer that spawns processes would see ``close()`` return 0 for an event not yet
 committed.  So a holder whose copies are all ``O_CLOEXEC``, in a process other than the
 creator, is reported as transient, and ``flush`` waits (briefly) for it to go.
 
+FUSE does not say which process a FLUSH comes from, so the closes of such copies are told
+from the writer's own by :meth:`HolderScan.creator_waiting`: while no thread of the
+creator is blocked in a FUSE request, a flush cannot be the creator's close, and it must
+not wait for the commit (its process may be the child a predecessor's writer waits for).
+When the two cannot be told apart, the flush waits: the worst case is then a bounded
+stall that ends in a failed close, never a close that returns 0 for an event not saved.
+
 Limits, stated: descriptors passed over a Unix socket (``SCM_RIGHTS``) or taken with
 ``pidfd_getfd`` into a process older than the file are not seen, nor are processes whose
 ``/proc`` entries the daemon may not read (another user's, when the daemon is not root).
@@ -41,6 +48,16 @@ import os
 
 PF_EXITING = 0x4  # /proc/<pid>/stat flags bit: the task is exiting
 _WRITABLE = (os.O_WRONLY, os.O_RDWR)
+
+#: syscalls that can close a descriptor, per machine: name -> number.  ``close`` and
+#: ``dup2``/``dup3`` (onto the descriptor) close one; ``close_range``, ``execve`` (its
+#: O_CLOEXEC ones) and the exits close many.
+_CLOSERS = {
+    "x86_64": {"close": 3, "dup2": 33, "dup3": 292, "close_range": 436, "execve": 59,
+               "execveat": 322, "exit": 60, "exit_group": 231},
+    "aarch64": {"close": 57, "dup3": 24, "close_range": 436, "execve": 221,
+                "execveat": 281, "exit": 93, "exit_group": 94},
+}.get(os.uname().machine)
 
 
 def last_pid() -> int:
@@ -100,7 +117,7 @@ class HolderScan:
     point must be a real path, resolved before mounting); ``inode`` its inode number.
     Created when the file is created, by the thread ``creator``."""
 
-    __slots__ = ("path", "inode", "creator", "since", "last")
+    __slots__ = ("path", "inode", "creator", "since", "last", "fds")
 
     def __init__(self, path: str, inode: int, creator: int):
         self.path = path
@@ -108,6 +125,7 @@ class HolderScan:
         self.creator = tgid(creator)
         self.since = last_pid()
         self.last: set[int] = {self.creator}  # the holders the previous scan found
+        self.fds: set[int] = set()  # the creator's descriptor numbers for the file
 
     def _candidates(self) -> list[int]:
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
@@ -132,10 +150,81 @@ class HolderScan:
                 continue
             if ino != self.inode or flags & os.O_ACCMODE not in _WRITABLE:
                 continue
-            if pid == self.creator or not flags & os.O_CLOEXEC:
+            if pid == self.creator:
+                self.fds.add(int(name))
+                return HELD
+            if not flags & os.O_CLOEXEC:
                 return HELD
             held = TRANSIENT
         return held
+
+    def note_creator_fds(self) -> None:
+        """Record the creator's descriptor numbers for the file (called on its writes,
+        so the numbers are known before its close)."""
+        if not self.fds:
+            self._holds(self.creator)
+
+    def creator_waiting(self) -> bool:
+        """True if a thread of the creating process may be closing this file right now:
+        it is inside ``close``/``dup2``/``dup3`` on one of the creator's descriptor
+        numbers for it, or inside ``close_range``, ``execve`` or an exit.  False means
+        the flush being answered comes from another process: a copy.  When it cannot be
+        told (unknown machine, unknown descriptor numbers, unreadable ``/proc``), True:
+        the safe side."""
+        if _CLOSERS is None or not self.fds:
+            return True
+        single = {_CLOSERS[k] for k in ("close",) if k in _CLOSERS}
+        onto = {_CLOSERS[k] for k in ("dup2", "dup3") if k in _CLOSERS}
+        many = {_CLOSERS[k] for k in ("close_range", "execve", "execveat", "exit",
+                                      "exit_group") if k in _CLOSERS}
+        try:
+            tasks = os.listdir(f"/proc/{self.creator}/task")
+        except OSError:
+            return False  # gone: none of its closes is pending
+        for tid in tasks:
+            try:
+                with open(f"/proc/{self.creator}/task/{tid}/syscall", "rb") as f:
+                    fields = f.read().split()
+            except OSError:
+                return True
+            if not fields or fields[0] == b"running" or fields[0] == b"-1":
+                continue
+            try:
+                nr = int(fields[0])
+                args = [int(a, 16) for a in fields[1:4]]
+            except ValueError:
+                return True
+            if nr in many:
+                return True
+            if nr in single and args[0] in self.fds:
+                return True
+            if nr in onto and args[1] in self.fds:
+                return True
+        return False
+
+    @staticmethod
+    def _dropping(pid: int) -> bool:
+        """True if process ``pid`` is inside a call that drops descriptors (``close``,
+        ``close_range``, ``dup2``/``dup3``, ``execve``, an exit): a fork child on its way
+        to ``exec``, whose ``O_CLOEXEC`` copies are going away.  Such a child may be
+        blocked in this very filesystem (closing another copy), so nobody may wait for
+        it."""
+        if _CLOSERS is None:
+            return False
+        closers = set(_CLOSERS.values())
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return True  # gone
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/syscall", "rb") as f:
+                    nr = f.read().split(maxsplit=1)[0]
+            except (OSError, IndexError):
+                continue
+            if nr.lstrip(b"-").isdigit() and int(nr) in closers:
+                return True
+        return False
 
     def holders(self) -> tuple[dict[int, int], bool]:
         """``({pid: HELD or TRANSIENT}, killed)`` for the processes holding the file now.
@@ -145,6 +234,8 @@ class HolderScan:
         found = {}
         for pid in self._candidates():
             how = self._holds(pid)
+            if how == TRANSIENT and self._dropping(pid):
+                continue  # its O_CLOEXEC copy is on its way out
             if how:
                 found[pid] = how
         previous, self.last = self.last, set(found)

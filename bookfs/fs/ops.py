@@ -71,7 +71,7 @@ FOREVER = 24 * 3600.0  # cache timeout for immutable entries (seconds)
 CHANGING = 1.0  # attribute timeout for things an append changes (seconds)
 SMALL_EVENT = 128 << 10  # events up to this size are read whole and cached
 FOLLOW_EVERY = 1.0  # seconds between a read-only mount's checks of the log
-HELD, LAST, KILLED = "held", "last", "killed"  # what a flush finds (see _closing)
+HELD, LAST, KILLED, COPY, STUCK = "held", "last", "killed", "copy", "stuck"  # _closing
 TRANSIENT_WAIT = 2.0  # seconds a flush waits for fork-before-exec copies to go away
 
 
@@ -654,34 +654,45 @@ class BookOperations(pyfuse3.Operations):
         return HolderScan(f"{self.mountpoint}/{rel}", inode, ctx.pid)
 
     async def _closing(self, scan: HolderScan | None, h) -> str:
-        """HELD if another descriptor still refers to the file (this close is not the
-        last), KILLED if the last one was closed by a writer a signal killed, else LAST.
+        """What this close is (``h``: the reservation, or None for a meta file):
 
-        Copies that another thread's fork made just before its exec (``holders.py``:
-        transient) are waited out, up to ``TRANSIENT_WAIT``, polling, so they never turn
-        the writer's own last close into one that returns before the commit.  The wait
-        also ends when another close (that very copy's) has begun the commit."""
+        * HELD: another process still holds a real copy of the file (not the last close);
+        * COPY: the close of a copy a fork made before its exec, while another close
+          waits for the outcome (see ``holders.py``); it returns at once;
+        * STUCK: the writer's close waited ``TRANSIENT_WAIT`` for such copies in vain;
+        * KILLED: the last holder is exiting because a signal killed it;
+        * LAST: the last close, or the commit has begun while this close waited."""
         if scan is None:
             return LAST
         found, killed = scan.holders()
-        deadline = time.monotonic() + TRANSIENT_WAIT
-        if h is not None:
+        transient = bool(found) and all(how == TRANSIENT for how in found.values())
+        if transient and h is not None:
+            if h.waiting and not scan.creator_waiting():
+                return COPY
+            deadline = time.monotonic() + TRANSIENT_WAIT
             h.waiting += 1
-        try:
-            while (found and all(how == TRANSIENT for how in found.values())
-                   and getattr(h, "state", "open") == "open"
-                   and time.monotonic() < deadline):
-                await trio.sleep(0.002)
-                found, killed = scan.holders()
-        finally:
-            if h is not None:
+            try:
+                while transient and h.state == "open" and time.monotonic() < deadline:
+                    await trio.sleep(0.002)
+                    found, killed = scan.holders()
+                    transient = bool(found) and all(how == TRANSIENT
+                                                    for how in found.values())
+            finally:
                 h.waiting -= 1
-        log.debug("flush of %s: holders %s, killed %s", scan.path, found, killed)
-        if getattr(h, "state", "open") != "open":
-            return LAST  # the commit has begun: this close waits for its outcome
+            if h.state != "open":
+                return LAST  # a copy's close began the commit: this close waits for it
+            if transient:
+                return STUCK
         if found:
             return HELD
         return KILLED if killed else LAST
+
+    def _copy_closing(self, h: Reservation) -> bool:
+        """True if the flush being answered cannot be the writer's own close: another
+        close already waits for this reservation's outcome, or the commit has begun, and
+        no thread of the creator is inside a FUSE request."""
+        return bool((h.waiting or h.state != "open") and h.holders is not None
+                    and not h.holders.creator_waiting())
 
     @guarded
     async def create(self, parent_inode, name, mode, flags, ctx):
@@ -709,6 +720,8 @@ class BookOperations(pyfuse3.Operations):
                 raise refuse(errno.EBADF, f"new/{h.number}: write of {len(buf)} bytes at "
                                           f"{off} after the file was {h.state}; "
                                           "nothing of it is saved")
+            if h.holders is not None and not h.holders.fds:
+                h.holders.note_creator_fds()
             try:
                 return h.staging.write(off, buf)
             except (OSError, BookError) as e:
@@ -735,36 +748,39 @@ class BookOperations(pyfuse3.Operations):
     async def _flush_reservation(self, h: Reservation) -> None:
         if h.state == "open":
             closing = await self._closing(h.holders, h)
-            if h.state != "open":  # another close began the commit while this one waited
-                closing = LAST
-            elif closing == HELD:  # a dup, a fork or an exec closed a copy: not the end
+            if closing == COPY:
+                return
+            if closing == HELD and h.state == "open":  # a dup, fork or exec: not the end
                 h.deferred = True
                 if h.poisoned:
                     raise pyfuse3.FUSEError(h.poisoned)
                 return
             h.deferred = False
-            if closing == KILLED and h.state == "open":
-                self.queue.abandon(h, "its writer was killed before it closed the file")
-                raise pyfuse3.FUSEError(errno.EIO)
-            if h.waiting:
-                # The writer's own close is waiting for this copy to go (a child of a
-                # fork that just exec'd or exited): start the commit and let the writer's
-                # close carry its outcome.  Blocking here could deadlock: that child's
-                # parent may be the writer of a predecessor, waiting for the child.
+            if h.state == "open" and closing in (KILLED, STUCK):
+                why = ("its writer was killed before it closed the file" if closing == KILLED
+                       else f"a process forked while it was open still holds a copy after "
+                            f"{TRANSIENT_WAIT:g} s: {sorted(h.holders.last)}")
+                err = errno.EIO if closing == KILLED else errno.EBUSY
+                self.queue.abandon(h, why, err)
+                raise pyfuse3.FUSEError(err)
+            if h.waiting and self._copy_closing(h):
+                # A copy's close (a fork child at its exec) while the writer's close
+                # waits: start the commit and let the writer's close carry the outcome.
+                # Blocking here could deadlock: the child's parent may be the writer of a
+                # predecessor, waiting for this very child.
                 self.queue.ready(h)
                 return
             await self.queue.commit(h)
         elif h.state == "failed":
             raise pyfuse3.FUSEError(h.error)
-        # "ready" or "done": the close that began the commit carries its outcome.  This is
-        # a copy closing late (a fork child at its exec); it must not wait, since the
-        # writer of a predecessor may be waiting for that very child.
+        elif not self._copy_closing(h):
+            await self.queue.commit(h)  # may be the writer's close: wait for the outcome
 
     async def _flush_meta(self, h: _MetaWriteHandle) -> None:
         if not h.dirty and not h.poisoned:
             return
         closing = await self._closing(h.holders, None)
-        if closing == HELD:
+        if closing in (HELD, COPY, STUCK):
             h.deferred = True
             return
         h.deferred = False
