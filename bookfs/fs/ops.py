@@ -683,6 +683,8 @@ class BookOperations(pyfuse3.Operations):
                 return LAST  # a copy's close began the commit: this close waits for it
             if transient:
                 return STUCK
+        elif transient:
+            return LAST  # a meta save waits on nothing: fork copies count as gone
         if found:
             return HELD
         return KILLED if killed else LAST
