@@ -72,6 +72,15 @@ def sh(cmd: str, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, shell=True, capture_output=True, timeout=60, **kw)
 
 
+def err_of(fn, *args) -> int | None:
+    """The errno ``fn(*args)`` fails with, or None if it succeeds."""
+    try:
+        fn(*args)
+    except OSError as e:
+        return e.errno
+    return None
+
+
 def wait_for(pred, timeout: float = 10.0, step: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -22,6 +22,7 @@ import pytest
 
 from bookfs.book import Book
 from mount_fixtures import (  # noqa: F401  (fixtures)
+    err_of,
     daemon_pid,
     engine_events,
     log_state,
@@ -41,14 +42,6 @@ NEXT = 11  # small_src holds events 1..10
 def read_event(m, n: int) -> bytes:
     with open(f"{m}/events/{n}", "rb") as f:
         return f.read()
-
-
-def err_of(fn, *args) -> int | None:
-    try:
-        fn(*args)
-    except OSError as e:
-        return e.errno
-    return None
 
 
 def committed(src) -> dict[int, bytes]:

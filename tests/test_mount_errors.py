@@ -9,18 +9,10 @@ import os
 import pytest
 
 from bookfs.book import Book
-from mount_fixtures import log_state, mnt, mounted, payload, run_bookfs, sh, small_src  # noqa: F401
+from mount_fixtures import err_of, log_state, mnt, mounted, payload, run_bookfs, sh, small_src  # noqa: F401
 
 W = os.O_WRONLY | os.O_CREAT
 CHANGES_EXPECTED: set = set()  # logs a test deliberately appends to
-
-
-def err_of(fn, *args) -> int | None:
-    try:
-        fn(*args)
-    except OSError as e:
-        return e.errno
-    return None
 
 
 def create_errno(path) -> int | None:
