@@ -9,6 +9,7 @@ writer appears) or raising ``IsADirectoryError``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -78,11 +79,10 @@ def create_new(path: str, mode: int = FILE_MODE) -> int:
     ``mode`` applied regardless of umask.  A stale *regular* file at ``path`` (a temp file
     left by a crash) is unlinked first; anything else there (a symlink, FIFO, directory)
     raises :class:`NotRegularFile` and is left alone."""
-    try:
+    st = None
+    with contextlib.suppress(FileNotFoundError):
         st = os.lstat(path)
-    except FileNotFoundError:
-        pass
-    else:
+    if st is not None:
         if not stat.S_ISREG(st.st_mode):
             _refuse(path, _kind(st.st_mode))
         os.unlink(path)

@@ -189,7 +189,7 @@ def discard_index(log_path: str, fd: int) -> None:
     try:
         os.unlink(_index_path(log_path, os.fstat(fd)))
     except FileNotFoundError:
-        pass
+        return  # nothing persisted: nothing to discard
     except OSError as e:
         log.warning("could not discard the index of %s: %s", log_path, e)
 

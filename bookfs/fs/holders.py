@@ -44,6 +44,7 @@ into a shorter event.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 PF_EXITING = 0x4  # /proc/<pid>/stat flags bit: the task is exiting
@@ -69,13 +70,10 @@ def last_pid() -> int:
 def tgid(pid: int) -> int:
     """The thread-group (process) ID of thread ``pid`` (FUSE requests carry thread IDs);
     ``pid`` itself if it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"Tgid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
+    with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"Tgid:"):
+                return int(line.split()[1])
     return pid
 
 
