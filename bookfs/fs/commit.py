@@ -49,7 +49,6 @@ class Reservation:
     number: int
     name: str  # as created (``42`` or ``000000000042``)
     staging: Staging
-    pid: int
     state: str = OPEN
     error: int = 0
     poisoned: int = 0  # errno of a write that failed: the close fails with it
@@ -112,7 +111,7 @@ class CommitQueue:
             log.warning("new/%d..%d not committed: %s", waiting[0], waiting[-1], why)
             self._fail_from(waiting[0], errno.ESHUTDOWN, why)
 
-    def reserve(self, name: bytes, pid: int) -> Reservation:
+    def reserve(self, name: bytes) -> Reservation:
         text = name.decode("utf-8", "replace")
         if self._closed:
             raise refuse(errno.ESHUTDOWN, f"new/{text}: the mount is being unmounted")
@@ -126,7 +125,7 @@ class CommitQueue:
                                        f"flight; the next free number is {expected}")
         if n != expected:
             raise refuse(errno.EINVAL, f"new/{text}: would leave a gap; expected event {expected}")
-        r = Reservation(n, text, Staging(MAX_PAYLOAD, self.spill_dir), pid)
+        r = Reservation(n, text, Staging(MAX_PAYLOAD, self.spill_dir))
         self._live[n] = r
         return r
 

@@ -708,7 +708,7 @@ class BookOperations(pyfuse3.Operations):
             raise refuse(errno.EROFS if parent_inode == I.EVENTS else errno.EPERM,
                          f"cannot create {where}{name.decode('utf-8', 'replace')}: "
                          "append by creating new/<next event number>")
-        r = self.queue.reserve(name, ctx.pid)
+        r = self.queue.reserve(name)
         fh = self._new_fh(r)
         r.holders = self._holder_scan(f"new/{r.name}", I.staging_inode(fh), ctx)
         attrs = await self._attrs_of(I.staging_inode(fh))
