@@ -104,5 +104,12 @@ class PathEscape(BookError):
     errno = _errno.EPERM
 
 
+class UnsafeDirectory(BookError):
+    """A directory bookfs keeps private files in (daemon logs, the index cache) that is
+    not a real directory owned by this user and closed to others' writes."""
+
+    errno = _errno.EPERM
+
+
 class ReadOnly(BookError):
     errno = _errno.EROFS

@@ -15,7 +15,7 @@ import fcntl
 import os
 import stat
 
-from .errors import NotRegularFile, PathEscape
+from .errors import NotRegularFile, PathEscape, UnsafeDirectory
 from .layout import FILE_MODE
 
 
@@ -93,6 +93,20 @@ def create_new(path: str, mode: int = FILE_MODE) -> int:
         _refuse(path, _kind(os.lstat(path).st_mode))
     os.fchmod(fd, mode)
     return fd
+
+
+def private_dir(path: str, what: str, *, create: bool = True) -> str:
+    """``path``, created 0700 (parents too) if missing and ``create``; raises
+    :class:`UnsafeDirectory` (one line naming ``what`` the directory is for) unless it is
+    a real directory, not a symlink, owned by this user and not writable by group or
+    others.  ``FileNotFoundError`` when it is missing and ``create`` is false."""
+    if create:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise UnsafeDirectory(f"{path}: the {what} must be a directory (not a symlink) owned "
+                              f"by uid {os.getuid()} and not writable by others")
+    return path
 
 
 def pread_into(fd: int, buf: bytearray, size: int, offset: int) -> memoryview:

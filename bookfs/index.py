@@ -4,9 +4,15 @@ The index is derived data.  It is built by one forward pass over the log's frami
 (``len_d`` at each deed's start and ``let_d`` at its end; CRCs are checked when a deed is
 read, not here), kept in memory as an ``array('Q')`` of offsets, and persisted under the
 user's cache directory (``$BOOKFS_CACHE_DIR``, else XDG ``~/.cache/bookfs/index``), never
-inside the pier.  A persisted index is validated against its log on load (identity, header
-bytes, the last deed's tail bytes, a sample of deed lengths, its own CRC) and is rebuilt,
-never trusted, when anything disagrees.  When the log has grown, only the new part is
+inside the pier.  :func:`configure_cache` overrides that place (``--index-dir``,
+``-o index_dir=``) or turns persistence off (``--no-index-cache``, ``-o noindex_cache``:
+nothing is read or written).  The cache directory is private (0700, owned by the user);
+a load touches its file, and each process's first save prunes the directory to the
+``INDEX_KEEP`` most recently used indexes, dropping any unused for ``INDEX_MAX_AGE``
+(only files named and shaped like ours; never through a symlink).  A persisted index is
+validated against its log on load (identity, header bytes, the last deed's tail bytes, a
+sample of deed lengths, its own CRC) and is rebuilt, never trusted, when anything
+disagrees.  When the log has grown, only the new part is
 scanned.
 
 Besides offsets the index keeps a sparse *timeline*: ``(first event, unix ns)`` points
@@ -18,18 +24,22 @@ scratch every existing event gets the log file's mtime.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import hashlib
 import logging
 import os
 import random
+import re
+import stat
 import struct
 import sys
 import tempfile
+import time
 from array import array
 from dataclasses import dataclass, field
 
 from .errors import BookError
-from .fileio import open_regular, pread_into
+from .fileio import open_regular, pread_into, private_dir
 from .layout import (
     DEED_LEN,
     DEED_OVERHEAD,
@@ -50,14 +60,83 @@ _SAMPLE = 64  # deeds (len_d, let_d) re-checked against the log when a persisted
 _CHUNK = 4 << 20  # bytes read at a time while scanning framing
 
 
+INDEX_KEEP = 64  # persisted indexes kept in the cache directory (most recently used)
+INDEX_MAX_AGE = 90 * 24 * 3600  # seconds: an index unused for this long is pruned
+_INDEX_NAME = re.compile(r"[0-9a-f]{40}\.idx")  # what _index_path names; nothing else is pruned
+_MAGIC_FAMILY = _FILE_MAGIC[:6]  # every version of our index files starts with this
+
+
+@dataclass
+class _CacheSettings:
+    directory: str | None = None  # None: $BOOKFS_CACHE_DIR or the platform's user cache
+    enabled: bool = True
+    pruned: bool = False  # this process has pruned the directory once
+
+
+_settings = _CacheSettings()
+
+
+def configure_cache(directory: str | None = None, *, enabled: bool = True) -> None:
+    """Set, for this process (and a daemon it forks), where persisted indexes live
+    (``directory``; ``None`` restores the default of :func:`cache_dir`) and whether any is
+    read or written at all (``enabled=False``: every open scans the log's framing)."""
+    _settings.directory = os.path.abspath(directory) if directory else None
+    _settings.enabled = enabled
+    _settings.pruned = False
+
+
+def cache_enabled() -> bool:
+    """False once :func:`configure_cache` turned persisted indexes off."""
+    return _settings.enabled
+
+
 def cache_dir() -> str:
-    """Where persisted indexes live: ``$BOOKFS_CACHE_DIR`` or the XDG user cache."""
+    """Where persisted indexes live: the :func:`configure_cache` directory, else
+    ``$BOOKFS_CACHE_DIR``, else the platform's user cache (``~/.cache/bookfs/index``)."""
+    if _settings.directory:
+        return _settings.directory
     env = os.environ.get("BOOKFS_CACHE_DIR")
     if env:
         return env
     import platformdirs
 
     return os.path.join(platformdirs.user_cache_dir("bookfs"), "index")
+
+
+def prune_cache(directory: str, *, keep: int = INDEX_KEEP, max_age: float = INDEX_MAX_AGE,
+                now: float | None = None) -> list[str]:
+    """Delete from ``directory`` the persisted indexes beyond the ``keep`` most recently
+    used (by mtime, which a load refreshes) and those unused for more than ``max_age``
+    seconds; returns the paths deleted.  Only regular files (never followed through a
+    symlink) whose name is ``<40 hex>.idx`` and whose first bytes are an index magic are
+    candidates; anything else in the directory is left alone.  Errors are skipped: the
+    cache is only a cache."""
+    now = time.time() if now is None else now
+    ours: list[tuple[float, str]] = []
+    with contextlib.suppress(OSError), os.scandir(directory) as it:
+        for entry in it:
+            if not _INDEX_NAME.fullmatch(entry.name):
+                continue
+            with contextlib.suppress(OSError):
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode):
+                    ours.append((st.st_mtime, entry.path))
+    ours.sort(reverse=True)
+    doomed = [p for k, (mtime, p) in enumerate(ours) if k >= keep or now - mtime > max_age]
+    deleted = []
+    for path in doomed:
+        with contextlib.suppress(OSError, BookError):
+            fd = open_regular(path, os.O_RDONLY)  # no symlink, no FIFO
+            try:
+                magic = os.pread(fd, len(_MAGIC_FAMILY), 0)
+            finally:
+                os.close(fd)
+            if magic == _MAGIC_FAMILY:
+                os.unlink(path)
+                deleted.append(path)
+    if deleted:
+        log.info("pruned %d old index file(s) from %s", len(deleted), directory)
+    return deleted
 
 
 @dataclass
@@ -186,6 +265,8 @@ def _index_path(log_path: str, st: os.stat_result) -> str:
 def discard_index(log_path: str, fd: int) -> None:
     """Delete the persisted index of this log (it was found wrong), so the next open
     rebuilds it from the log.  Failure is logged, not raised."""
+    if not _settings.enabled:
+        return
     try:
         os.unlink(_index_path(log_path, os.fstat(fd)))
     except FileNotFoundError:
@@ -196,11 +277,14 @@ def discard_index(log_path: str, fd: int) -> None:
 
 def save_index(log_path: str, fd: int, index: OffsetIndex) -> None:
     """Persist ``index`` atomically (temp file + rename).  Failure is logged, not raised:
-    the index is only a cache."""
+    the index is only a cache.  Nothing is written when the cache is off
+    (:func:`configure_cache`); the first save of a process prunes the directory."""
+    if not _settings.enabled:
+        return
     try:
         st = os.fstat(fd)
         path = _index_path(log_path, st)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        private_dir(os.path.dirname(path), "index cache directory")
         header16 = os.pread(fd, HEADER_SIZE, 0)
         tail12 = os.pread(fd, DEED_TAIL_SIZE, index.end - DEED_TAIL_SIZE) if index.offsets else b""
         head = _FILE_HEAD.pack(
@@ -224,16 +308,25 @@ def save_index(log_path: str, fd: int, index: OffsetIndex) -> None:
         except BaseException:
             os.unlink(tmp)
             raise
-    except OSError as e:
+    except (OSError, BookError) as e:
         log.warning("could not persist the index of %s: %s", log_path, e)
+        return
+    if not _settings.pruned:
+        _settings.pruned = True
+        prune_cache(os.path.dirname(path))
 
 
 def load_index(log_path: str, fd: int, size: int) -> OffsetIndex | None:
     """The persisted index of this log if it is valid for it, else ``None`` (and a log line
-    saying why).  A valid index may cover less than the log: the caller extends it."""
+    saying why).  A valid index may cover less than the log: the caller extends it.
+    Always ``None`` when the cache is off or its directory is not private; a valid index's
+    file is touched, so pruning keeps the indexes in use."""
+    if not _settings.enabled:
+        return None
     st = os.fstat(fd)
     path = _index_path(log_path, st)
     try:
+        private_dir(os.path.dirname(path), "index cache directory", create=False)
         ifd = open_regular(path, os.O_RDONLY)  # never a symlink, never a FIFO that hangs
     except FileNotFoundError:
         return None
@@ -250,6 +343,8 @@ def load_index(log_path: str, fd: int, size: int) -> OffsetIndex | None:
     if isinstance(why, str):
         log.info("index for %s is stale (%s); rebuilding", log_path, why)
         return None
+    with contextlib.suppress(OSError):  # the LRU clock of prune_cache
+        os.utime(path, follow_symlinks=False)
     return why
 
 
