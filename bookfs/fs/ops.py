@@ -123,12 +123,17 @@ def _source_file(book) -> str:
     return data if os.path.exists(data) else book.directory
 
 
-def source_modes(book, readonly: bool) -> tuple[int, int, Modes]:
+def source_modes(book, readonly: bool, *, owner: tuple[int | None, int | None] = (None, None),
+                 umask: int | None = None) -> tuple[int, int, Modes]:
     """``(uid, gid, modes)`` for the mount: the source log file's owner, and its mode
     bits for each class (user, group, other), dropped for a class that cannot search the
     log's directory.  Write bits are dropped on a read-only mount.  With the kernel's
     ``default_permissions`` this lets exactly the users who could read the log read the
-    mount, and the users who could write it append (root is, as always, exempt)."""
+    mount, and the users who could write it append (root is, as always, exempt).
+
+    The mount options ``uid=``/``gid=`` (``owner``) replace the owner and group, and
+    ``umask=`` replaces the log's mode bits with ``0o777 & ~umask`` (then the same rules:
+    read bits for files, search where readable, write only on a read-write mount)."""
     path = _source_file(book)
     st = os.stat(path)
     mode = st.st_mode & 0o777
@@ -137,11 +142,14 @@ def source_modes(book, readonly: bool) -> tuple[int, int, Modes]:
         for shift in (6, 3, 0):
             if not (dst.st_mode >> shift) & 1:
                 mode &= ~(7 << shift)
+    if umask is not None:
+        mode = 0o777 & ~umask
     r = mode & 0o444
     w = 0 if readonly else mode & 0o222
     rx = r | (r >> 2)
     modes = Modes(read=r, dir=rx, new=rx | w | (w >> 1), meta=r | w, staged=w)
-    return st.st_uid, st.st_gid, modes
+    uid, gid = owner
+    return (st.st_uid if uid is None else uid), (st.st_gid if gid is None else gid), modes
 
 
 class _EventHandle:
@@ -195,7 +203,9 @@ class BookOperations(pyfuse3.Operations):
 
     def __init__(self, book: EventLog, *, stall_timeout: float = 30.0, debug: bool = False,
                  spill_dir: str | None = None, mountpoint: str | None = None,
-                 segment_span: int = DEFAULT_SPAN):
+                 segment_span: int = DEFAULT_SPAN,
+                 owner: tuple[int | None, int | None] = (None, None),
+                 umask: int | None = None):
         super().__init__()
         self.book = book
         # the bulk view needs the UIP layout's deeds; a pier shows its epochs instead
@@ -221,7 +231,8 @@ class BookOperations(pyfuse3.Operations):
         self._verified_large: set[int] = set()  # large events whose check passed (8 B each)
         self._generation = getattr(book, "generation", 0)
         self._known = book.gulf()  # the range the kernel may have cached
-        self._uid, self._gid, self._modes = source_modes(book, self.readonly)
+        self._uid, self._gid, self._modes = source_modes(book, self.readonly, owner=owner,
+                                                         umask=umask)
         self._mounted_ns = time.time_ns()
 
     # --- helpers -------------------------------------------------------------------------
