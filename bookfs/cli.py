@@ -141,7 +141,44 @@ def cmd_mount(args) -> int:
 def cmd_umount(args) -> int:
     from .fs.mount import umount
 
-    return umount(args.mountpoint)
+    return umount(args.mountpoint, lazy=args.lazy)
+
+
+class UsageError(Exception):
+    """Bad usage found after parsing (exit status 2); the message is one line."""
+
+
+def add_index_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--index-dir DIR`` and ``--no-index-cache`` for a subcommand that opens logs;
+    :func:`main` applies them (:func:`apply_index_arguments`) before the command runs."""
+    g = parser.add_mutually_exclusive_group()
+    g.add_argument("--index-dir", metavar="DIR",
+                   help="keep persisted offset indexes in DIR (created 0700; default "
+                        "$BOOKFS_CACHE_DIR, else the user cache, ~/.cache/bookfs/index)")
+    g.add_argument("--no-index-cache", action="store_true",
+                   help="never read or write a persisted index (read-only media, "
+                        "throwaway runs): each open scans the log")
+
+
+def apply_index_arguments(args) -> None:
+    """Configure the index cache from ``--index-dir`` / ``--no-index-cache``; an index
+    directory that cannot be created or is not private raises :class:`UsageError`."""
+    from . import index
+    from .errors import BookError
+    from .fileio import private_dir
+
+    if getattr(args, "no_index_cache", False):
+        index.configure_cache(None, enabled=False)
+    elif getattr(args, "index_dir", None):
+        path = os.path.abspath(os.path.expanduser(args.index_dir))
+        try:
+            private_dir(path, "index directory")
+        except OSError as e:
+            raise UsageError(f"--index-dir {path}: {e.strerror}; expected a directory "
+                             "bookfs can create or write") from None
+        except BookError as e:
+            raise UsageError(f"--index-dir {e}") from None
+        index.configure_cache(path)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -153,34 +190,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log what happens")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    from .fs.mount import LOG_KEEP, options_help
+
     s = sub.add_parser("mount", help="mount a log", description=(
         "Mount SOURCE at MOUNTPOINT: events/<N> read-only, meta/<key>, new/ to append, "
         "info, segments/ (bulk view).  SOURCE is a pier (epochs under .urb/log/0iN/, shown "
         "under epochs/), a Book directory (book.log + meta.bin, UIP or vere layout) or an "
         "LMDB epoch.  Read-write by default (takes the writer lock: book.lock, or a pier's "
         ".vere.lock); -o ro for a read-only mount that follows appends.  A source whose "
-        "newest epoch is LMDB is mounted read-only."))
+        "newest epoch is LMDB is mounted read-only.  `bookfs SOURCE MOUNTPOINT -o OPTS` "
+        "(mount.fuse3's calling form, used by `mount -t fuse.bookfs` and fstab) means the "
+        "same."), epilog=options_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("source")
     s.add_argument("mountpoint")
     s.add_argument("-f", "--foreground", action="store_true",
                    help="stay in the foreground, log to stderr (Ctrl-C unmounts)")
-    s.add_argument("-o", dest="options", metavar="OPTS",
-                   help="comma-separated: ro|rw, allow_other, stall_timeout=SECONDS "
-                        "(how long a new/ writer waits for a stalled predecessor; 30), "
-                        "segment_mb=MB (byte span of each segments/ file; 16)")
+    s.add_argument("-o", dest="options", metavar="OPTS", action=_JoinOptions,
+                   help="comma-separated mount options (listed below); may be repeated")
     s.add_argument("--debug", action="store_true", help="log every request")
-    s.add_argument("--log-file", help="daemon log file (default /tmp/bookfs-<pid>.log)")
+    s.add_argument("--log-file", help="daemon log file (default: a new file in "
+                   "$BOOKFS_LOG_DIR, else the user log directory, ~/.local/state/bookfs/log "
+                   f"on Linux; the newest {LOG_KEEP} are kept)")
+    add_index_arguments(s)
     s.set_defaults(func=cmd_mount)
 
-    s = sub.add_parser("umount", help="unmount a bookfs mount",
-                       description="Unmount MOUNTPOINT and wait for its daemon to finish.")
+    s = sub.add_parser("umount", help="unmount a bookfs mount", description=(
+        "Unmount MOUNTPOINT and wait for its daemon to finish (index saved, writer lock "
+        "released).  Refused while a process has a file open or its cwd inside, unless "
+        "-l."))
     s.add_argument("mountpoint")
+    s.add_argument("-l", "-z", "--lazy", action="store_true", dest="lazy",
+                   help="detach now even if busy (like umount -l, fusermount3 -u -z); the "
+                        "daemon finishes once the last open file inside is closed")
     s.set_defaults(func=cmd_umount)
 
     s = sub.add_parser("info", help="summarise a log", description=(
         "Format, first/last event, count, bytes, ship (@p), fake, life, version."))
     s.add_argument("path", help="a pier, a Book directory or an LMDB epoch")
     s.add_argument("--json", action="store_true", help="print JSON")
+    add_index_arguments(s)
     s.set_defaults(func=cmd_info)
 
     s = sub.add_parser("verify", help="check every event of a log", description=(
@@ -192,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("path", help="a pier, a Book directory or an LMDB epoch")
     s.add_argument("--mugs", action="store_true",
                    help="also check every event's mug against its cued jam")
+    add_index_arguments(s)
     s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("sample", help="write a deterministic sample log", description=(
@@ -226,16 +275,47 @@ def _register_optional() -> None:
             _EXTRA_COMMANDS.append(register)
 
 
+class _JoinOptions(argparse.Action):
+    """``-o A -o B`` is ``-o A,B`` (mount(8) and mount.fuse pass one ``-o``; people
+    sometimes write several)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        before = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, f"{before},{values}" if before else values)
+
+
+def mount_calling_form(argv: list[str], commands) -> list[str]:
+    """``argv`` with ``mount`` put in front when it is mount.fuse3's calling form,
+    ``SOURCE MOUNTPOINT [-o OPTS]...``: mount(8) runs ``/sbin/mount.fuse3`` for type
+    ``fuse.bookfs``, which runs ``bookfs SOURCE MOUNTPOINT -o OPTS`` through /bin/sh.
+    That is, when the first argument is neither an option nor a subcommand name and is a
+    path (it exists or has a ``/``; a source named like a subcommand is written
+    ``./info``), so a mistyped subcommand still gets argparse's "invalid choice"."""
+    first = argv[0] if argv else ""
+    if (first and not first.startswith("-") and first not in commands
+            and (os.sep in first or os.path.exists(first))):
+        return ["mount", *argv]
+    return argv
+
+
 def main(argv: list[str] | None = None) -> int:
     from .errors import BookError
-    from .fs.mount import MountError
+    from .fs.mount import MountError, OptionError
 
     _register_optional()
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    commands = next(a.choices for a in parser._actions
+                    if isinstance(a, argparse._SubParsersAction))
+    argv = mount_calling_form(sys.argv[1:] if argv is None else list(argv), commands)
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="bookfs: %(message)s")
     try:
+        apply_index_arguments(args)
         return args.func(args)
+    except (UsageError, OptionError) as e:
+        print(f"bookfs {args.command}: {e}", file=sys.stderr)
+        return 2
     except (BookError, MountError) as e:
         print(f"bookfs {args.command}: {e}", file=sys.stderr)
         return 1

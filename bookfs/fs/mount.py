@@ -12,47 +12,239 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import stat
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
+
+from ..errors import BookError
+from ..fileio import private_dir
+from ..segments import DEFAULT_SPAN as DEFAULT_SEGMENT_SPAN
 
 log = logging.getLogger(__name__)
 
 LOG_KEEP = 50  # daemon logs kept in the log directory; older ones are pruned
-KNOWN_OPTIONS = {"ro", "rw", "allow_other", "default_permissions", "auto_unmount",
-                 "stall_timeout", "segment_mb"}
+DEFAULT_STALL_TIMEOUT = 30.0  # seconds a new/ writer waits for a stalled predecessor
 
 
 class MountError(Exception):
     """A mount that could not be made; the message is one line for the user."""
 
 
-def parse_options(text: str | None) -> dict[str, str | bool]:
-    """``-o`` text (``ro,allow_other,stall_timeout=5``) as a dict; unknown ones refused."""
-    opts: dict[str, str | bool] = {}
+class OptionError(MountError):
+    """A ``-o`` option bookfs cannot accept (bad usage: exit status 2)."""
+
+
+# --- -o options ------------------------------------------------------------------------------
+#
+# Every -o option falls in exactly one class.  Anything in none of them is handed to FUSE,
+# which has the last word (its refusal is reported naming the option).
+
+
+def _positive_number(what: str):
+    def parse(value: str) -> float:
+        try:
+            x = float(value)
+        except ValueError:
+            x = float("nan")
+        if not (x > 0 and x < float("inf")):
+            raise ValueError(f"expected a positive number of {what}")
+        return x
+    return parse
+
+
+def _directory(value: str) -> str:
+    if not value:
+        raise ValueError("expected a directory path")
+    return os.path.abspath(os.path.expanduser(value))
+
+
+MAX_ID = (1 << 32) - 2  # the largest uid/gid (2**32 - 1 is the kernel's "no id")
+
+
+def _numeric_id(value: str) -> int:
+    n = int(value)
+    if n > MAX_ID:
+        raise ValueError(f"expected an id from 0 to {MAX_ID}")
+    return n
+
+
+def _user_id(value: str) -> int:
+    import pwd
+
+    if value.isdigit():
+        return _numeric_id(value)
+    try:
+        return pwd.getpwnam(value).pw_uid
+    except KeyError:
+        raise ValueError("expected a numeric uid or a user name") from None
+
+
+def _group_id(value: str) -> int:
+    import grp
+
+    if value.isdigit():
+        return _numeric_id(value)
+    try:
+        return grp.getgrnam(value).gr_gid
+    except KeyError:
+        raise ValueError("expected a numeric gid or a group name") from None
+
+
+def _umask(value: str) -> int:
+    try:
+        mask = int(value, 8)
+    except ValueError:
+        mask = -1
+    if not 0 <= mask <= 0o777:
+        raise ValueError("expected an octal mask from 0 to 777, like 022")
+    return mask
+
+
+#: bookfs's own options: name -> (value parser or None for a flag, what it does).
+OWN_OPTIONS = {
+    "stall_timeout": (_positive_number("seconds"),
+                      "SECONDS a new/ writer waits for a stalled predecessor "
+                      f"(default {DEFAULT_STALL_TIMEOUT:g})"),
+    "segment_mb": (_positive_number("MiB"), "MB: the byte span of each segments/ file "
+                   f"(default {DEFAULT_SEGMENT_SPAN >> 20})"),
+    "index_dir": (_directory, "DIR: keep the persisted offset index there"),
+    "noindex_cache": (None, "never read or write a persisted index (read-only media, "
+                      "throwaway mounts)"),
+}
+#: Options libfuse 3's low-level API no longer implements, so bookfs does.
+IMPLEMENTED_OPTIONS = {
+    "uid": (_user_id, "N|NAME: report this owner instead of the log file's"),
+    "gid": (_group_id, "N|NAME: report this group instead of the log file's"),
+    "umask": (_umask, "OCTAL: permission bits = 0777 & ~umask instead of the log file's "
+              "(write bits only on a read-write mount)"),
+    "nonempty": (None, "accepted: FUSE 3 always mounts over a non-empty directory"),
+}
+#: Read-only or read-write (read-write by default).
+MODE_OPTIONS = {"ro": "read-only (follows the writer, takes no lock)",
+                "rw": "read-write (takes the writer lock; the default)"}
+#: fstab / mount(8) / mount.fuse bookkeeping, and atime variants libfuse 3.14 does not
+#: know (FUSE leaves atime to the filesystem, and bookfs serves its own times): accepted,
+#: no effect.  (mount.fuse itself consumes setuid= and drop_privileges; given to bookfs
+#: directly they go to FUSE, which refuses them, rather than being silently dropped.)
+IGNORED_OPTIONS = {"defaults", "auto", "noauto", "user", "users", "nouser", "owner",
+                   "group", "_netdev", "nofail", "comment", "relatime", "norelatime", "strictatime", "nostrictatime", "lazytime",
+                   "nolazytime", "nodiratime", "diratime", "loud", "silent"}
+IGNORED_PREFIXES = ("x-",)
+#: Options bookfs always gives FUSE (fsname= is added too: bookfs:<source>, unless given).
+FUSE_SUBTYPE = "bookfs"  # mounts show as type fuse.bookfs
+FSNAME_PREFIX = "bookfs:"  # the mount's source column: bookfs:<source>
+ALWAYS_FUSE = ("subtype=" + FUSE_SUBTYPE, "default_permissions", "auto_unmount")
+#: Examples of what goes to FUSE untouched (for --help; FUSE decides what it accepts).
+FUSE_EXAMPLES = ("dev", "nodev", "suid", "nosuid", "exec", "noexec", "atime", "noatime",
+                 "sync", "async", "dirsync", "allow_other", "allow_root", "max_read=N",
+                 "fsname=NAME", "blksize=N", "context=...")
+
+
+@dataclass
+class MountOptions:
+    """``-o`` options, sorted into what bookfs does with each."""
+
+    readonly: bool = False
+    rw: bool = False  # rw given explicitly: refuse to fall back to read-only
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT
+    segment_span: int = DEFAULT_SEGMENT_SPAN
+    index_dir: str | None = None
+    index_cache: bool = True
+    uid: int | None = None
+    gid: int | None = None
+    umask: int | None = None
+    fuse: list[str] = field(default_factory=list)  # handed to FUSE as given
+    ignored: list[str] = field(default_factory=list)  # accepted, no effect
+
+    def fuse_options(self, source: str, readonly: bool) -> set[str]:
+        """What ``pyfuse3.init`` gets: the pass-through options, bookfs's fixed ones,
+        ``ro`` for a read-only mount and an ``fsname`` naming the source."""
+        opts = set(self.fuse) | set(ALWAYS_FUSE)
+        if not any(o.startswith("fsname=") for o in opts):
+            # libfuse splits -o at commas unless escaped with a backslash
+            escaped = source.replace("\\", "\\\\").replace(",", "\\,")
+            opts.add("fsname=" + FSNAME_PREFIX + escaped)
+        opts.discard("rw")
+        if readonly:
+            opts.add("ro")
+        return opts
+
+
+def parse_options(text: str | None) -> MountOptions:
+    """Sort ``-o`` text (``ro,nodev,uid=1000,stall_timeout=5``) into :class:`MountOptions`.
+    bookfs's own and implemented options get their values checked; a bad value, a value
+    where none belongs or a missing one raises :class:`OptionError` with one line naming
+    the option and what was expected.  Bookkeeping options are accepted and ignored;
+    everything else is kept for FUSE."""
+    mo = MountOptions()
     for item in filter(None, (text or "").split(",")):
-        key, _, value = item.partition("=")
-        if key not in KNOWN_OPTIONS:
-            raise MountError(f"unknown mount option {key!r}; expected one of "
-                             f"{', '.join(sorted(KNOWN_OPTIONS))}")
-        opts[key] = value or True
-    if opts.get("ro") and opts.get("rw"):
-        raise MountError("options ro and rw contradict each other")
-    return opts
+        key, eq, value = item.partition("=")
+        if key in MODE_OPTIONS:
+            if eq:
+                raise OptionError(f"mount option {key!r} takes no value")
+            setattr(mo, "readonly" if key == "ro" else "rw", True)
+        elif key in OWN_OPTIONS or key in IMPLEMENTED_OPTIONS:
+            parse, _ = OWN_OPTIONS.get(key) or IMPLEMENTED_OPTIONS[key]
+            if parse is None:
+                if eq:
+                    raise OptionError(f"mount option {key!r} takes no value")
+                if key == "noindex_cache":
+                    mo.index_cache = False
+                continue  # nonempty
+            if not eq:
+                raise OptionError(f"mount option {key!r} needs a value: {key}=...")
+            try:
+                parsed = parse(value)
+            except ValueError as e:
+                raise OptionError(f"mount option {key}={value!r}: {e}") from None
+            if key == "segment_mb":
+                mo.segment_span = max(1, int(parsed * (1 << 20)))
+            else:
+                setattr(mo, key, parsed)
+        elif key == "subtype":
+            raise OptionError(f"mount option {item!r}: a bookfs mount's subtype is always "
+                              f"{FUSE_SUBTYPE} (bookfs umount finds its mounts by it)")
+        elif key in IGNORED_OPTIONS or key.startswith(IGNORED_PREFIXES):
+            mo.ignored.append(item)
+        else:
+            mo.fuse.append(item)
+    if mo.readonly and mo.rw:
+        raise OptionError("options ro and rw contradict each other; expected one of them")
+    if mo.index_dir and not mo.index_cache:
+        raise OptionError("options index_dir and noindex_cache contradict each other")
+    return mo
 
 
-def _fuse_options(source: str, opts: dict, readonly: bool) -> set[str]:
-    fuse_opts = {"fsname=bookfs:" + source, "subtype=bookfs", "default_permissions"}
-    if readonly:
-        fuse_opts.add("ro")
-    if opts.get("allow_other"):
-        fuse_opts.add("allow_other")
-    if opts.get("auto_unmount", True) is not False:
-        fuse_opts.add("auto_unmount")
-    return fuse_opts
+def options_help() -> str:
+    """The ``-o`` options by class, for ``bookfs mount --help``."""
+    import textwrap
+
+    def rows(table):
+        return "\n".join(textwrap.fill(v[1] if isinstance(v, tuple) else v, 78,
+                                       initial_indent=f"  {k:<15} ",
+                                       subsequent_indent=" " * 18)
+                         for k, v in table.items())
+
+    def words(items):
+        return textwrap.fill(", ".join(items), 78, initial_indent="  ",
+                             subsequent_indent="  ")
+
+    return "\n".join([
+        "mount options (-o, comma-separated):",
+        "read-only or read-write:", rows(MODE_OPTIONS),
+        "bookfs's own:", rows(OWN_OPTIONS),
+        "implemented by bookfs (libfuse 3 dropped them):", rows(IMPLEMENTED_OPTIONS),
+        "passed to FUSE as given (FUSE refuses what it does not know), e.g.:",
+        words(FUSE_EXAMPLES),
+        "accepted and ignored (fstab/mount bookkeeping, atime variants):",
+        words([*sorted(IGNORED_OPTIONS), "x-*"]),
+        "always on:", words([*ALWAYS_FUSE, "fsname=bookfs:SOURCE"]),
+    ])
 
 
 def log_dir() -> str:
@@ -66,17 +258,6 @@ def log_dir() -> str:
     return platformdirs.user_log_dir("bookfs")
 
 
-def _private_dir(path: str) -> str:
-    """``path``, created 0700 if missing; refused unless it is a real directory (not a
-    symlink) owned by this user and closed to others."""
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
-        raise MountError(f"{path}: the log directory must be a directory owned by uid "
-                         f"{os.getuid()} and not writable by others")
-    return path
-
-
 def open_log_file(path: str | None) -> tuple[str, int]:
     """``(path, fd)`` of the daemon's log, opened so that a planted symlink or file can
     never redirect it: a given path is opened with ``O_NOFOLLOW`` (appending); the default
@@ -84,7 +265,7 @@ def open_log_file(path: str | None) -> tuple[str, int]:
     logs beyond ``LOG_KEEP`` are pruned."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     if path is None:
-        directory = _private_dir(log_dir())
+        directory = private_dir(log_dir(), "log directory")
         _prune_logs(directory)
         path = os.path.join(directory, time.strftime("bookfs-%Y%m%d-%H%M%S-")
                             + f"{os.getpid()}.log")
@@ -128,7 +309,8 @@ def mount(source: str, mountpoint: str, *, options: str | None = None,
     """Mount ``source`` (a directory holding book.log and meta.bin) at ``mountpoint``.
     Returns a process exit status; prints where it mounted or why it could not."""
     opts = parse_options(options)
-    readonly = bool(opts.get("ro"))
+    readonly = opts.readonly
+    _configure_index(opts)
     source = os.path.abspath(source)
     mountpoint = os.path.abspath(mountpoint)
     if not os.path.isdir(mountpoint):
@@ -169,6 +351,64 @@ def mount(source: str, mountpoint: str, *, options: str | None = None,
     return 1
 
 
+def _configure_index(opts: MountOptions) -> None:
+    """Apply ``index_dir=`` / ``noindex_cache`` (they override ``--index-dir`` and
+    ``--no-index-cache``); an index directory that cannot be made private is refused."""
+    from .. import index
+
+    if not opts.index_cache:
+        index.configure_cache(None, enabled=False)
+    elif opts.index_dir:
+        try:
+            private_dir(opts.index_dir, "index directory")
+        except OSError as e:
+            raise OptionError(f"index_dir={opts.index_dir}: {e.strerror}; expected a "
+                              "directory bookfs can create or write") from None
+        except BookError as e:
+            raise OptionError(f"index_dir={e}") from None
+        index.configure_cache(opts.index_dir)
+
+
+_FUSE_UNKNOWN = re.compile(r"unknown option\(s\): `(.*?)'")
+
+
+def _init_fuse(ops, mountpoint: str, fuse_opts: set[str]) -> None:
+    """``pyfuse3.init``, with what libfuse prints on stderr caught: a refusal becomes one
+    :class:`MountError` line naming the options FUSE did not accept (or FUSE's own last
+    line), instead of pyfuse3's bare ``fuse_session_new failed``; anything else libfuse
+    says is logged."""
+    import tempfile
+
+    import pyfuse3
+
+    with tempfile.TemporaryFile() as err:
+        saved = os.dup(2)
+        sys.stderr.flush()
+        os.dup2(err.fileno(), 2)
+        try:
+            pyfuse3.init(ops, mountpoint, fuse_opts)
+            failure = None
+        except RuntimeError as e:
+            failure = e
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        err.seek(0)
+        said = err.read().decode("utf-8", "replace").strip()
+    if failure is None:
+        if said:
+            log.warning("libfuse: %s", said.replace("\n", "; "))
+        return
+    unknown = _FUSE_UNKNOWN.search(said)
+    if unknown:
+        names = sorted({name for word in unknown.group(1).split()
+                        for name in word.removeprefix("-o").split(",") if name})
+        raise MountError(f"FUSE does not accept the mount option(s) {', '.join(names)}; "
+                         "see bookfs mount --help for the options bookfs knows") from None
+    last = said.splitlines()[-1].removeprefix("fuse: ") if said else str(failure)
+    raise MountError(f"FUSE refused the mount: {last}") from None
+
+
 def _setup_logging(log_file: str | None, debug: bool, daemon: bool) -> str | None:
     """Log to ``log_file`` (or, for a daemon, a new file in :func:`log_dir`), else to
     stderr.  Returns the log's path."""
@@ -195,7 +435,6 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
 
     from ..errors import LockHeld, ReadOnly
     from ..pier import open_source
-    from ..segments import DEFAULT_SPAN
     from .ops import BookOperations
 
     log_file = _setup_logging(log_file, debug, daemon)
@@ -209,17 +448,19 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
     except LockHeld as e:
         raise MountError(f"{e}; mount it read-only with -o ro") from None
     except ReadOnly as e:
-        if opts.get("rw"):
+        if opts.rw:
             raise MountError(f"{e}; it cannot be mounted read-write") from None
         log.warning("%s; mounting read-only", e)
         readonly = True
         book = open_source(source, writable=False)
     try:
         ops = BookOperations(book, debug=debug, mountpoint=mountpoint,
-                             segment_span=int(float(opts.get("segment_mb", DEFAULT_SPAN >> 20))
-                                              * (1 << 20)),
-                             stall_timeout=float(opts.get("stall_timeout", 30)))
-        pyfuse3.init(ops, mountpoint, _fuse_options(source, opts, readonly))
+                             segment_span=opts.segment_span,
+                             stall_timeout=opts.stall_timeout,
+                             owner=(opts.uid, opts.gid), umask=opts.umask)
+        if opts.ignored:
+            log.info("mount options accepted without effect: %s", ",".join(opts.ignored))
+        _init_fuse(ops, mountpoint, opts.fuse_options(source, readonly))
     except BaseException:
         book.close()
         raise
@@ -259,11 +500,16 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
     return 0
 
 
+def _unescape(field: str) -> str:
+    """A /proc/self/mountinfo field with its octal escapes (``\\040`` for a space) undone."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
 def _mount_id(mountpoint: str) -> str | None:
     with open("/proc/self/mountinfo") as f:
         for line in f:
             fields = line.split()
-            if fields[4] == mountpoint:
+            if _unescape(fields[4]) == mountpoint:
                 found = fields[0]  # the last (topmost) mount there wins
     return locals().get("found")
 
@@ -303,35 +549,57 @@ def _start_watchdog(mountpoint: str) -> None:
 _WATCHDOG_FDS: list[int] = []
 
 
-def umount(mountpoint: str, *, timeout: float = 30.0) -> int:
-    """Unmount ``mountpoint`` and wait for its daemon to finish (index saved, lock freed)."""
-    mountpoint = os.path.abspath(mountpoint)
-    found = _mounted_source(mountpoint)
-    if found is None:
-        raise MountError(f"{mountpoint}: no bookfs mount there")
-    source, readonly = found
+def umount(mountpoint: str, *, lazy: bool = False, timeout: float = 30.0) -> int:
+    """Unmount the bookfs mount at ``mountpoint``.  Normally refused while it is busy (a
+    process has a file open or its cwd inside); then waits for a read-write mount's
+    daemon to finish (index saved, writer lock freed).  ``lazy`` (like ``umount -l`` and
+    ``fusermount3 -u -z``) detaches the mount at once, even while busy, and returns: the
+    daemon finishes, saving and releasing the lock, once the last open file or cwd inside
+    is let go.  Raises :class:`MountError` (one line) when nothing, or no bookfs mount, is
+    mounted there, or the unmount fails."""
+    mountpoint = os.path.realpath(mountpoint)
+    source, readonly = _mounted_source(mountpoint)
     tool = shutil.which("fusermount3") or shutil.which("fusermount")
-    cmd = [tool, "-u", mountpoint] if tool else ["umount", mountpoint]
+    if tool:
+        cmd = [tool, "-u", *(["-z"] if lazy else []), mountpoint]
+    else:
+        cmd = ["umount", *(["-l"] if lazy else []), mountpoint]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
-        raise MountError(f"{mountpoint}: {res.stderr.strip() or 'unmount failed'}")
-    if not readonly:  # a read-only daemon holds no lock: nothing to wait for
+        said = res.stderr.strip().splitlines()
+        hint = "; bookfs umount -l detaches it lazily" if "busy" in res.stderr else ""
+        raise MountError(f"{mountpoint}: {said[-1] if said else 'unmount failed'}{hint}")
+    if lazy:
+        print(f"bookfs: detached {mountpoint}; its daemon finishes once the last open "
+              "file inside is closed")
+        return 0
+    if not readonly and source:  # a read-only daemon holds no lock: nothing to wait for
         _wait_for_daemon(source, timeout)
     print(f"bookfs: unmounted {mountpoint}")
     return 0
 
 
-def _mounted_source(mountpoint: str) -> tuple[str, bool] | None:
-    """``(source, readonly)`` of the FUSE mount at ``mountpoint``, or None."""
+def _mounted_source(mountpoint: str) -> tuple[str | None, bool]:
+    """``(source, readonly)`` of the bookfs mount at ``mountpoint`` (the topmost one there);
+    ``source`` is None when the mount was given another ``fsname=``.  Raises
+    :class:`MountError` when nothing, or something other than bookfs, is mounted there."""
+    found = None
     with open("/proc/self/mountinfo") as f:
         for line in f:
             left, _, right = line.partition(" - ")
             parts, rparts = left.split(), right.split()
-            if parts[4] == mountpoint and rparts and rparts[0].startswith("fuse"):
-                src = rparts[1] if len(rparts) > 1 else ""
-                src = src[len("bookfs:"):] if src.startswith("bookfs:") else src
-                return src, "ro" in parts[5].split(",")
-    return None
+            if _unescape(parts[4]) == mountpoint and rparts:
+                found = parts, rparts
+    if found is None:
+        raise MountError(f"{mountpoint}: nothing is mounted there; expected a bookfs mount "
+                         "point")
+    parts, rparts = found
+    if rparts[0] != "fuse." + FUSE_SUBTYPE:
+        raise MountError(f"{mountpoint}: a {rparts[0]} mount, not bookfs; use umount(8) "
+                         "for it")
+    src = _unescape(rparts[1]) if len(rparts) > 1 else ""
+    src = src[len(FSNAME_PREFIX):] if src.startswith(FSNAME_PREFIX) else None
+    return src, "ro" in parts[5].split(",")
 
 
 def _wait_for_daemon(source: str, timeout: float) -> None:
