@@ -3,8 +3,65 @@
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 
 from .eventlog import EventLog
+from .render import human_bytes
+
+DATE_SEARCH = 32  # events read from each end of the log to find the first and last @da
+DATE_PEEK = 64 << 10  # payload bytes read to find an event's date (its head is tiny)
+DATE_READ_WHOLE = 1 << 20  # payloads up to this are read (and checked) whole
+_DATE_CACHE_SIZE = 256
+_date_cache: OrderedDict[tuple, int | None] = OrderedDict()
+
+
+def _event_date(log: EventLog, event: int) -> int | None:
+    """The @da of a ship event (``[date ovum]``), None for any other.  Only the head of the
+    jam is decoded (:func:`~bookfs.noun.peek_event`); a small payload is read and checked
+    whole, a large one checked by streaming and then only its first bytes read.  Cached by
+    (log, generation, event): events do not change within a generation."""
+    from .errors import BookError
+    from .noun import peek_event
+
+    key = (log.directory, getattr(log, "generation", 0), event)
+    if key in _date_cache:
+        _date_cache.move_to_end(key)
+        return _date_cache[key]
+    try:
+        if log.payload_size(event) <= DATE_READ_WHOLE:
+            head = log.read(event)[4:4 + DATE_PEEK]
+        else:
+            log.verify_event(event)
+            head = log.read_slice(event, 4, DATE_PEEK)
+    except BookError:  # a damaged event has no date to show; verify and fsck report it
+        return None
+    date = peek_event(head)[0]
+    _date_cache[key] = date
+    if len(_date_cache) > _DATE_CACHE_SIZE:
+        _date_cache.popitem(last=False)
+    return date
+
+
+def date_range(log: EventLog) -> dict | None:
+    """``{"first", "last"}`` (@da text) and ``{"first_utc", "last_utc"}`` (ISO 8601) of
+    the first and last dated events, looking at most :data:`DATE_SEARCH` events in from
+    each end (boot events carry no date); None if none of those is dated."""
+    from .noun import da_to_datetime, format_da
+
+    first, last = log.gulf()
+    if not last:
+        return None
+    found = []
+    for events in (range(first, min(last, first + DATE_SEARCH - 1) + 1),
+                   range(last, max(first, last - DATE_SEARCH + 1) - 1, -1)):
+        date = next((d for d in map(lambda e: _event_date(log, e), events) if d is not None),
+                    None)
+        if date is None:
+            return None
+        found.append(date)
+    return {"first": format_da(found[0]), "last": format_da(found[1]),
+            "first_utc": da_to_datetime(found[0]).isoformat(),
+            "last_utc": da_to_datetime(found[1]).isoformat()}
 
 
 def loobean(byte: int) -> str:
@@ -15,9 +72,10 @@ def loobean(byte: int) -> str:
 
 
 def summary(book: EventLog) -> dict:
-    """Format, path, first/last event, count, bytes and the meta fields, decoded (``fake``
-    as a loobean, :func:`loobean`; ``meta: absent`` when a read-only open found no
-    ``meta.bin``)."""
+    """Format, path, first/last event, count, bytes (exact), the time range the events
+    cover (``dates``: :func:`date_range`, when the log has dated events) and the meta
+    fields, decoded (``fake`` as a loobean, :func:`loobean`; ``meta: absent`` when a
+    read-only open found no ``meta.bin``)."""
     from .noun import patp
 
     from .errors import MetaAbsent
@@ -32,6 +90,9 @@ def summary(book: EventLog) -> dict:
         "events": book.count,
         "bytes": book.log_bytes,
     }
+    dates = date_range(book)
+    if dates is not None:
+        info["dates"] = dates
     try:
         meta = book.meta()
     except MetaAbsent:
@@ -53,9 +114,25 @@ def summary(book: EventLog) -> dict:
     return info
 
 
+def _utc(iso: str) -> str:
+    return iso.replace("T", " ").split(".")[0].split("+")[0] + " UTC"
+
+
 def render(info: dict, as_json: bool = False) -> str:
-    """``info`` as aligned ``key: value`` lines (or JSON), newline-terminated."""
+    """``info`` as aligned ``key: value`` lines (or JSON, with every number exact),
+    newline-terminated.  In text, ``bytes`` is a human size with the exact count
+    (:func:`~bookfs.render.human_bytes`) and ``dates`` becomes two lines, ``since`` and
+    ``until`` (@da, then UTC)."""
     if as_json:
         return json.dumps(info, indent=2) + "\n"
-    width = max(len(k) for k in info)
-    return "".join(f"{k + ':':<{width + 1}} {v}\n" for k, v in info.items())
+    lines: dict = {}
+    for k, v in info.items():
+        if k == "bytes":
+            lines[k] = human_bytes(v) if isinstance(v, int) else v
+        elif k == "dates":
+            lines["since"] = f"{v['first']} ({_utc(v['first_utc'])})"
+            lines["until"] = f"{v['last']} ({_utc(v['last_utc'])})"
+        else:
+            lines[k] = v
+    width = max(len(k) for k in lines)
+    return "".join(f"{k + ':':<{width + 1}} {v}\n" for k, v in lines.items())

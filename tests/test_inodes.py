@@ -68,3 +68,28 @@ def test_names_and_numbers():
     assert I.parse_number(str(U64).encode()) == U64
     assert I.parse_number(str(U64 + 1).encode()) is None
     assert I.parse_number(b"") is None and I.parse_number(b"4x") is None
+
+
+@settings(max_examples=2000)
+@given(logs(), st.data())
+def test_pretty_inodes_round_trip_and_never_meet_other_inodes(log, data):
+    """``pretty/<N>`` inodes (2^62 + N mod 2^62) map back to N within any log, are
+    distinct, and never meet event, staging, segment, epoch or fixed inodes."""
+    first, last = log
+    events = {first, last, data.draw(st.integers(first, last))}
+    events |= {e for e in (first + 1, last - 1, 2**62, 2**62 + 1, 2**63) if first <= e <= last}
+    seen = {}
+    for e in events:
+        ino = I.pretty_inode(e)
+        assert I.PRETTY_BASE <= ino < I.EVENT_BIT and I.is_pretty(ino)
+        assert not (I.is_event(ino) or I.is_staging(ino) or I.is_segment(ino)
+                    or I.is_epoch(ino))
+        assert I.inode_pretty(ino, first) == e
+        assert seen.setdefault(ino, e) == e, "two events share a pretty inode"
+        assert not I.is_pretty(I.event_inode(e))
+    k = data.draw(st.integers(0, (1 << 40) - 1))
+    for _, make in special_kinds:
+        for ino in make(k):
+            assert not I.is_pretty(ino)
+    assert not I.is_pretty(I.staging_inode(I.PRETTY_BASE - I.STAGING_BASE - 1))
+    assert I.PRETTY not in (I.ROOT, I.EVENTS, I.META, I.NEW, I.INFO, I.SEGMENTS, I.EPOCHS)

@@ -10,6 +10,7 @@ import pytest
 
 from bookfs.book import Book
 from bookfs.layout import HEADER_SIZE
+from bookfs.render import human_bytes
 from mount_fixtures import (  # noqa: F401  (fixtures)
     BROWSE_EVENTS,
     build_sample,
@@ -46,7 +47,7 @@ def test_ls_lists_every_event_in_order(browse):
     out = sh(f"ls {browse}/events").stdout.decode().split()
     assert out == [f"{n:012d}" for n in range(1, BROWSE_EVENTS + 1)]
     assert sorted(sh(f"ls {browse}").stdout.decode().split()) == [
-        "events", "info", "meta", "new", "segments"]
+        "events", "info", "meta", "new", "pretty", "segments"]
     assert sh(f"ls {browse}/meta").stdout.decode().split() == ["fake", "life", "version", "who"]
 
 
@@ -133,8 +134,8 @@ def test_cp_and_find_du(browse, engine, tmp_path):
     for name in names:
         assert (out / name).read_bytes() == engine[int(name)]
     assert int(sh(f"find {browse}/events -type f | wc -l").stdout) == BROWSE_EVENTS
-    # find over the whole mount: events, meta (4), info, segments (1 at 64 MB)
-    assert int(sh(f"find {browse} -type f | wc -l").stdout) == BROWSE_EVENTS + 4 + 1 + 1
+    # find over the whole mount: events, pretty (one per event), meta (4), info, segments (1)
+    assert int(sh(f"find {browse} -type f | wc -l").stdout) == 2 * BROWSE_EVENTS + 4 + 1 + 1
     du = sh(f"du -s --block-size=1 --apparent-size {browse}/events")
     assert du.returncode == 0
     assert int(du.stdout.split()[0]) >= sum(map(len, engine.values()))
@@ -195,7 +196,7 @@ def test_info_and_meta(browse, sample_src):
         assert fields["first"] == "1"
         assert fields["last"] == str(BROWSE_EVENTS)
         assert fields["events"] == str(BROWSE_EVENTS)
-        assert fields["bytes"] == str(book.log_bytes)
+        assert fields["bytes"] == human_bytes(book.log_bytes)
         assert fields["ship"].startswith("~")
         from bookfs.noun import patp
         assert fields["ship"] == patp(int.from_bytes(book.read_meta("who"), "little"))

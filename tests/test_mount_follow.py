@@ -7,6 +7,7 @@ import os
 
 from bookfs.book import Book
 from bookfs.layout import encode_deed
+from bookfs.render import human_bytes
 from mount_fixtures import mnt, mounted, payload, small_src  # noqa: F401
 
 
@@ -29,7 +30,7 @@ def test_ro_mount_follows_writer(small_src, mnt):
             book.save(13, [payload(13, 3000)])
             assert sorted(os.listdir(f"{mnt}/events"))[-1] == "000000000013"
             assert os.path.getsize(f"{mnt}/events/13") == 3000
-        assert info(mnt)["bytes"] == str(os.path.getsize(small_src / "book.log"))
+        assert info(mnt)["bytes"] == human_bytes(os.path.getsize(small_src / "book.log"))
 
 
 def test_half_written_deed_is_invisible(small_src, mnt):

@@ -11,11 +11,13 @@ The u64 inode space is split by its top bit:
 * **everything else** lives below 2^63, in ranges that cannot meet::
 
     1 /            2 events/      3 meta/       4 new/        5 info      6 segments/
-    7 epochs/ (piers)
+    7 epochs/ (piers)            8 pretty/
     16..           meta/<key>
     2^36 + 4k      epochs/<k-th>/   2^36 + 4k + 1  its events/   2^36 + 4k + 2  its info
     2^40 + k       segments/<k>     (k < 2^47: more segments than any log can have)
     2^48 + h       new/<N> while handle h is open (h < 2^62 - 2^48)
+    2^62 + (N mod 2^62)   pretty/<N>: as for events, two numbers share an inode only if
+                   they differ by a multiple of 2^62, and no log spans 2^61 events
 
 ``tests/test_inodes.py`` proves the partition with a property test over u64 event numbers.
 """
@@ -38,6 +40,7 @@ NEW: Final = InodeT(4)
 INFO: Final = InodeT(5)
 SEGMENTS: Final = InodeT(6)
 EPOCHS: Final = InodeT(7)
+PRETTY: Final = InodeT(8)
 
 META_BASE: Final = 16
 META_INODES: Final = {key: InodeT(META_BASE + i) for i, key in enumerate(META_KEYS)}
@@ -47,6 +50,8 @@ EPOCH_BASE: Final = 1 << 36
 EPOCH_DIR, EPOCH_EVENTS, EPOCH_INFO = 0, 1, 2  # kinds of inode inside an epoch
 SEGMENT_BASE: Final = 1 << 40
 STAGING_BASE: Final = 1 << 48
+PRETTY_BASE: Final = 1 << 62
+_PRETTY_LOW: Final = PRETTY_BASE - 1
 EVENT_BIT: Final = 1 << 63
 _LOW: Final = EVENT_BIT - 1
 U64_MAX: Final = (1 << 64) - 1
@@ -96,7 +101,22 @@ def staging_inode(handle: int) -> InodeT:
 
 
 def is_staging(inode: int) -> bool:
-    return STAGING_BASE <= inode < EVENT_BIT
+    return STAGING_BASE <= inode < PRETTY_BASE
+
+
+def pretty_inode(event: int) -> InodeT:
+    """The inode of ``pretty/<event>`` (any u64 event number)."""
+    return InodeT(PRETTY_BASE | (event & _PRETTY_LOW))
+
+
+def is_pretty(inode: int) -> bool:
+    return PRETTY_BASE <= inode < EVENT_BIT
+
+
+def inode_pretty(inode: int, first: int) -> EventNum:
+    """The event number of a ``pretty/`` inode, for a log whose first event is ``first``
+    (as :func:`inode_event`)."""
+    return EventNum(first + (((inode & _PRETTY_LOW) - first) & _PRETTY_LOW))
 
 
 def event_name(event: int) -> bytes:

@@ -214,6 +214,7 @@ class BookOperations(pyfuse3.Operations):
         self.epochs = list(getattr(book, "epochs", []))
         self._epoch_by_name = {e.name.encode(): k for k, e in enumerate(self.epochs)}
         self._root = list(_ROOT_ENTRIES)
+        self._root.append((b"pretty", I.PRETTY))  # readable renderings (bookfs show)
         if self.segments is not None:
             self._root.append((b"segments", I.SEGMENTS))
         if self.epochs:
@@ -297,8 +298,9 @@ class BookOperations(pyfuse3.Operations):
                 pyfuse3.invalidate_inode(I.event_inode(event))
             if event >= gone_from:
                 for name in (I.event_name(event), str(event).encode()):
-                    with contextlib.suppress(OSError):
-                        pyfuse3.invalidate_entry(I.EVENTS, name)
+                    for parent in (I.EVENTS, I.PRETTY):
+                        with contextlib.suppress(OSError):
+                            pyfuse3.invalidate_entry(parent, name)
 
     async def follow_loop(self) -> None:
         """Run by the daemon of a read-only mount: check the log every ``FOLLOW_EVERY``
@@ -321,6 +323,40 @@ class BookOperations(pyfuse3.Operations):
     def _event_attrs(self, event: int) -> pyfuse3.EntryAttributes:
         return self._attrs(I.event_inode(event), stat.S_IFREG | self._modes.read,
                            self.book.payload_size(event), self.book.mtime_ns(event), FOREVER)
+
+    def _pretty_attrs(self, event: int) -> pyfuse3.EntryAttributes:
+        """``pretty/<event>``: size 0 (like a /proc file), content rendered on open and
+        served with ``direct_io``, so listing ``pretty/`` renders nothing."""
+        return self._attrs(I.pretty_inode(event), stat.S_IFREG | self._modes.read, 0,
+                           self.book.mtime_ns(event), FOREVER)
+
+    async def _pretty_bytes(self, event: int) -> bytes:
+        """The rendering of ``event`` (``bookfs show``'s text, abbreviated: bounded size).
+        The payload is checked first, as for ``events/``; a large one is then read in
+        place by the renderer, a few blocks at a time, in a worker thread."""
+        from ..errors import MetaAbsent
+        from ..show import event_text
+
+        size = self.book.payload_size(event)
+        if size <= SMALL_EVENT:
+            data = self._checked(event)
+
+            def pread(off: int, n: int) -> bytes:
+                return data[off:off + n]
+        else:
+            if event not in self._verified_large:
+                await trio.to_thread.run_sync(self.book.verify_event, event)
+                self._verified_large.add(event)
+
+            def pread(off: int, n: int) -> bytes:
+                return self.book.read_slice(event, off, n)
+        try:
+            who = int.from_bytes(self.book.read_meta("who"), "little")
+        except MetaAbsent:
+            who = None
+        text = await trio.to_thread.run_sync(
+            lambda: "".join(event_text(event, size, pread, who=who)))
+        return text.encode()
 
     def _dir_attrs(self, ino: int) -> pyfuse3.EntryAttributes:
         mode = self._modes.new if ino == I.NEW else self._modes.dir
@@ -370,6 +406,13 @@ class BookOperations(pyfuse3.Operations):
         raise pyfuse3.FUSEError(errno.ENOENT)
 
     async def _attrs_of(self, ino: int) -> pyfuse3.EntryAttributes:
+        if I.is_pretty(ino):
+            event = I.inode_pretty(ino, self.book.first)
+            if event not in self.book:
+                self._follow()
+            if event not in self.book:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            return self._pretty_attrs(event)
         if I.is_event(ino):
             event = self._event_of(ino)
             if event not in self.book:
@@ -410,6 +453,15 @@ class BookOperations(pyfuse3.Operations):
 
     @guarded
     async def lookup(self, parent_inode, name, ctx=None):
+        if parent_inode == I.PRETTY:
+            event = I.parse_number(name)
+            if event is None:
+                return self._negative()
+            if event not in self.book:
+                self._follow()
+                if event not in self.book:
+                    raise pyfuse3.FUSEError(errno.ENOENT)
+            return self._pretty_attrs(event)
         if parent_inode == I.EVENTS:
             event = I.parse_number(name)
             if event is None:  # can never exist (Hadoop's .<name>.crc, say): cache that
@@ -537,6 +589,20 @@ class BookOperations(pyfuse3.Operations):
                     return
                 event += 1
             return
+        if fh == I.PRETTY:  # as events/, with the pretty inodes and size 0
+            first, last = self.book.gulf()
+            event = first + start_id
+            if not last or event > last:
+                return
+            a = self._pretty_attrs(event)
+            mtime_of = self.book.mtime_ns
+            while event <= last:
+                a.st_ino = I.pretty_inode(event)
+                a.st_mtime_ns = a.st_ctime_ns = a.st_atime_ns = mtime_of(event)
+                if not pyfuse3.readdir_reply(token, I.event_name(event), a, event - first + 1):
+                    return
+                event += 1
+            return
         if fh == I.SEGMENTS:  # cookie = segment index + 1
             for k in range(start_id, self.segments.slots()):
                 seg = self.segments.get(k)
@@ -594,6 +660,14 @@ class BookOperations(pyfuse3.Operations):
                 self._verified_large.add(event)
             handle = _EventHandle(event, self._generation, small)
             return pyfuse3.FileInfo(fh=self._new_fh(handle), keep_cache=True)
+        if I.is_pretty(inode):
+            event = I.inode_pretty(inode, self.book.first)
+            if writing:
+                raise refuse(errno.EROFS, f"pretty/{event} is a read-only rendering")
+            if event not in self.book:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            return pyfuse3.FileInfo(fh=self._new_fh(_BytesHandle(
+                await self._pretty_bytes(event))), direct_io=True, keep_cache=False)
         if I.is_epoch(inode):
             k, kind = I.inode_epoch(inode)
             if kind != I.EPOCH_INFO or k >= len(self.epochs):

@@ -1,0 +1,565 @@
+"""Nouns as a person reads them: the dojo's notation, as far as it goes without types.
+
+One renderer, two ways to look at a noun:
+
+* :class:`NounView`: a Python noun (ints and 2-tuples, :mod:`bookfs.noun`), e.g. what
+  :func:`~bookfs.noun.cue` returned;
+* :class:`JamView`: a jam read **in place**, lazily: only the nodes the renderer shows are
+  decoded, atoms wider than :data:`CORD_MAX_BYTES` are never built (only their first and
+  last hex digits are read), and subtrees the renderer elides are skipped by walking the
+  bit stream (at most :data:`SKIP_NODES` nodes, then the rest is ``...``).  Its bytes come
+  from a ``pread(offset, size)`` callable in small blocks, so rendering a 100 MB event with
+  the default :class:`Limits` costs bounded time and memory.
+
+For the same noun and limits both views render the same text (a property test checks it).
+
+Notation (what :func:`render` writes):
+
+* a cell is ``[a b c]``, right-nested cells flattened; a list's terminating 0 is ``~``;
+* a list of two or more knots (``a-z 0-9 - ~ . _``) ending in ``~`` is a path ``/d/term/1``;
+  a list of two or more bytes that are printable UTF-8 is a tape ``"text"``, and so is the
+  end of a flattened cell (``[%txt "ls"]``, which is ``[%txt 108 115 ~]``);
+* an atom is, in this order: an ``@p`` when it is one of the ``ships`` the context names
+  (the log's own ship, ships in the wire; at least a planet, so ``0`` never turns into
+  ``~zod``); an ``@da`` such as ``~2024.1.5..12.00.00..8000`` when it is 128 bits wide and
+  falls in years 1970..2200; a term ``%belt`` (``[a-z][a-z0-9-]*``) or a cord ``'Text'``
+  when its bytes are printable UTF-8 of at least :data:`MIN_TEXT` characters (ASCII if
+  shorter than :data:`ASCII_BELOW`); decimal with
+  dots (``1.234``) below 2^32; hex with dots (``0x1f90.7f00.0001``) above.
+* With limits (the default), cells nested deeper than ``depth`` and list elements after
+  ``width`` are ``...``, text is cut after ``text`` characters (``'abc'...``), atoms wider
+  than ``atom_bytes`` show their ends and size (``0x1234abcd...89abcdef (4.1 MiB)``), and
+  rendering stops after ``nodes`` nodes or ``chars`` characters (so its size is bounded).  Without limits (``--full``) everything is shown,
+  up to :data:`FULL_MAX_NODES` nodes (a noun that shares subtrees can be exponentially
+  large as a tree).
+
+These are heuristics: the noun carries no types.  ``render(..., as_json=True)`` is the
+exact machine form: a cell is a JSON array of its flattened elements (the last one an
+atom), an atom a number below 2^53 and a ``"0x..."`` string above; an elided part is the
+string ``"..."`` and an abbreviated atom ``{"bytes": N, "hex_head": ..., "hex_tail": ...}``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from .noun import DA_UNIX_EPOCH, CueError, Noun, format_da, patp
+
+MAX_DEPTH = 8  # cells nested deeper than this are shown as ...
+MAX_WIDTH = 16  # elements shown of one [a b c ...]
+MAX_NODES = 2000  # nodes rendered in all
+MAX_TEXT = 80  # characters shown of a cord or tape
+MAX_ATOM_BYTES = 32  # wider atoms (not text) are shown as 0xhead...tail (size)
+MAX_CHARS = 64 << 10  # rendering stops (...) once it has written this many characters
+CORD_MAX_BYTES = 4096  # atoms up to this wide are checked for text; wider ones never are
+MIN_TEXT = 3  # shorter byte strings are numbers, not terms or cords
+ASCII_BELOW = 16  # shorter cords must be ASCII (a 32-bit number is often valid UTF-8)
+HEX_EDGE = 8  # hex digits shown at each end of an abbreviated atom
+DECIMAL_BELOW = 1 << 32  # atoms below are decimal, the rest hex
+SHIP_MIN = 1 << 16  # only planets and above are recognised as ships from context
+DATE_YEARS = (1970, 2200)  # 128-bit atoms whose seconds fall in these years are @da
+SKIP_NODES = 100_000  # nodes a JamView walks to skip elided parts before giving up
+FULL_MAX_NODES = 10_000_000  # even --full stops here (shared subtrees multiply)
+JSON_SAFE = 1 << 53  # JSON numbers above this lose precision in most readers
+BLOCK = 1 << 16  # JamView reads its source in blocks of this size ...
+BLOCKS = 16  # ... and keeps this many
+
+_TERM = re.compile(r"[a-z][a-z0-9-]*")
+_KNOT = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789-~._")
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much of a noun :func:`render` shows (see the module docstring)."""
+
+    depth: int = MAX_DEPTH
+    width: int = MAX_WIDTH
+    nodes: int = MAX_NODES
+    text: int = MAX_TEXT
+    atom_bytes: int = MAX_ATOM_BYTES
+    chars: int = MAX_CHARS
+
+
+DEFAULT = Limits()
+
+
+class Exhausted(Exception):
+    """A :class:`JamView` used up its skip budget: what follows is not known."""
+
+
+@dataclass(frozen=True)
+class BigAtom:
+    """An atom wider than :data:`CORD_MAX_BYTES`, as a :class:`JamView` returns it: its
+    width and the hex digits at both ends, never the value."""
+
+    bits: int
+    head: str  # the most significant HEX_EDGE hex digits
+    tail: str  # the least significant HEX_EDGE hex digits, zero-padded
+
+    @property
+    def nbytes(self) -> int:
+        return (self.bits + 7) >> 3
+
+
+def human_size(n: int) -> str:
+    """``n`` bytes in binary units: ``97 B``, ``4.1 MiB``, ``1.2 GiB``."""
+    if n < 1024:
+        return f"{n} B"
+    value, unit = float(n), 0
+    while value >= 1024 and unit < len(_UNITS) - 1:
+        value /= 1024
+        unit += 1
+    return f"{value:.1f} {_UNITS[unit]}"
+
+
+def human_bytes(n: int) -> str:
+    """A size as ``info`` shows it: ``1.2 GiB (1,234,567,890 bytes)``."""
+    return f"{human_size(n)} ({n:,} bytes)" if n >= 1024 else f"{n} bytes"
+
+
+def da_plausible(atom: int) -> bool:
+    """True if ``atom`` reads as an @da of years :data:`DATE_YEARS` (128 bits wide)."""
+    if atom.bit_length() != 128:
+        return False
+    seconds = (atom >> 64) - DA_UNIX_EPOCH
+    low = _dt.datetime(DATE_YEARS[0], 1, 1, tzinfo=_dt.timezone.utc).timestamp()
+    high = _dt.datetime(DATE_YEARS[1], 1, 1, tzinfo=_dt.timezone.utc).timestamp()
+    return low <= seconds < high
+
+
+def knot_text(atom: int | BigAtom) -> str | None:
+    """The text of an atom that is a knot (``a-z 0-9 - ~ . _``, not empty), else None."""
+    if isinstance(atom, BigAtom) or not atom or atom.bit_length() > 8 * CORD_MAX_BYTES:
+        return None
+    raw = atom.to_bytes((atom.bit_length() + 7) >> 3, "little")
+    return raw.decode("ascii") if _KNOT.issuperset(raw) else None
+
+
+def _text(atom: int) -> str | None:
+    """The text of an atom whose bytes are printable UTF-8 (no control characters)."""
+    if atom.bit_length() > 8 * CORD_MAX_BYTES:
+        return None
+    try:
+        s = atom.to_bytes((atom.bit_length() + 7) >> 3, "little").decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if not s.isprintable() or (len(s) < ASCII_BELOW and not s.isascii()):
+        return None
+    return s
+
+
+def _quote(s: str, mark: str, limit: int | None) -> str:
+    cut = limit is not None and len(s) > limit
+    if cut:
+        s = s[:limit]
+    s = s.replace("\\", "\\\\").replace(mark, "\\" + mark)
+    return f"{mark}{s}{mark}" + ("..." if cut else "")
+
+
+def _dots(digits: str, group: int) -> str:
+    head = len(digits) % group or group
+    return ".".join([digits[:head]] + [digits[i:i + group]
+                                       for i in range(head, len(digits), group)])
+
+
+def _edges(atom: int) -> BigAtom:
+    digits = (atom.bit_length() + 3) >> 2
+    head = atom >> (4 * max(0, digits - HEX_EDGE))
+    return BigAtom(atom.bit_length(), f"{head:x}", f"{atom & ((1 << 4 * HEX_EDGE) - 1):0{HEX_EDGE}x}")
+
+
+def atom_text(atom: int | BigAtom, limits: Limits | None = DEFAULT,
+              ships: frozenset[int] = frozenset()) -> str:
+    """One atom in the notation of the module docstring."""
+    if isinstance(atom, BigAtom) or atom.bit_length() > 8 * CORD_MAX_BYTES:
+        if limits is None and not isinstance(atom, BigAtom):
+            return "0x" + _dots(f"{atom:x}", 4)
+        big = atom if isinstance(atom, BigAtom) else _edges(atom)
+        return f"0x{big.head}...{big.tail} ({human_size(big.nbytes)})"
+    if atom >= SHIP_MIN and atom in ships:
+        return patp(atom)
+    if da_plausible(atom):
+        return format_da(atom)
+    if atom >= 1 << 8 * (MIN_TEXT - 1):
+        text = _text(atom)
+        if text is not None:
+            if _TERM.fullmatch(text) and (limits is None or len(text) <= limits.text):
+                return "%" + text
+            return _quote(text, "'", limits and limits.text)
+    if atom < DECIMAL_BELOW:
+        return _dots(str(atom), 3)
+    if limits is not None and atom.bit_length() > 8 * limits.atom_bytes:
+        big = _edges(atom)
+        return f"0x{big.head}...{big.tail} ({human_size(big.nbytes)})"
+    return "0x" + _dots(f"{atom:x}", 4)
+
+
+def atom_json(atom: int | BigAtom, limits: Limits | None = DEFAULT) -> str:
+    """One atom in the JSON form of the module docstring."""
+    if isinstance(atom, int) and (limits is None or atom.bit_length() <= 8 * CORD_MAX_BYTES):
+        return str(atom) if atom < JSON_SAFE else f'"0x{atom:x}"'
+    big = atom if isinstance(atom, BigAtom) else _edges(atom)
+    return json.dumps({"bytes": big.nbytes, "hex_head": big.head, "hex_tail": big.tail})
+
+
+# --- views ---------------------------------------------------------------------------------
+
+
+class View(Protocol):
+    """What the renderer asks of a noun; a node is whatever the view hands out."""
+
+    def is_cell(self, node) -> bool: ...
+
+    def head(self, node): ...
+
+    def tail(self, node): ...
+
+    def atom(self, node) -> int | BigAtom: ...
+
+
+class NounView:
+    """A Python noun: nodes are the nouns themselves."""
+
+    def is_cell(self, node: Noun) -> bool:
+        return isinstance(node, tuple)
+
+    def head(self, node):
+        return node[0]
+
+    def tail(self, node):
+        return node[1]
+
+    def atom(self, node: int) -> int:
+        return node
+
+
+class JamView:
+    """A jam read in place (see the module docstring).  Nodes are bit positions where a
+    cell or atom is written (back-references are followed).  ``root`` is position 0.
+
+    ``pread(offset, size)`` returns up to ``size`` bytes of the jam from ``offset``;
+    ``size`` is the jam's length in bytes.  Memory: :data:`BLOCKS` blocks of
+    :data:`BLOCK` bytes, plus a few words per node visited (at most the renderer's node
+    budget and :data:`SKIP_NODES`).  Malformed input raises :class:`CueError`;
+    a back-reference must point to an earlier position where a noun was seen to start.
+    """
+
+    root = 0
+
+    def __init__(self, size: int, pread: Callable[[int, int], bytes],
+                 skip_nodes: int = SKIP_NODES):
+        if size <= 0:
+            raise CueError("cannot read an empty jam")
+        self.total = size * 8
+        self._size = size
+        self._pread = pread
+        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+        self._skip = skip_nodes
+        self._starts: set[int] = {0}
+        self._tail_raw: dict[int, int] = {}  # cell position -> raw position of its tail
+        self._ends: dict[int, int] = {}  # cell position -> end of its encoding
+
+    @classmethod
+    def of_bytes(cls, data: bytes | memoryview, **kw) -> "JamView":
+        view = memoryview(data)
+        return cls(len(view), lambda off, n: bytes(view[off:off + n]), **kw)
+
+    # bits
+
+    def _bytes(self, start: int, end: int) -> bytes:
+        first, last = start // BLOCK, (end - 1) // BLOCK
+        if last - first > 2:  # a wide read (an atom's edge never is): no caching
+            return self._pread(start, end - start)
+        parts = []
+        for b in range(first, last + 1):
+            block = self._blocks.get(b)
+            if block is None:
+                block = self._pread(b * BLOCK, BLOCK)
+                self._blocks[b] = block
+                if len(self._blocks) > BLOCKS:
+                    self._blocks.popitem(last=False)
+            else:
+                self._blocks.move_to_end(b)
+            parts.append(block)
+        joined = b"".join(parts) if len(parts) > 1 else parts[0]
+        return joined[start - first * BLOCK:end - first * BLOCK]
+
+    def _bits(self, pos: int, width: int) -> int:
+        if width == 0:
+            return 0
+        if pos + width > self.total:
+            raise CueError(f"jam ends inside a noun (bit {pos + width} of {self.total})")
+        chunk = int.from_bytes(self._bytes(pos >> 3, (pos + width + 7) >> 3), "little")
+        return (chunk >> (pos & 7)) & ((1 << width) - 1)
+
+    def _kind(self, pos: int) -> int:
+        """0 atom, 1 cell, 2 back-reference."""
+        bits = self._bits(pos, min(2, self.total - pos))
+        return 0 if not bits & 1 else (2 if bits & 2 else 1)
+
+    def _mat(self, pos: int) -> tuple[int, int, int]:
+        """``(start, width, end)`` of the mat-encoded atom at ``pos`` (value not read)."""
+        if pos >= self.total:
+            raise CueError(f"jam ends before bit {pos}")
+        window = self._bits(pos, min(64, self.total - pos))
+        if window & 1:
+            return pos + 1, 0, pos + 1
+        if not window:
+            raise CueError(f"mat length prefix at bit {pos} runs past the end")
+        c = (window & -window).bit_length() - 1
+        b = (1 << (c - 1)) | self._bits(pos + c + 1, c - 1)
+        start = pos + 2 * c
+        if start + b > self.total:
+            raise CueError(f"mat at bit {pos} claims {b} bits, past the end")
+        return start, b, start + b
+
+    def _resolve(self, raw: int) -> int:
+        """The position of the noun written (or referred to) at ``raw``."""
+        self._starts.add(raw)
+        while self._kind(raw) == 2:
+            start, width, _ = self._mat(raw + 2)
+            target = self._bits(start, width)
+            if target >= raw or target not in self._starts:
+                raise CueError(f"back-reference at bit {raw} to unknown position {target}")
+            raw = target
+        return raw
+
+    def _leaf_end(self, raw: int, kind: int) -> int:
+        return self._mat(raw + (1 if kind == 0 else 2))[2]
+
+    def _walk(self, raw: int) -> int:
+        """End of the encoding at ``raw`` found by walking it (spends the skip budget)."""
+        pos, need = raw, 1
+        while need:
+            self._skip -= 1
+            if self._skip < 0:
+                raise Exhausted
+            self._starts.add(pos)
+            kind = self._kind(pos)
+            if kind == 1:
+                pos += 2
+                need += 1
+            else:
+                pos = self._leaf_end(pos, kind)
+                need -= 1
+        return pos
+
+    def _end(self, raw: int) -> int:
+        """End of the encoding at ``raw``: known tails are followed, the rest walked."""
+        chain = []
+        pos = raw
+        while True:
+            kind = self._kind(pos)
+            if kind != 1:
+                end = self._leaf_end(pos, kind)
+                break
+            if pos in self._ends:
+                end = self._ends[pos]
+                break
+            nxt = self._tail_raw.get(pos)
+            if nxt is None:
+                end = self._walk(pos)
+                break
+            chain.append(pos)
+            pos = nxt
+        for cell in chain:
+            self._ends[cell] = end
+        return end
+
+    # the View interface
+
+    def is_cell(self, node: int) -> bool:
+        return self._kind(node) == 1
+
+    def head(self, node: int) -> int:
+        return self._resolve(node + 2)
+
+    def tail(self, node: int) -> int:
+        raw = self._tail_raw.get(node)
+        if raw is None:
+            raw = self._tail_raw[node] = self._end(node + 2)
+        return self._resolve(raw)
+
+    def atom(self, node: int) -> int | BigAtom:
+        start, width, _ = self._mat(node + 1)
+        if width <= 8 * CORD_MAX_BYTES:
+            return self._bits(start, width)
+        digits = (width + 3) >> 2
+        cut = 4 * (digits - HEX_EDGE)
+        head = self._bits(start + cut, width - cut)
+        return BigAtom(width, f"{head:x}", f"{self._bits(start, 4 * HEX_EDGE):0{HEX_EDGE}x}")
+
+
+# --- the renderer --------------------------------------------------------------------------
+
+_NODE, _TERMINAL, _SEP, _TEXT, _ELIDED, _WORD = range(6)
+
+
+def _chain(view: View, node, limit: int | None) -> tuple[list, object, bool]:
+    """``(elements, terminal, complete)`` of the flattened cell ``node``: at most ``limit``
+    elements; ``terminal`` is the final atom when the chain ended within them."""
+    elements = []
+    try:
+        while view.is_cell(node):
+            if limit is not None and len(elements) >= limit:
+                return elements, None, False
+            elements.append(view.head(node))
+            node = view.tail(node)
+    except Exhausted:
+        return elements, None, False
+    return elements, node, True
+
+
+def _special(view: View, elements: list, terminal, complete: bool,
+             limits: Limits | None) -> str | None:
+    """A path or tape rendering of a chain, or None."""
+    if len(elements) < 2 or any(view.is_cell(e) for e in elements):
+        return None
+    if complete and view.atom(terminal) != 0:
+        return None
+    atoms = [view.atom(e) for e in elements]
+    if complete:
+        knots = [knot_text(a) for a in atoms]
+        if all(k is not None and (limits is None or len(k) <= limits.text) for k in knots):
+            return "/" + "/".join(knots)  # type: ignore[arg-type]
+    if all(isinstance(a, int) and a < 256 for a in atoms):
+        raw = bytes(atoms)  # type: ignore[arg-type]
+        text = None
+        for trim in range(1 if complete else 4):  # a cut list may end inside a character
+            try:
+                text = raw[:len(raw) - trim].decode("utf-8")
+                break
+            except UnicodeDecodeError:
+                continue
+        if not text:
+            return None
+        if not text.isprintable():
+            return None
+        out = _quote(text, '"', limits and limits.text)
+        return out if complete or out.endswith("...") else out + "..."
+    return None
+
+
+def _byte(atom: int | BigAtom) -> bool:
+    return isinstance(atom, int) and atom < 256
+
+
+def render(view: View, node, limits: Limits | None = DEFAULT,
+           ships: Iterable[int] = (), as_json: bool = False) -> Iterator[str]:
+    """The text of ``node`` (module docstring), in pieces.  Iterative: any depth is fine.
+
+    A :class:`CueError` from a :class:`JamView` (malformed jam) propagates; running out of
+    the view's skip budget shows the rest as ``...``.
+    """
+    ships = frozenset(ships)
+    budget = FULL_MAX_NODES if limits is None else limits.nodes
+    chars = None if limits is None else limits.chars
+    take = None if limits is None else max(limits.width, limits.text if not as_json else 0)
+    sep = ", " if as_json else " "
+    elided = '"..."' if as_json else "..."
+    stack: list[tuple] = [(_NODE, node, 0)]
+    pending = last_elided = False
+    used = 0
+    while stack:
+        out: list[str] = []
+        item = stack.pop()
+        kind = item[0]
+        if kind == _SEP:
+            pending = True
+            continue
+        if kind == _TEXT:
+            pending = last_elided = False
+            yield item[1]
+            continue
+        if chars is not None and used >= chars:
+            budget = 0
+        if budget <= 0 or kind == _ELIDED:
+            if not last_elided:
+                yield (sep if pending else "") + elided
+                last_elided = True
+            pending = False
+            continue
+        budget -= 1
+        if pending:
+            out.append(sep)
+            pending = False
+        last_elided = False
+        if kind == _WORD:
+            out.append(item[1])
+        else:
+            last_elided = _render_node(view, item, limits, ships, as_json, take, elided,
+                                       out, stack)
+        for piece in out:
+            used += len(piece)
+            yield piece
+
+
+def _render_node(view: View, item: tuple, limits: Limits | None, ships: frozenset[int],
+                 as_json: bool, take: int | None, elided: str, out: list[str],
+                 stack: list[tuple]) -> bool:
+    """Render one node into ``out``, pushing its children on ``stack``; True if it was
+    elided."""
+    kind, x, depth = item
+    try:
+        if not view.is_cell(x):
+            a = view.atom(x)
+            if as_json:
+                out.append(atom_json(a, limits))
+            elif kind == _TERMINAL and a == 0:
+                out.append("~")
+            else:
+                out.append(atom_text(a, limits, ships))
+            return False
+        if limits is not None and depth >= limits.depth:
+            out.append(elided)
+            return True
+        elements, terminal, complete = _chain(view, x, take)
+    except Exhausted:
+        out.append(elided)
+        return True
+    tape = None
+    if not as_json:
+        special = _special(view, elements, terminal, complete, limits)
+        if special is not None:
+            out.append(special)
+            return False
+        # [%txt "ls"] is [%txt 108 115 ~]: a tape may end a flattened cell
+        k = len(elements)
+        while k > 1 and not view.is_cell(elements[k - 1]) and _byte(view.atom(elements[k - 1])):
+            k -= 1
+        if len(elements) - k >= MIN_TEXT:
+            tape = _special(view, elements[k:], terminal, complete, limits)
+            if tape is not None and tape.startswith('"'):
+                elements = elements[:k]
+            else:
+                tape = None
+    shown = elements if limits is None else elements[:limits.width]
+    truncated = tape is None and (not complete or len(shown) < len(elements))
+    if tape is not None and len(shown) < len(elements):
+        tape, truncated = None, True
+    out.append("[")
+    stack.append((_TEXT, "]"))
+    if tape is not None:
+        stack += [(_WORD, tape), (_SEP,)]
+    elif truncated:
+        stack += [(_ELIDED,), (_SEP,)]
+    else:
+        stack += [(_TERMINAL, terminal, depth + 1), (_SEP,)]
+    for i in range(len(shown) - 1, -1, -1):
+        stack.append((_NODE, shown[i], depth + 1))
+        if i:
+            stack.append((_SEP,))
+    return False
+
+
+def render_text(view: View, node, limits: Limits | None = DEFAULT,
+                ships: Iterable[int] = (), as_json: bool = False) -> str:
+    """:func:`render` joined into one string."""
+    return "".join(render(view, node, limits, ships, as_json))
