@@ -589,19 +589,10 @@ class BookOperations(pyfuse3.Operations):
                     return
                 event += 1
             return
-        if fh == I.PRETTY:  # as events/, with the pretty inodes and size 0
-            first, last = self.book.gulf()
-            event = first + start_id
-            if not last or event > last:
-                return
-            a = self._pretty_attrs(event)
-            mtime_of = self.book.mtime_ns
-            while event <= last:
-                a.st_ino = I.pretty_inode(event)
-                a.st_mtime_ns = a.st_ctime_ns = a.st_atime_ns = mtime_of(event)
-                if not pyfuse3.readdir_reply(token, I.event_name(event), a, event - first + 1):
-                    return
-                event += 1
+        if fh == I.PRETTY:
+            # lists as empty: pretty/N is reached by name.  A listing would make every
+            # whole-mount walk (grep -r, tar, rsync, cp -r) render every event, and copy
+            # size-0 entries as empty files.
             return
         if fh == I.SEGMENTS:  # cookie = segment index + 1
             for k in range(start_id, self.segments.slots()):
