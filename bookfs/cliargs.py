@@ -7,7 +7,7 @@ line on stderr and exit status 2:
   :func:`dir_to_create`, :func:`file_to_write`, ...) raise ``ArgumentTypeError``, which
   :class:`Parser` prints as ``bookfs CMD: argument X: <what was expected>``;
 * checks that need several arguments together (``--since`` after ``--until``, ...) raise
-  :class:`UsageError`, which ``bookfs.cli.main`` prints as ``bookfs CMD: <message>``.
+  :class:`bookfs.errors.UsageError`, which ``bookfs.cli.main`` prints as ``bookfs CMD: <message>``.
 
 An operation that was well asked for but failed (a log that does not open, a disk error)
 is not a usage error: it exits 1.
@@ -19,17 +19,14 @@ import argparse
 import os
 import sys
 
+from .errors import UsageError  # noqa: F401  (raised by commands; exit 2)
+
 #: Exit status for bad usage (argparse's own choice too).
 EXIT_USAGE = 2
 #: Exit status for an operation that failed.
 EXIT_FAILED = 1
 #: Exit status after Ctrl-C (128 + SIGINT, as shells report it).
 EXIT_INTERRUPTED = 130
-
-
-class UsageError(Exception):
-    """The arguments do not fit together or do not fit what is on disk; nothing was done.
-    The message is one line saying what was expected.  ``bookfs`` exits 2."""
 
 
 class Parser(argparse.ArgumentParser):

@@ -105,7 +105,7 @@ def renumbering(res: dict) -> list[str]:
 def run(args) -> int:
     """The ``bookfs fsck`` command."""
     from .cli import _progress_bar
-    from .cliargs import UsageError
+    from .errors import UsageError
     from .pier import recovery_for
 
     if args.salvage and os.path.isdir(args.salvage) and os.listdir(args.salvage):
@@ -171,8 +171,8 @@ def register(sub) -> None:
                    help="a Book directory (UIP or vere layout), an LMDB epoch or a pier")
     s.add_argument("--repair", action="store_true",
                    help="do the repairs that are safe for the format, and say what was done")
-    s.add_argument("--salvage", metavar="OUT", type=dir_to_create, help="write every recoverable event to a "
-                                                    "new log in OUT")
+    s.add_argument("--salvage", metavar="OUT", type=dir_to_create,
+                   help="write every recoverable event to a new log in OUT (new or empty)")
     s.add_argument("--mugs", action="store_true",
                    help="also cue every event and compare its stored mug with the noun's")
     s.add_argument("--json", metavar="FILE", type=file_to_write,

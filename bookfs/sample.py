@@ -1,8 +1,8 @@
 """Deterministic sample event payloads that look like a real Urbit ship's event log.
 
 Pure functions, no file I/O, except :func:`write_sample` at the end (what ``bookfs
-sample`` runs), which writes them to a Book directory, resumably.  A payload is what a Book deed or an LMDB value holds:
-``mug (u32 LE) ++ jam(job)`` (reference-formats.md section 4).
+sample`` runs), which writes them to a Book directory, resumably.  A payload is what a
+Book deed or an LMDB value holds: ``mug (u32 LE) ++ jam(job)`` (reference-formats.md section 4).
 
 :func:`iter_sample_payloads` yields, for a given ``(events, seed)``:
 
@@ -442,15 +442,14 @@ def write_sample(path: str, events: int, seed: int = 0, *, force: bool = False,
     * Anything else (other files, a log ``bookfs sample`` did not write) is refused, with or
       without ``force``; nothing is created or touched.
 
-    Refusals raise :class:`bookfs.cliargs.UsageError` (one line).  The writer lock is held
+    Refusals raise :class:`bookfs.errors.UsageError` (one line).  The writer lock is held
     throughout.  ``stop()`` is polled between events: when it returns true the events
     generated so far are saved and the function returns with ``interrupted`` set (the log
     is then a prefix of the sample, which a later call resumes).  ``progress(n)`` is called
     with event counts as they are saved (resumed ones first).
     """
     from .book import Book
-    from .cliargs import UsageError
-    from .errors import BookError
+    from .errors import BookError, UsageError
     from .index import discard_index
     from .layout import LOG_NAME, META_NAME
     from .lock import WriterLock, lock_path_for

@@ -195,12 +195,12 @@ def check_inputs(args) -> tuple[str, int, int | None]:
     before the 15-30 s Spark start-up (pyspark is not even imported): MOUNTPOINT is a
     bookfs mount, ``--bulk`` has a ``segments/`` to read (a plain UIP-layout log; not a
     pier, vere-layout or LMDB mount), ``--since`` <= ``--until``, ``--out`` is not a file
-    nor inside the mount.  Raises :class:`bookfs.cliargs.UsageError`.  Returns ``(out,
+    nor inside the mount.  Raises :class:`bookfs.errors.UsageError`.  Returns ``(out,
     first, last)``: the absolute output directory, the first event this run would read
     (after the recorded high-water mark with ``--incremental``) and the last event it
     could read (the mount's last, capped by ``--until``; None if the mount does not say).
     """
-    from .cliargs import UsageError
+    from .errors import UsageError
 
     mnt = args.mountpoint
     fstype = _mount_root(mnt)
