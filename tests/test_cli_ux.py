@@ -440,3 +440,20 @@ def test_spark_ctrl_c_leaves_the_output_as_it_was(tree, tmp_path):
     assert after[0].startswith("bookfs spark: interrupted;") and "as it was" in after[0]
     assert "high-water mark 20" in after[0]
     assert _tree_bytes(out) == before and not (out / "_staging").exists()
+
+
+def test_spark_restart_puts_back_data_a_killed_publish_moved_aside(tmp_path):
+    """A run killed between publishing's two renames (data/ -> _staging/old, then the new
+    run -> data/) left no data/: the next run puts the old one back before discarding the
+    staging, so the previous Parquet and its high-water mark still agree."""
+    from bookfs import spark_cli
+
+    out = tmp_path / "out"
+    old = out / "_staging" / "old" / "event_bucket=0"
+    old.mkdir(parents=True)
+    (old / "part-0.parquet").write_bytes(b"previous run")
+    (out / "_staging" / "data").mkdir()  # the new run, never renamed into place
+    (out / "state.json").write_text(json.dumps({"high_water": 7}))
+    state = spark_cli._recover(str(out), spark_cli._read_state(str(out)))
+    assert state["high_water"] == 7 and not (out / "_staging").exists()
+    assert (out / "data" / "event_bucket=0" / "part-0.parquet").read_bytes() == b"previous run"
