@@ -1,5 +1,8 @@
-"""The ``bookfs`` command.  Every subcommand has ``--help``; errors are one line on stderr
-and a non-zero exit status (1: the operation failed; 2: bad usage)."""
+"""The ``bookfs`` command.  Every subcommand has ``--help``.  Errors are one line on stderr,
+``bookfs COMMAND: message``, never a traceback for a user's mistake: exit status 2 for bad
+usage (arguments refused before anything is done: see ``cliargs``), 1 for an operation
+that failed (a log that does not open, a disk error), 130 after Ctrl-C.  A bug (any other
+exception) still shows its traceback."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import logging
 import os
 import sys
 
-from . import __version__
+from . import __version__, cliargs
 
 DEFAULT_SAMPLE_EVENTS = 100_000
 
@@ -23,38 +26,52 @@ def _progress_bar(total: int, desc: str, unit: str = "B"):
                 mininterval=0.5, leave=False)
 
 
-def cmd_sample(args) -> int:
-    from .book import Book
-    from .sample import iter_sample_payloads, sample_meta
+class _SigintFlag:
+    """While active, a first Ctrl-C (SIGINT) only sets ``.hit`` instead of raising
+    ``KeyboardInterrupt``, so a command can stop at its next safe point and say what it
+    left; a second one raises ``KeyboardInterrupt`` at once.  Calling the object returns
+    ``.hit``.  The previous handler is restored on exit."""
 
-    path = args.dir
-    if os.path.exists(os.path.join(path, "book.log")) and not args.force:
-        print(f"bookfs sample: {path}/book.log exists; use --force to add nothing and "
-              "keep it, or choose an empty directory", file=sys.stderr)
-        return 1
-    with Book.open(path, writable=True, create=True) as book:
-        if book.count:
-            print(f"bookfs sample: {path} already holds events {book.gulf()}; left as is",
-                  file=sys.stderr)
-            return 1
-        for key, value in sample_meta(args.seed).items():
-            book.save_meta(key, value)
-        batch, first = [], 1
-        batch_bytes = 0
-        with _progress_bar(args.events, "sample", unit="ev") as bar:
-            for payload in iter_sample_payloads(args.events, args.seed):
-                batch.append(payload)
-                batch_bytes += len(payload)
-                if len(batch) >= 1000 or batch_bytes >= 16 << 20:
-                    book.save(first, batch)
-                    first += len(batch)
-                    bar.update(len(batch))
-                    batch, batch_bytes = [], 0
-            if batch:
-                book.save(first, batch)
-                bar.update(len(batch))
-        print(f"bookfs sample: wrote events {book.first}..{book.last} "
-              f"({book.log_bytes:,} bytes) to {path}")
+    def __init__(self):
+        self.hit = False
+
+    def __enter__(self):
+        import signal
+
+        self._old = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.hit:
+            raise KeyboardInterrupt
+        self.hit = True
+
+    def __exit__(self, *exc):
+        import signal
+
+        signal.signal(signal.SIGINT, self._old)
+
+    def __call__(self) -> bool:
+        return self.hit
+
+
+def cmd_sample(args) -> int:
+    from .cliargs import EXIT_INTERRUPTED
+    from .sample import write_sample
+
+    with _progress_bar(args.events, "sample", unit="ev") as bar, _SigintFlag() as stop:
+        res = write_sample(args.dir, args.events, args.seed, force=args.force,
+                           progress=bar.update, stop=stop)
+    if res.interrupted:
+        print(f"bookfs sample: interrupted after event {res.last} of {args.events}; "
+              f"{args.dir} holds events 1..{res.last}; run the same command again to resume",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    how = (" (replaced the sample that was there)" if res.replaced else
+           f" (resumed after event {res.resumed})" if res.resumed and res.resumed < res.last
+           else " (already complete: nothing written)" if res.resumed else "")
+    print(f"bookfs sample: wrote events 1..{res.last} ({res.log_bytes:,} bytes) to "
+          f"{args.dir}{how}")
     return 0
 
 
@@ -144,10 +161,6 @@ def cmd_umount(args) -> int:
     return umount(args.mountpoint, lazy=args.lazy)
 
 
-class UsageError(Exception):
-    """Bad usage found after parsing (exit status 2); the message is one line."""
-
-
 def add_index_arguments(parser: argparse.ArgumentParser) -> None:
     """``--index-dir DIR`` and ``--no-index-cache`` for a subcommand that opens logs;
     :func:`main` applies them (:func:`apply_index_arguments`) before the command runs."""
@@ -174,15 +187,15 @@ def apply_index_arguments(args) -> None:
         try:
             private_dir(path, "index directory")
         except OSError as e:
-            raise UsageError(f"--index-dir {path}: {e.strerror}; expected a directory "
+            raise cliargs.UsageError(f"--index-dir {path}: {e.strerror}; expected a directory "
                              "bookfs can create or write") from None
         except BookError as e:
-            raise UsageError(f"--index-dir {e}") from None
+            raise cliargs.UsageError(f"--index-dir {e}") from None
         index.configure_cache(path)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = cliargs.Parser(
         prog="bookfs",
         description="Urbit event logs (the Book format) as a filesystem.",
     )
@@ -226,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("info", help="summarise a log", description=(
         "Format, first/last event, count, bytes, ship (@p), fake, life, version."))
-    s.add_argument("path", help="a pier, a Book directory or an LMDB epoch")
+    s.add_argument("path", type=cliargs.existing_dir,
+                   help="a pier, a Book directory or an LMDB epoch")
     s.add_argument("--json", action="store_true", help="print JSON")
     add_index_arguments(s)
     s.set_defaults(func=cmd_info)
@@ -237,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
         "newest batch CRC; LMDB reads.  --mugs also cues every event and compares its "
         "stored mug with the noun's mug (mug 0 is unset and skipped). Exit 1 on any "
         "failure."))
-    s.add_argument("path", help="a pier, a Book directory or an LMDB epoch")
+    s.add_argument("path", type=cliargs.existing_dir,
+                   help="a pier, a Book directory or an LMDB epoch")
     s.add_argument("--mugs", action="store_true",
                    help="also check every event's mug against its cued jam")
     add_index_arguments(s)
@@ -245,12 +260,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("sample", help="write a deterministic sample log", description=(
         "Write a log that looks like a real ship's: lifecycle boot events, then jammed "
-        "[date ovum] events with realistic wires and cards and a heavy-tailed size mix."))
-    s.add_argument("dir")
-    s.add_argument("--events", type=int, default=DEFAULT_SAMPLE_EVENTS,
+        "[date ovum] events with realistic wires and cards and a heavy-tailed size mix.  "
+        "Deterministic in --events and --seed: run again after an interruption (Ctrl-C) "
+        "and it checks the events written so far and resumes."))
+    s.add_argument("dir", type=cliargs.dir_to_create,
+                   help="a new or empty directory, or one an interrupted run left (resumed)")
+    s.add_argument("--events", type=cliargs.count(1), default=DEFAULT_SAMPLE_EVENTS,
                    help=f"how many events (default {DEFAULT_SAMPLE_EVENTS:,})")
-    s.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    s.add_argument("--force", action="store_true", help="allow an existing, empty log")
+    s.add_argument("--seed", type=cliargs.count(0), default=0,
+                   help="random seed (default 0)")
+    s.add_argument("--force", action="store_true",
+                   help="replace a different sample log in DIR (only one bookfs sample "
+                        "wrote)")
     s.set_defaults(func=cmd_sample)
 
     for register in _EXTRA_COMMANDS:
@@ -299,6 +320,8 @@ def mount_calling_form(argv: list[str], commands) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``bookfs`` command; returns its exit status.  Expected errors become one
+    line (see the module docstring); anything else propagates with its traceback."""
     from .errors import BookError
     from .fs.mount import MountError, OptionError
 
@@ -310,17 +333,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="bookfs: %(message)s")
+    say = f"bookfs {args.command}:"
     try:
         apply_index_arguments(args)
         return args.func(args)
-    except (UsageError, OptionError) as e:
-        print(f"bookfs {args.command}: {e}", file=sys.stderr)
-        return 2
+    except (cliargs.UsageError, OptionError) as e:
+        print(f"{say} {e}", file=sys.stderr)
+        return cliargs.EXIT_USAGE
     except (BookError, MountError) as e:
-        print(f"bookfs {args.command}: {e}", file=sys.stderr)
-        return 1
+        print(f"{say} {e}", file=sys.stderr)
+        return cliargs.EXIT_FAILED
+    except OSError as e:
+        if e.filename is None:  # not about a path the user named: a bug or worse
+            raise
+        where = e.filename if e.filename2 is None else f"{e.filename} -> {e.filename2}"
+        print(f"{say} {where}: {e.strerror or e}", file=sys.stderr)
+        return cliargs.EXIT_FAILED
     except KeyboardInterrupt:
-        return 130
+        print(f"{say} interrupted", file=sys.stderr)
+        return cliargs.EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -12,6 +12,14 @@ class BookError(Exception):
     errno = _errno.EIO
 
 
+class UsageError(BookError):
+    """A request that does not fit: arguments that contradict each other or what is on
+    disk.  Nothing was done.  The ``bookfs`` command prints it as one line and exits 2
+    (``bookfs.cliargs``)."""
+
+    errno = _errno.EINVAL
+
+
 class FormatError(BookError):
     """A file is not a log bookfs can open (bad magic, bad version, too short, ...)."""
 

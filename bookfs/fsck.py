@@ -16,16 +16,20 @@ check      read-only: every problem with its byte offset (headers, meta.bin, fra
            bytes).  Both: create a missing meta.bin zero-filled.  LMDB: refused (bookfs
            never writes LMDB).  A pier: its .vere.lock is taken, each Book epoch repaired.
 --salvage OUT  every recoverable event into a new log in OUT (a pier: OUT/0iN/ per
-           epoch), with salvage-report.json listing the gaps.
+           epoch), with salvage-report.json listing the gaps.  A log is contiguous, so
+           events after a gap get lower numbers than they had: a warning on stderr says
+           so, for each log where it happened.
 
 Exit status (like e2fsck): 0 no problem; 1 problems found and all repaired; 4 problems
-left; 8 the source could not be checked at all (not a log, unreadable); 2 bad usage.
+left; 8 the source could not be checked at all (not a log, unreadable); 2 bad usage (no
+such SOURCE directory, OUT or FILE where they cannot be written).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import asdict
 
@@ -72,11 +76,41 @@ def _print_report(rep: CheckReport) -> None:
           f"{len(rep.all_problems())} problem(s){mugs}")
 
 
+def renumbering(res: dict) -> list[str]:
+    """One line per salvaged log whose events were renumbered: events recovered after a
+    gap that lost events have lower numbers in the new, contiguous log than in the source.
+    ``res`` is what ``salvage`` returned (a pier's report lists its epochs)."""
+    logs = ({name: e["last"] for name, e in res["epochs"].items()} if "epochs" in res
+            else {None: res.get("last")})
+    out = []
+    for name, last in logs.items():
+        gaps = [g for g in res["gaps"] if g.get("epoch") == name
+                and g.get("events_lost", 0) != 0 and last
+                and g.get("after_new_event", last) < last]
+        if not gaps:
+            continue
+        known = sum(g["events_lost"] for g in gaps if isinstance(g["events_lost"], int))
+        unknown = any(not isinstance(g["events_lost"], int) for g in gaps)
+        lost = (f"{known} event(s)" if not unknown else
+                f"{known} event(s) plus an unknown number" if known else
+                "an unknown number of events")
+        where = os.path.join(res["out"], name) if name else res["out"]
+        after = gaps[0]["after_new_event"]
+        out.append(f"{where}: events after {after} are RENUMBERED: {lost} lost in "
+                   f"{len(gaps)} gap(s), so each later event has a lower number than in "
+                   "the source (see salvage-report.json)")
+    return out
+
+
 def run(args) -> int:
     """The ``bookfs fsck`` command."""
     from .cli import _progress_bar
+    from .errors import UsageError
     from .pier import recovery_for
 
+    if args.salvage and os.path.isdir(args.salvage) and os.listdir(args.salvage):
+        raise UsageError(f"--salvage {args.salvage}: not empty; expected a new or empty "
+                         "directory (a salvage never writes into an existing log)")
     try:
         rec = recovery_for(args.source)
         factor = 2 if args.mugs else 1
@@ -123,19 +157,24 @@ def run(args) -> int:
             res = rec.salvage(rep, args.salvage, progress=bar.update)
         print(f"salvaged {res['recovered']} events into {res['out']} "
               f"({len(res['gaps'])} gap(s); see salvage-report.json)")
+        for line in renumbering(res):
+            print(f"bookfs fsck: warning: {line}", file=sys.stderr)
     return code
 
 
 def register(sub) -> None:
     s = sub.add_parser("fsck", help="check, repair or salvage any log", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    s.add_argument("source", help="a Book directory (UIP or vere layout), an LMDB epoch or "
-                                  "a pier")
+    from .cliargs import dir_to_create, existing_dir, file_to_write
+
+    s.add_argument("source", type=existing_dir,
+                   help="a Book directory (UIP or vere layout), an LMDB epoch or a pier")
     s.add_argument("--repair", action="store_true",
                    help="do the repairs that are safe for the format, and say what was done")
-    s.add_argument("--salvage", metavar="OUT", help="write every recoverable event to a "
-                                                    "new log in OUT")
+    s.add_argument("--salvage", metavar="OUT", type=dir_to_create,
+                   help="write every recoverable event to a new log in OUT (new or empty)")
     s.add_argument("--mugs", action="store_true",
                    help="also cue every event and compare its stored mug with the noun's")
-    s.add_argument("--json", metavar="FILE", help="also write the findings as JSON")
+    s.add_argument("--json", metavar="FILE", type=file_to_write,
+                   help="also write the findings as JSON")
     s.set_defaults(func=run)

@@ -54,6 +54,9 @@ LAYOUTS = ("uip", "vere")
 #: Test hook: exit abruptly (``os._exit``) once this many events were saved in this run,
 #: after the save and before it is verified, as a crash would.
 CRASH_ENV = "BOOKFS_MIGRATE_CRASH_AFTER"
+#: Test hook: ``bookfs migrate`` sleeps this many seconds after each verified batch (so a
+#: test can press Ctrl-C mid-way through a small log).
+SLOW_ENV = "BOOKFS_MIGRATE_SLOW"
 
 Progress = Callable[[int], None]  # called with a number of events just migrated
 
@@ -354,7 +357,15 @@ def _migrate_one(job: _Job, target: str, marker: str, layout: str,
 # --- the command ---------------------------------------------------------------------------
 
 
+class _Interrupted(Exception):
+    """Ctrl-C was pressed; raised from the progress callback, after a batch is verified."""
+
+
 def cmd_migrate(args) -> int:
+    """The ``bookfs migrate`` command.  Ctrl-C stops after the batch being written is
+    verified (a second Ctrl-C at once) and says what ``DEST.partial`` holds."""
+    from .cli import _progress_bar, _SigintFlag
+    from .cliargs import EXIT_INTERRUPTED
     from .pier import open_source
 
     try:
@@ -362,18 +373,31 @@ def cmd_migrate(args) -> int:
             total = lg.count
     except BookError:
         total = 0  # migrate() reports the problem
-    try:
-        from .cli import _progress_bar
-    except ImportError:  # pragma: no cover
-        _progress_bar = None
-    if _progress_bar is not None:
-        bar = _progress_bar(total, "migrate", unit="ev")
-    else:  # pragma: no cover
-        from tqdm import tqdm
+    dest = os.path.abspath(args.dest)
+    slow = float(os.environ.get(SLOW_ENV) or 0)
+    with _progress_bar(total, "migrate", unit="ev") as bar, _SigintFlag() as stop:
+        done = 0
 
-        bar = tqdm(total=total, desc="migrate", unit="ev", disable=not sys.stderr.isatty())
-    with bar:
-        report = migrate(args.source, args.dest, layout=args.layout, progress=bar.update)
+        def progress(n: int) -> None:
+            nonlocal done
+            done += n
+            bar.update(n)
+            if slow:
+                import time
+
+                time.sleep(slow)
+            if stop():
+                raise _Interrupted
+
+        try:
+            report = migrate(args.source, args.dest, layout=args.layout, progress=progress)
+        except (_Interrupted, KeyboardInterrupt):
+            held = (f"{dest}{PARTIAL_SUFFIX} holds the first {done:,} of {total:,} events, "
+                    "verified" if os.path.isdir(dest + PARTIAL_SUFFIX) else
+                    f"nothing was written ({dest} is as it was)")
+            print(f"bookfs migrate: interrupted; {held}; run the same command again to "
+                  "resume", file=sys.stderr)
+            return EXIT_INTERRUPTED
     for e in report.epochs:
         span = f"events {e.first}..{e.last}" if e.count else "no events"
         again = f" ({e.resumed} already done by an earlier run)" if e.resumed else ""
@@ -395,10 +419,15 @@ def register(subparsers) -> None:
         "two-slot layout, the one the runtime reads; --layout uip (bookfs only) is allowed "
         "for a single epoch, never for a pier.  Meta is copied into meta.bin.  Every event "
         "is re-read and compared after writing.  Work goes to DEST.partial/ and is renamed "
-        "into place at the end: after a crash, run the same command again to resume.  An "
+        "into place at the end: after a crash or Ctrl-C, run the same command again to "
+        "resume.  An "
         "existing non-empty DEST is never overwritten."))
-    s.add_argument("source", help="LMDB epoch, Book directory or pier")
-    s.add_argument("dest", help="new Book directory (or directory of epochs, for a pier)")
+    from .cliargs import dir_to_create, existing_dir
+
+    s.add_argument("source", type=existing_dir, help="LMDB epoch, Book directory or pier")
+    s.add_argument("dest", type=dir_to_create,
+                   help="new Book directory (or directory of epochs, for a pier), in an "
+                        "existing directory")
     s.add_argument("--layout", choices=LAYOUTS, default=DEFAULT_LAYOUT,
                    help="vere: vere's two-slot layout (default); uip: bookfs's UIP layout "
                         "(single epochs only)")

@@ -1,7 +1,8 @@
 """Deterministic sample event payloads that look like a real Urbit ship's event log.
 
-Pure functions, no file I/O.  A payload is what a Book deed or an LMDB value holds:
-``mug (u32 LE) ++ jam(job)`` (reference-formats.md section 4).
+Pure functions, no file I/O, except :func:`write_sample` at the end (what ``bookfs
+sample`` runs), which writes them to a Book directory, resumably.  A payload is what a
+Book deed or an LMDB value holds: ``mug (u32 LE) ++ jam(job)`` (reference-formats.md section 4).
 
 :func:`iter_sample_payloads` yields, for a given ``(events, seed)``:
 
@@ -27,7 +28,10 @@ are a prefix of those for any larger ``events``.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import itertools
+import os
 import random
 from typing import Callable, Iterator
 
@@ -58,6 +62,9 @@ __all__ = [
     "LARGE_EVERY",
     "iter_sample_payloads",
     "sample_meta",
+    "SAMPLE_MARK",
+    "SampleWritten",
+    "write_sample",
 ]
 
 SAMPLE_LIFE = 5
@@ -335,3 +342,193 @@ def sample_meta(seed: int = 0) -> dict[str, bytes]:
         "fake": b"\x01",  # loobean %.n: not fake
         "life": SAMPLE_LIFE.to_bytes(4, "little"),
     }
+
+
+# --- writing a sample log (``bookfs sample``) ----------------------------------------------
+
+SAMPLE_MARK = ".bookfs-sample"
+"""The file in a sample directory that says ``bookfs sample`` made it: JSON ``{"seed": S,
+"events": N}`` (the seed and the event count last asked for).  Written before the first
+event, so an interrupted run leaves it too."""
+
+#: A batch is saved (one ``Book.save``, one fdatasync) at this many events or bytes.
+_SAVE_EVENTS = 1000
+_SAVE_BYTES = 16 << 20
+
+#: Files that a Book directory may hold before its log exists (an interrupted first run).
+_EMPTY_LEFTOVERS = frozenset({SAMPLE_MARK, "book.lock", "meta.bin"})
+
+
+class SampleWritten:
+    """What :func:`write_sample` did: the log now holds events ``1..last``;
+    ``resumed`` of them were already there (a run that was interrupted), ``replaced`` is
+    true when ``force`` removed a different sample first, ``interrupted`` when ``stop()``
+    ended the run early, ``log_bytes`` the log's size."""
+
+    def __init__(self, path: str, last: int, resumed: int, replaced: bool, interrupted: bool,
+                 log_bytes: int):
+        self.path, self.last, self.resumed = path, last, resumed
+        self.replaced, self.interrupted, self.log_bytes = replaced, interrupted, log_bytes
+
+
+def _read_mark(path: str) -> dict | None:
+    import json
+
+    try:
+        with open(os.path.join(path, SAMPLE_MARK)) as f:
+            mark = json.load(f)
+        return mark if isinstance(mark, dict) and isinstance(mark.get("seed"), int) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _write_mark(path: str, seed: int, events: int) -> None:
+    import json
+
+    tmp = os.path.join(path, SAMPLE_MARK + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump({"seed": seed, "events": events}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(path, SAMPLE_MARK))
+
+
+def _meta_or_zeros(book) -> dict[str, bytes]:
+    """The log's meta; all zeros when a read-only open finds no ``meta.bin`` (a first run
+    interrupted between creating ``book.log`` and ``meta.bin``)."""
+    from .errors import MetaAbsent
+
+    try:
+        return book.meta()
+    except MetaAbsent:
+        return {k: bytes(len(v)) for k, v in sample_meta(0).items()}
+
+
+def _matching_prefix(book, payloads: Iterator[bytes], seed: int
+                     ) -> tuple[str | None, int, bytes | None]:
+    """Whether ``book`` is the beginning of the sample for ``seed``: ``(why_not, done,
+    next_payload)``.  ``done`` counts its events equal to the sample's from event 1
+    (stopping at the first that differs, or when ``payloads`` runs out); ``next_payload``
+    is the sample's first payload not in the log (None if ``payloads`` ran out).
+    ``why_not`` is None when every event matched and the meta is the sample's or all
+    zeros (a run that stopped before writing it), else what differs, in words."""
+    meta = _meta_or_zeros(book)
+    if meta != sample_meta(seed) and any(any(v) for v in meta.values()):
+        return "its meta.bin (ship) differs", 0, None
+    if book.count and book.first != 1:
+        return f"it starts at event {book.first}", 0, None
+    for event in range(1, book.count + 1):
+        want = next(payloads, None)
+        if want is None:
+            return f"it holds {book.count} events", event - 1, None
+        if book.read(event) != want:
+            return f"event {event} differs", event - 1, None
+    return None, book.count, next(payloads, None)
+
+
+def write_sample(path: str, events: int, seed: int = 0, *, force: bool = False,
+                 progress: Callable[[int], None] | None = None,
+                 stop: Callable[[], bool] | None = None) -> SampleWritten:
+    """Write the sample log for ``(events, seed)`` into the Book directory ``path``.
+
+    * A new path, or an empty directory: the log is created and filled.
+    * A directory holding the beginning of this very sample (an interrupted run; checked
+      event by event against the generator): the run resumes after its last event.  If it
+      already holds all ``events``, nothing is written.
+    * A directory holding a different sample (another seed, fewer events asked for than it
+      holds, or events that differ): refused, unless ``force`` and it carries
+      ``SAMPLE_MARK`` (``bookfs sample`` made it): then its ``book.log`` and ``meta.bin``
+      are removed and the sample is written afresh.
+    * Anything else (other files, a log ``bookfs sample`` did not write) is refused, with or
+      without ``force``; nothing is created or touched.
+
+    Refusals raise :class:`bookfs.errors.UsageError` (one line).  The writer lock is held
+    throughout.  ``stop()`` is polled between events: when it returns true the events
+    generated so far are saved and the function returns with ``interrupted`` set (the log
+    is then a prefix of the sample, which a later call resumes).  ``progress(n)`` is called
+    with event counts as they are saved (resumed ones first).
+    """
+    from .book import Book
+    from .errors import BookError, UsageError
+    from .index import discard_index
+    from .layout import LOG_NAME, META_NAME
+    from .lock import WriterLock, lock_path_for
+
+    log_path = os.path.join(path, LOG_NAME)
+    if os.path.isdir(path) and not os.path.lexists(log_path):
+        others = sorted(set(os.listdir(path)) - _EMPTY_LEFTOVERS)
+        if others:
+            raise UsageError(f"{path}: holds other files ({', '.join(others[:3])}"
+                             f"{', ...' if len(others) > 3 else ''}) and no {LOG_NAME}; "
+                             "expected a new or empty directory")
+    elif os.path.lexists(path) and not os.path.isdir(path):
+        raise UsageError(f"{path}: expected a directory, found a file")
+    # Decide from a read-only look (no lock taken, nothing written), then act.
+    replaced = False
+    payloads = iter_sample_payloads(events, seed)
+    nxt: bytes | None = None
+    done = 0
+    if os.path.lexists(log_path):
+        with Book.open(path) as old:
+            held, mark = old.count, _read_mark(path)
+            why_not, done, nxt = _matching_prefix(old, payloads, seed)
+            # made by bookfs sample: marked, or this seed's meta and events
+            ours = mark is not None or (_meta_or_zeros(old) == sample_meta(seed)
+                                        and done == min(held, events))
+        if why_not is None:
+            pass  # this sample's beginning, or an empty log: resume
+        elif not force or not ours:
+            differs = (f"holds {held} events, more than --events {events}"
+                       if done == events and held > events else
+                       f"holds a log that is not the sample for --seed {seed} ({why_not})")
+            raise UsageError(
+                f"{path}: {differs}; " + (
+                    "--force replaces it" if ours else
+                    f"nothing marks it as a bookfs sample ({SAMPLE_MARK}), so it "
+                    "is left alone even with --force: choose another directory"))
+        else:
+            replaced = True
+            payloads, nxt, done = iter_sample_payloads(events, seed), None, 0
+    os.makedirs(path, exist_ok=True)
+    with WriterLock(lock_path_for(path)):
+        if replaced:
+            fd = os.open(log_path, os.O_RDONLY)
+            try:
+                discard_index(log_path, fd)
+            finally:
+                os.close(fd)
+            for name in (LOG_NAME, META_NAME):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(path, name))
+        _write_mark(path, seed, events)
+        with Book.open(path, writable=True, create=True, lock=False) as book:
+            if book.count != done:
+                raise BookError(f"{path}: changed while it was being checked (it now holds "
+                                f"{book.count} events, not {done}); run the command again")
+            want_meta = sample_meta(seed)
+            for key, value in want_meta.items():
+                if book.read_meta(key) != value:
+                    book.save_meta(key, value)
+            if progress and done:
+                progress(done)
+            interrupted = False
+            batch: list[bytes] = []
+            batch_bytes, first = 0, done + 1
+            for payload in itertools.chain([nxt] if nxt is not None else [], payloads):
+                if stop is not None and stop():
+                    interrupted = True
+                    break
+                batch.append(payload)
+                batch_bytes += len(payload)
+                if len(batch) >= _SAVE_EVENTS or batch_bytes >= _SAVE_BYTES:
+                    book.save(first, batch)
+                    first += len(batch)
+                    if progress:
+                        progress(len(batch))
+                    batch, batch_bytes = [], 0
+            if batch:
+                book.save(first, batch)
+                if progress:
+                    progress(len(batch))
+            return SampleWritten(path, book.last if book.count else 0, done, replaced,
+                                 interrupted, book.log_bytes)
