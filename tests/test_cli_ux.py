@@ -34,7 +34,6 @@ from mounting import mounted
 BOOKFS = f"{shlex.quote(sys.executable)} -m bookfs.cli"
 LOG_EVENTS = 60
 FAIL, USAGE, FSCK_ERROR = {1}, {2}, {8}
-ANY_ERROR = {1, 2}  # mount/umount: another part of the CLI decides which
 
 
 def sh(command: str, cwd, *, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
@@ -156,13 +155,37 @@ CASES: list[tuple[str, set[int]]] = [
     ("migrate {log} {other}", FAIL),
     ("migrate {log} {log}/inside", FAIL),
     ("migrate", USAGE),
-    # mount / umount (their exact statuses are the mount parser's business)
-    ("mount {missing} {new}", ANY_ERROR),
-    ("mount {log} {file}", ANY_ERROR),
+    # mount / umount (the -o option classes are tested in test_mount_habits.py)
+    ("mount {missing} {new}", USAGE),
+    ("mount {log} {file}", USAGE),
     ("mount {log}", USAGE),
-    ("umount {missing}", ANY_ERROR),
-    ("umount {empty}", ANY_ERROR),
+    ("mount {log} {empty} -o stall_timeout=abc", USAGE),
+    ("mount {log} {empty} -o segment_mb=-1", USAGE),
+    ("mount {log} {empty} -o uid=nosuchuser", USAGE),
+    ("mount {log} {empty} -o ro,rw", USAGE),
+    ("mount {log} {empty} -o frobnicate", USAGE),
+    ("mount {log} {mnt}", FAIL),  # something is mounted there already
+    ("{log} {empty} -o ro,stall_timeout=abc", USAGE),  # mount.fuse3's calling form
+    ("umount {missing}", USAGE),
+    ("umount {empty}", USAGE),
+    ("umount -l {empty}", USAGE),
     ("umount", USAGE),
+    # show / report
+    ("show {log} 1", {0}),
+    ("show {log} 1..3 --json", {0}),
+    ("show {mnt} 2", {0}),
+    (f"show {{log}} {LOG_EVENTS + 1}", FAIL),
+    ("show {log} 5..2", USAGE),
+    ("show {log} abc", USAGE),
+    ("show {log} 0", USAGE),
+    ("show {missing} 1", USAGE),
+    ("show {empty} 1", FAIL),
+    ("show {garbage} 1", FAIL),
+    ("show {log}", USAGE),
+    ("report {log} --out {file}", USAGE),
+    ("report {missing} --out {new}", USAGE),
+    ("report {garbage} --out {new}", FAIL),
+    ("report {log}", USAGE),
     # spark: only what is refused before Spark starts (see test_spark_refuses_before_spark)
     ("spark {empty} --out {new}", USAGE),
     ("spark {mnt} --out {file}", USAGE),

@@ -221,7 +221,7 @@ def test_unknown_mount_option(small_src, mnt):
     """An option neither bookfs nor FUSE knows is handed to FUSE, whose refusal names it
     (the option classes are tested in test_mount_habits.py)."""
     r = run_bookfs("mount", str(small_src), str(mnt), "-o", "ro,frobnicate=3", check=False)
-    assert r.returncode == 1
+    assert r.returncode == 2  # bad usage
     assert "FUSE does not accept the mount option(s) frobnicate=3" in r.stderr
     assert "bookfs mount --help" in r.stderr  # where the accepted ones are listed
     assert not os.path.ismount(mnt)

@@ -285,7 +285,7 @@ def test_option_fuse_refuses_is_named(small_src, mnt):
     """An option neither bookfs nor FUSE knows: one line naming it, not libfuse's
     'fuse_session_new failed'; nothing mounted."""
     res = run_bookfs(str(small_src), str(mnt), "-o", "ro,nodev,frobnicate,x-ok", check=False)
-    line = one_line_error(res, 1)
+    line = one_line_error(res, 2)
     assert "FUSE does not accept the mount option(s) frobnicate;" in line
     assert "fuse_session_new" not in line
     assert not in_mountinfo(mnt)
@@ -351,9 +351,9 @@ def test_umount_lazy_detaches_busy_mount_then_daemon_exits(small_src, mnt):
 
 
 def test_umount_refuses_what_is_not_a_bookfs_mount(tmp_path):
-    line = one_line_error(run_bookfs("umount", str(tmp_path), check=False), 1)
+    line = one_line_error(run_bookfs("umount", str(tmp_path), check=False), 2)
     assert "nothing is mounted there" in line
-    line = one_line_error(run_bookfs("umount", "-l", "/proc", check=False), 1)
+    line = one_line_error(run_bookfs("umount", "-l", "/proc", check=False), 2)
     assert "a proc mount, not bookfs" in line
     assert in_mountinfo("/proc")
 

@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from ..errors import BookError
+from ..errors import BookError, UsageError
 from ..fileio import private_dir
 from ..segments import DEFAULT_SPAN as DEFAULT_SEGMENT_SPAN
 
@@ -313,8 +313,11 @@ def mount(source: str, mountpoint: str, *, options: str | None = None,
     _configure_index(opts)
     source = os.path.abspath(source)
     mountpoint = os.path.abspath(mountpoint)
+    if not os.path.exists(source):
+        raise UsageError(f"{source}: no such file or directory; expected a pier, a Book "
+                         "directory or an LMDB epoch")
     if not os.path.isdir(mountpoint):
-        raise MountError(f"{mountpoint}: not a directory (create the mount point first)")
+        raise UsageError(f"{mountpoint}: not a directory (create the mount point first)")
     if os.path.ismount(mountpoint):
         raise MountError(f"{mountpoint}: something is already mounted there")
     check_places(source, mountpoint)
@@ -333,8 +336,9 @@ def mount(source: str, mountpoint: str, *, options: str | None = None,
             code = _serve(source, mountpoint, opts, readonly, debug, ready_fd=w,
                           log_file=log_file, daemon=True)
         except BaseException as e:  # report to the parent, never unwind into its code
+            kind = "USE" if isinstance(e, (OptionError, UsageError)) else "ERR"
             with contextlib.suppress(OSError):  # the parent may be gone already
-                os.write(w, f"ERR {e}".encode())
+                os.write(w, f"{kind} {e}".encode())
         finally:
             os._exit(code)
     os.close(w)
@@ -346,9 +350,9 @@ def mount(source: str, mountpoint: str, *, options: str | None = None,
               f"log {msg[3:].strip()})")
         return 0
     os.waitpid(pid, 0)
-    print(f"bookfs: cannot mount {source}: {msg[4:] if msg.startswith('ERR') else 'the daemon died'}",
-          file=sys.stderr)
-    return 1
+    said = msg[4:] if msg[:4] in ("ERR ", "USE ") else "the daemon died"
+    print(f"bookfs: cannot mount {source}: {said}", file=sys.stderr)
+    return 2 if msg.startswith("USE ") else 1  # 2: bad usage (an option FUSE refused)
 
 
 def _configure_index(opts: MountOptions) -> None:
@@ -403,7 +407,7 @@ def _init_fuse(ops, mountpoint: str, fuse_opts: set[str]) -> None:
     if unknown:
         names = sorted({name for word in unknown.group(1).split()
                         for name in word.removeprefix("-o").split(",") if name})
-        raise MountError(f"FUSE does not accept the mount option(s) {', '.join(names)}; "
+        raise OptionError(f"FUSE does not accept the mount option(s) {', '.join(names)}; "
                          "see bookfs mount --help for the options bookfs knows") from None
     last = said.splitlines()[-1].removeprefix("fuse: ") if said else str(failure)
     raise MountError(f"FUSE refused the mount: {last}") from None
@@ -591,11 +595,11 @@ def _mounted_source(mountpoint: str) -> tuple[str | None, bool]:
             if _unescape(parts[4]) == mountpoint and rparts:
                 found = parts, rparts
     if found is None:
-        raise MountError(f"{mountpoint}: nothing is mounted there; expected a bookfs mount "
+        raise UsageError(f"{mountpoint}: nothing is mounted there; expected a bookfs mount "
                          "point")
     parts, rparts = found
     if rparts[0] != "fuse." + FUSE_SUBTYPE:
-        raise MountError(f"{mountpoint}: a {rparts[0]} mount, not bookfs; use umount(8) "
+        raise UsageError(f"{mountpoint}: a {rparts[0]} mount, not bookfs; use umount(8) "
                          "for it")
     src = _unescape(rparts[1]) if len(rparts) > 1 else ""
     src = src[len(FSNAME_PREFIX):] if src.startswith(FSNAME_PREFIX) else None
