@@ -227,7 +227,7 @@ def test_calling_form_only_for_paths(small_src, tmp_path):
     assert res.returncode == 2 and "invalid choice: 'infoo'" in res.stderr
     assert "Traceback" not in res.stderr
     res = run_bookfs("small", "no-such-mountpoint", cwd=small_src.parent, check=False)
-    line = one_line_error(res, 1)
+    line = one_line_error(res, 2)
     assert line.startswith("bookfs mount: ") and "not a directory" in line
 
 
