@@ -61,14 +61,15 @@ from ..layout import META_FIELDS, META_KEYS
 from ..segments import DEFAULT_SPAN, Segment, Segments
 from . import inodes as I
 from .cache import EventCache
-from .commit import CommitQueue, Reservation, refuse
-from .holders import TRANSIENT, HolderScan
+from .commit import NEXT_KEY, CommitQueue, Refusals, Reservation, refuse
+from .holders import TRANSIENT, HolderScan, tgid
 from .staging import Staging
 
 log = logging.getLogger(__name__)
 
 FOREVER = 24 * 3600.0  # cache timeout for immutable entries (seconds)
 CHANGING = 1.0  # attribute timeout for things an append changes (seconds)
+GROWING = 0.0  # attribute timeout for files whose size an append changes
 SMALL_EVENT = 128 << 10  # events up to this size are read whole and cached
 FOLLOW_EVERY = 1.0  # seconds between a read-only mount's checks of the log
 HELD, LAST, KILLED, COPY, STUCK = "held", "last", "killed", "copy", "stuck"  # _closing
@@ -174,13 +175,15 @@ class _MetaWriteHandle:
     """A meta field open for writing.  The buffer starts as the field's current bytes
     (empty after ``O_TRUNC``), so a partial write keeps the bytes it does not touch."""
 
-    __slots__ = ("key", "staging", "dirty", "poisoned", "deferred", "holders")
+    __slots__ = ("key", "staging", "dirty", "poisoned", "deferred", "holders", "pid")
 
-    def __init__(self, key: str, current: bytes, holders: HolderScan | None):
+    def __init__(self, key: str, current: bytes, holders: HolderScan | None,
+                 pid: int | None = None):
         self.key, self.staging, self.dirty = key, Staging(4096), False
         self.poisoned = 0
         self.deferred = False
         self.holders = holders
+        self.pid = pid  # the process that opened it (for the refusal record)
         if current:
             self.staging.write(0, current)
 
@@ -214,7 +217,9 @@ class BookOperations(pyfuse3.Operations):
         self.mountpoint = mountpoint
         self.readonly = not book.writable
         self.debug = debug
-        self.queue = CommitQueue(book, stall_timeout=stall_timeout, spill_dir=spill_dir)
+        self.refusals = Refusals(resolve_pid=tgid)  # refused appends, meta writes: in info
+        self.queue = CommitQueue(book, stall_timeout=stall_timeout, spill_dir=spill_dir,
+                                 refusals=self.refusals)
         self._handles: dict[int, object] = {}
         self._next_fh = 1
         self._cache = EventCache()
@@ -330,7 +335,13 @@ class BookOperations(pyfuse3.Operations):
         return a
 
     def _info_bytes(self) -> bytes:
-        return render(summary(self.book)).encode()
+        """The info file: the log's summary; on a read-write mount ``next:``, the number
+        the next ``new/<N>`` must have now; then the last refused appends and meta writes
+        (a shell ignores close()'s errno, so this is where a user reads why)."""
+        info = summary(self.book)
+        if not self.readonly:
+            info[NEXT_KEY] = self.queue.next_free()
+        return (render(info) + self.refusals.render()).encode()
 
     def _epoch_info(self, k: int) -> bytes:
         e = self.epochs[k]
@@ -380,7 +391,7 @@ class BookOperations(pyfuse3.Operations):
         if ino == I.INFO:
             self._follow()
             return self._attrs(ino, stat.S_IFREG | self._modes.read, len(self._info_bytes()),
-                               self._log_mtime(), CHANGING, entry_timeout=FOREVER)
+                               self._log_mtime(), GROWING, entry_timeout=FOREVER)
         if ino in I.META_BY_INODE:
             key = I.META_BY_INODE[ino]
             mode = self._modes.meta
@@ -466,22 +477,24 @@ class BookOperations(pyfuse3.Operations):
             return await self._attrs_of(inode)
         if inode in I.META_BY_INODE:
             key = I.META_BY_INODE[inode]
+            path, refused = f"meta/{key}", self.refusals.refuse
             if self.readonly:
-                raise refuse(errno.EROFS, f"meta/{key}: the mount is read-only")
+                raise refused(path, errno.EROFS, f"{path}: the mount is read-only", ctx.pid)
             if owner:
-                raise refuse(errno.EPERM, f"meta/{key}: meta files keep their owner and mode")
+                raise refused(path, errno.EPERM, f"{path}: meta files keep their owner and "
+                                                 "mode", ctx.pid)
             if fields.update_size:
                 h = self._handles.get(fh) if fh is not None else None
                 if isinstance(h, _MetaWriteHandle):  # O_TRUNC, ftruncate: judged at close
                     h.staging.truncate(attr.st_size)
                     h.dirty = True
                 elif attr.st_size != META_FIELDS[key][1]:
-                    raise refuse(errno.EINVAL, f"meta/{key}: truncate to {attr.st_size} "
-                                               f"bytes; the field is exactly "
-                                               f"{META_FIELDS[key][1]} bytes")
+                    raise refused(path, errno.EINVAL, f"{path}: truncate to {attr.st_size} "
+                                                      f"bytes; the field is exactly "
+                                                      f"{META_FIELDS[key][1]} bytes", ctx.pid)
             elif times:
-                raise refuse(errno.EPERM, f"meta/{key}: times follow the log; write the "
-                                          "field to change it")
+                raise refused(path, errno.EPERM, f"{path}: times follow the log; write the "
+                                                 "field to change it", ctx.pid)
             return await self._attrs_of(inode)
         if fields.update_size:
             raise refuse(errno.EROFS, f"inode {inode}: events are immutable; append through new/")
@@ -612,14 +625,17 @@ class BookOperations(pyfuse3.Operations):
         if inode in I.META_BY_INODE:
             key = I.META_BY_INODE[inode]
             if writing:
+                path, refused = f"meta/{key}", self.refusals.refuse
                 if self.readonly:
-                    raise refuse(errno.EROFS, f"meta/{key}: the mount is read-only")
+                    raise refused(path, errno.EROFS, f"{path}: the mount is read-only",
+                                  ctx.pid)
                 if flags & os.O_APPEND:
-                    raise refuse(errno.EINVAL, f"meta/{key}: write the whole field, "
-                                               "not an append")
+                    raise refused(path, errno.EINVAL, f"{path}: write the whole field, "
+                                                      "not an append", ctx.pid)
                 truncated = bool(flags & os.O_TRUNC)
                 current = b"" if truncated else self.book.read_meta(key)
-                h = _MetaWriteHandle(key, current, self._holder_scan(f"meta/{key}", inode, ctx))
+                h = _MetaWriteHandle(key, current, self._holder_scan(path, inode, ctx),
+                                     ctx.pid)
                 h.dirty = truncated  # emptied: judged (and refused, unless rewritten) at close
                 return pyfuse3.FileInfo(fh=self._new_fh(h), direct_io=True, keep_cache=False)
             return pyfuse3.FileInfo(fh=self._new_fh(_BytesHandle(self.book.read_meta(key))),
@@ -698,17 +714,24 @@ class BookOperations(pyfuse3.Operations):
 
     @guarded
     async def create(self, parent_inode, name, mode, flags, ctx):
+        text = name.decode("utf-8", "replace")
+        if parent_inode in (I.NEW, I.META):  # an append or a meta write: recorded
+            path = f"{'new' if parent_inode == I.NEW else 'meta'}/{text}"
+            if self.readonly:
+                raise self.refusals.refuse(path, errno.EROFS, f"{path}: the mount is "
+                                                              "read-only", ctx.pid)
+            if parent_inode == I.META:  # an existing key never reaches create: unknown key
+                raise self.refusals.refuse(path, errno.ENOENT, f"{path}: unknown meta key; "
+                                           f"expected one of {', '.join(I.META_INODES)}",
+                                           ctx.pid)
         if self.readonly:
             raise refuse(errno.EROFS, "the mount is read-only")
-        if parent_inode == I.META:  # an existing key never reaches create: unknown key
-            raise refuse(errno.ENOENT, f"meta/{name.decode('utf-8', 'replace')}: unknown "
-                                       f"meta key; expected one of {', '.join(I.META_INODES)}")
         if parent_inode != I.NEW:
             where = {I.EVENTS: "events/", I.ROOT: "/"}.get(parent_inode, "")
             raise refuse(errno.EROFS if parent_inode == I.EVENTS else errno.EPERM,
                          f"cannot create {where}{name.decode('utf-8', 'replace')}: "
                          "append by creating new/<next event number>")
-        r = self.queue.reserve(name)
+        r = self.queue.reserve(name, ctx.pid)
         fh = self._new_fh(r)
         r.holders = self._holder_scan(f"new/{r.name}", I.staging_inode(fh), ctx)
         attrs = await self._attrs_of(I.staging_inode(fh))
@@ -719,9 +742,10 @@ class BookOperations(pyfuse3.Operations):
         h = self._handles.get(fh)
         if isinstance(h, Reservation):
             if h.state != "open":
-                raise refuse(errno.EBADF, f"new/{h.number}: write of {len(buf)} bytes at "
-                                          f"{off} after the file was {h.state}; "
-                                          "nothing of it is saved")
+                path = f"new/{h.name}"
+                raise self.refusals.refuse(path, errno.EBADF, f"{path}: write of {len(buf)} "
+                                           f"bytes at {off} after the file was {h.state}; "
+                                           "nothing of it is saved")
             if h.holders is not None and not h.holders.fds:
                 h.holders.note_creator_fds()
             try:
@@ -787,15 +811,17 @@ class BookOperations(pyfuse3.Operations):
             return
         h.deferred = False
         h.dirty = False
+        path = f"meta/{h.key}"
         if h.poisoned or closing == KILLED:
             err, h.poisoned = h.poisoned or errno.EIO, 0
-            raise refuse(err, f"meta/{h.key}: not saved, because a write to it failed or "
-                              "its writer was killed")
+            raise self.refusals.refuse(path, err, f"{path}: not saved, because a write to it "
+                                       "failed or its writer was killed", h.pid)
         value = h.staging.getvalue()
         size = META_FIELDS[h.key][1]
         if len(value) != size:
-            raise refuse(errno.EINVAL, f"meta/{h.key}: {len(value)} bytes written, expected "
-                                       f"exactly {size}; the field is unchanged")
+            raise self.refusals.refuse(path, errno.EINVAL, f"{path}: {len(value)} bytes "
+                                       f"written, expected exactly {size}; the field is "
+                                       "unchanged", h.pid)
         await trio.to_thread.run_sync(self.book.save_meta, h.key, value)
 
     @guarded
