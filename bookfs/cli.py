@@ -216,7 +216,7 @@ _EXTRA_COMMANDS: list = []
 def _register_optional() -> None:
     import importlib
 
-    for name in ("fsck", "migrate", "spark_cli"):
+    for name in ("fsck", "migrate", "spark_cli", "append"):
         try:
             module = importlib.import_module(f"bookfs.{name}")
         except ImportError:
