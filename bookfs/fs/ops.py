@@ -6,11 +6,19 @@ Caching contract
   kernel page cache is kept across opens (``keep_cache``).  ``st_ino`` is derived from
   the event number, so it is stable across remounts; ``st_size`` is exact.
 * The names of the fixed directories and files never change: entries cached for a day.
-  Their attributes (``events/``'s size and mtime, ``info``'s size, ``meta/*``'s mtime)
-  change on append and are cached for ``CHANGING`` (1 s); the content of ``info`` and
-  ``meta/*`` is served with ``direct_io``, so it is always current.  Without attribute
-  caching on directories, ``default_permissions`` would cost a round trip per directory
-  on every path walk.
+  The attributes of directories (``events/``'s size and mtime) and ``meta/*`` (mtime)
+  change on append and are cached for ``CHANGING`` (1 s); without attribute caching on
+  directories, ``default_permissions`` would cost a round trip per directory on every
+  path walk.  A read-only mount tells the kernel to drop them when ``_follow`` sees the
+  log grow (a writer's append is not slowed by that notification: its directories may
+  show the old size and mtime for up to 1 s).
+* Files whose size changes as the log grows (``info``, ``epochs/*/info``, the last,
+  incomplete segment) have an attribute timeout of ``GROWING`` (0): every ``stat`` asks,
+  so ``tail -f`` (which polls ``fstat``) sees the new size.  The kernel drops a file's
+  cached pages when it sees its size change.  ``info`` is served with ``direct_io``, so
+  its content is always current.  A segment handle opened while the segment was the last
+  one reads up to the log's current end, not the end when it was opened.  A segment that
+  is complete (the log grew past its byte range) never changes: cached for a day.
 * Extended attributes are not supported (ENOSYS), which the kernel remembers, so ``ls -l``
   does not ask once per file.
 * ``new/<N>`` entries are never cached, so every ``open(O_CREAT)`` reaches ``create``.
@@ -228,6 +236,7 @@ class BookOperations(pyfuse3.Operations):
         self._known = book.gulf()  # the range the kernel may have cached
         self._uid, self._gid, self._modes = source_modes(book, self.readonly)
         self._mounted_ns = time.time_ns()
+        self._segment_names: dict[int, bytes] = {}  # segment index -> name the kernel holds
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -261,6 +270,8 @@ class BookOperations(pyfuse3.Operations):
         gen = getattr(self.book, "generation", 0)
         old = self._known
         self._known = self.book.gulf()
+        if gen == self._generation and self._known != old and self.mountpoint:
+            trio.lowlevel.spawn_system_task(self._drop_attrs)  # it grew
         if gen != self._generation:
             self._generation = gen
             self._cache.clear()
@@ -268,24 +279,54 @@ class BookOperations(pyfuse3.Operations):
             self._verified_segments.clear()
             log.warning("the log changed under the mount (it shrank or was replaced): "
                         "events %s..%s are reread from disk", old[0], old[1])
-            trio.lowlevel.spawn_system_task(self._invalidate_kernel, old, self._known)
+            segments, self._segment_names = self._segment_names, {}
+            trio.lowlevel.spawn_system_task(self._invalidate_kernel, old, self._known,
+                                            segments)
 
-    async def _invalidate_kernel(self, old: tuple[int, int], new: tuple[int, int]) -> None:
-        """Make the kernel forget what it cached of events ``old`` (a worker thread:
-        dropping pages waits for reads in flight, which this loop must keep serving)."""
+    def _changing_inodes(self) -> list[int]:
+        """Inodes whose attributes an append changes and the kernel caches for
+        ``CHANGING`` (the root, ``events/``, every epoch's directories) and the info files."""
+        inos = [I.ROOT, I.EVENTS, I.INFO]
+        for k in range(len(self.epochs)):
+            inos += [I.epoch_inode(k, kind)
+                     for kind in (I.EPOCH_DIR, I.EPOCH_EVENTS, I.EPOCH_INFO)]
+        return inos
+
+    def _drop_attrs_sync(self, inodes: list[int]) -> None:
+        for ino in inodes:
+            with contextlib.suppress(OSError):  # ENOENT: the kernel holds nothing of it
+                pyfuse3.invalidate_inode(ino, attr_only=True)
+
+    async def _drop_attrs(self) -> None:
+        """Make the kernel forget the attributes the log's growth changed (a worker
+        thread, as every notification: see ``_invalidate_kernel``)."""
         try:
-            await trio.to_thread.run_sync(self._invalidate_sync, old, new)
+            await trio.to_thread.run_sync(self._drop_attrs_sync, self._changing_inodes())
+        except Exception:  # never let a system task kill the mount
+            log.exception("invalidating the kernel's cached attributes failed")
+
+    async def _invalidate_kernel(self, old: tuple[int, int], new: tuple[int, int],
+                                 segments: dict[int, bytes]) -> None:
+        """Make the kernel forget what it cached of events ``old`` and of ``segments``
+        (index -> name) (a worker thread: dropping pages waits for reads in flight, which
+        this loop must keep serving)."""
+        try:
+            await trio.to_thread.run_sync(self._invalidate_sync, old, new, segments)
         except Exception:  # never let a system task kill the mount
             log.exception("invalidating the kernel's caches failed")
 
-    def _invalidate_sync(self, old: tuple[int, int], new: tuple[int, int]) -> None:
+    def _invalidate_sync(self, old: tuple[int, int], new: tuple[int, int],
+                         segments: dict[int, bytes]) -> None:
+        for k, name in segments.items():  # a segment's bytes may have changed
+            with contextlib.suppress(OSError):
+                pyfuse3.invalidate_inode(I.segment_inode(k))
+            with contextlib.suppress(OSError):
+                pyfuse3.invalidate_entry(I.SEGMENTS, name)
         first, last = old
         if not last:
             return
         gone_from = new[1] + 1 if new[1] else first
-        for ino in (I.EVENTS, I.ROOT, I.INFO):
-            with contextlib.suppress(OSError):
-                pyfuse3.invalidate_inode(ino, attr_only=True)
+        self._drop_attrs_sync(self._changing_inodes())
         for event in range(first, last + 1):
             with contextlib.suppress(OSError):  # ENOENT: the kernel holds nothing of it
                 pyfuse3.invalidate_inode(I.event_inode(event))
@@ -323,8 +364,10 @@ class BookOperations(pyfuse3.Operations):
                            nlink=2, entry_timeout=FOREVER)
 
     def _segment_attrs(self, seg: Segment) -> pyfuse3.EntryAttributes:
+        """A segment's attributes; its name is noted as one the kernel may cache."""
+        self._segment_names[seg.index] = I.event_name(seg.first)
         return self._attrs(I.segment_inode(seg.index), stat.S_IFREG | self._modes.read, seg.size,
-                           self.book.mtime_ns(seg.last), FOREVER if seg.complete else 0,
+                           self.book.mtime_ns(seg.last), FOREVER if seg.complete else GROWING,
                            entry_timeout=FOREVER)
 
     def _negative(self) -> pyfuse3.EntryAttributes:
@@ -362,7 +405,7 @@ class BookOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOENT)
         if kind == I.EPOCH_INFO:
             return self._attrs(ino, stat.S_IFREG | self._modes.read, len(self._epoch_info(k)),
-                               self._log_mtime(), CHANGING, entry_timeout=FOREVER)
+                               self._log_mtime(), GROWING, entry_timeout=FOREVER)
         if kind in (I.EPOCH_DIR, I.EPOCH_EVENTS):
             size = self.epochs[k].log.count if kind == I.EPOCH_EVENTS else 0
             return self._attrs(ino, stat.S_IFDIR | self._modes.dir, size, self._log_mtime(),
@@ -382,6 +425,9 @@ class BookOperations(pyfuse3.Operations):
             return self._epoch_attrs(ino)
         if I.is_segment(ino) and self.segments is not None:
             seg = self.segments.get(ino - I.SEGMENT_BASE)
+            if seg is None or not seg.complete:  # it may have grown: look at the log
+                self._follow()
+                seg = self.segments.get(ino - I.SEGMENT_BASE)
             if seg is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
             return self._segment_attrs(seg)
@@ -657,6 +703,12 @@ class BookOperations(pyfuse3.Operations):
         if isinstance(h, _BytesHandle):
             return h.data[off : off + size]
         if isinstance(h, _SegmentHandle):
+            if not h.seg.complete and off + size > h.seg.size:
+                # the last segment grows with the log: read up to its current end (the
+                # new deeds' CRCs were checked by the save or by Book.refresh)
+                seg = self.segments.get(h.seg.index)
+                if seg is not None and seg.first == h.seg.first:
+                    h.seg = seg
             return self.segments.read(h.seg, off, size)
         raise pyfuse3.FUSEError(errno.EBADF)
 
