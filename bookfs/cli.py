@@ -286,7 +286,7 @@ _EXTRA_COMMANDS: list = []
 def _register_optional() -> None:
     import importlib
 
-    for name in ("fsck", "migrate", "spark_cli", "show", "report"):
+    for name in ("fsck", "migrate", "spark_cli", "show", "report", "append"):
         try:
             module = importlib.import_module(f"bookfs.{name}")
         except ImportError:

@@ -17,12 +17,18 @@
   A writer that waits longer than ``stall_timeout`` for a predecessor that is still being
   written fails with ETIMEDOUT.
 * Nothing is visible before ``Book.save`` returns; the engine undoes a failed save.
+* Every refused reservation (at ``reserve``, or failed later) is noted in the bounded
+  :class:`Refusals` record, which the mount's ``info`` file shows: a shell ignores the
+  errno of ``close()``, so ``printf abc > new/N`` returns 0 and this record (with the
+  daemon's log) is where the reason can be read.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import pyfuse3
@@ -36,12 +42,88 @@ from .staging import Staging
 log = logging.getLogger(__name__)
 
 OPEN, READY, DONE, FAILED = "open", "ready", "done", "failed"
+REFUSALS_KEPT = 20  # refused appends and meta writes remembered for the info file
+REFUSALS_HEADER = "last refusals"  # the info file's section (bookfs append reads it)
+NEXT_KEY = "next"  # the info file's line with the next free event number (read-write)
 
 
 def refuse(err: int, message: str) -> pyfuse3.FUSEError:
     """Log a refusal once, in one line, and build the FUSEError to raise."""
     log.warning("refused (%s): %s", errno.errorcode.get(err, err), message)
     return pyfuse3.FUSEError(err)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One refused append or meta write: when, which file (``new/43``, ``meta/life``),
+    the errno, the one-line reason and the writer's process ID (None if unknown)."""
+
+    time_ns: int
+    path: str
+    errno: int
+    reason: str
+    pid: int | None = None
+
+    @property
+    def errno_name(self) -> str:
+        return errno.errorcode.get(self.errno, str(self.errno))
+
+    def line(self) -> str:
+        """``2025-01-02 03:04:05 +0100 new/43 EINVAL pid 812: <reason>`` (local time)."""
+        when = time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(self.time_ns / 1e9))
+        pid = "-" if self.pid is None else self.pid
+        return f"{when} {self.path} {self.errno_name} pid {pid}: {self.reason}"
+
+
+class Refusals:
+    """The last ``keep`` refusals of appends (``new/<N>``) and meta writes, oldest first.
+
+    Bounded (a ``deque``), so a writer that is refused in a loop costs no memory; ``total``
+    counts every refusal since the mount.  ``render`` is the info file's section."""
+
+    def __init__(self, keep: int = REFUSALS_KEPT, resolve_pid=None):
+        """``resolve_pid``: maps the ID FUSE gives (a thread's) to the one recorded (its
+        process's); called only when a refusal is noted."""
+        self._items: deque[Refusal] = deque(maxlen=keep)
+        self._resolve_pid = resolve_pid
+        self.total = 0
+
+    def note(self, path: str, err: int, reason: str, pid: int | None = None) -> None:
+        """Record a refusal (not logged: the caller logs it).  A reason that starts with
+        ``path: `` loses that prefix (the record names the path already)."""
+        reason = " ".join(reason.split())  # one line, whatever the message held
+        if reason.startswith(path + ": "):
+            reason = reason[len(path) + 2:]
+        if pid is not None and self._resolve_pid is not None:
+            pid = self._resolve_pid(pid)
+        self._items.append(Refusal(time.time_ns(), path, err, reason, pid))
+        self.total += 1
+
+    def refuse(self, path: str, err: int, reason: str,
+               pid: int | None = None) -> pyfuse3.FUSEError:
+        """Record, log once (:func:`refuse`) and build the FUSEError to raise."""
+        self.note(path, err, reason, pid)
+        return refuse(err, reason)
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def render(self) -> str:
+        """``last refusals: none``, or a count line and one indented
+        :meth:`Refusal.line` per refusal, newest last."""
+        if not self._items:
+            return f"{REFUSALS_HEADER}: none\n"
+        head = (f"{REFUSALS_HEADER}: {len(self._items)} of {self.total} since the mount "
+                f"(newest last)\n")
+        return head + "".join(f"  {r.line()}\n" for r in self._items)
+
+
+def _creator(r: "Reservation") -> int | None:
+    """The process that created ``r``'s file, if the fs layer tracks it."""
+    return getattr(r.holders, "creator", None)
 
 
 @dataclass(eq=False)
@@ -71,8 +153,12 @@ class CommitQueue:
     """Reservations of ``new/<N>`` and their ordered, grouped commits."""
 
     def __init__(self, book: EventLog, *, stall_timeout: float = 30.0,
-                 spill_dir: str | None = None, on_commit=None):
+                 spill_dir: str | None = None, on_commit=None,
+                 refusals: Refusals | None = None):
+        """``on_commit(first, last)``: called after each save; ``refusals``: where refused
+        reservations are noted."""
         self.book = book
+        self.refusals = refusals if refusals is not None else Refusals()
         self.stall_timeout = stall_timeout
         self.spill_dir = spill_dir
         self._live: dict[int, Reservation] = {}  # number -> reservation not yet failed
@@ -111,31 +197,41 @@ class CommitQueue:
             log.warning("new/%d..%d not committed: %s", waiting[0], waiting[-1], why)
             self._fail_from(waiting[0], errno.ESHUTDOWN, why)
 
-    def reserve(self, name: bytes) -> Reservation:
+    def reserve(self, name: bytes, pid: int | None = None) -> Reservation:
+        """Reserve ``new/<name>`` for the writer process ``pid`` (for the refusal record)."""
         text = name.decode("utf-8", "replace")
+        path = f"new/{text}"
+
+        def refused(err: int, why: str) -> pyfuse3.FUSEError:
+            return self.refusals.refuse(path, err, f"{path}: {why}", pid)
+
         if self._closed:
-            raise refuse(errno.ESHUTDOWN, f"new/{text}: the mount is being unmounted")
+            raise refused(errno.ESHUTDOWN, "the mount is being unmounted")
         if not name.isdigit() or len(name) > 20:
-            raise refuse(errno.EINVAL, f"new/{text}: expected a decimal event number, "
-                                       f"the next free one is {self.next_free()}")
+            raise refused(errno.EINVAL, "expected a decimal event number, "
+                                        f"the next free one is {self.next_free()}")
         n = int(name)
         expected = self.next_free()
         if n in self.book or n in self._live or (self.book.count and n < self.book.first):
-            raise refuse(errno.EEXIST, f"new/{text}: event {n} is already committed or in "
-                                       f"flight; the next free number is {expected}")
+            raise refused(errno.EEXIST, f"event {n} is already committed or in "
+                                        f"flight; the next free number is {expected}")
         if n != expected:
-            raise refuse(errno.EINVAL, f"new/{text}: would leave a gap; expected event {expected}")
+            raise refused(errno.EINVAL, f"would leave a gap; expected event {expected}")
         r = Reservation(n, text, Staging(MAX_PAYLOAD, self.spill_dir))
         self._live[n] = r
         return r
 
     def _fail_from(self, number: int, err: int, why: str) -> None:
-        """Fail every live reservation numbered ``number`` or later."""
+        """Fail every live reservation numbered ``number`` or later (each one noted in
+        the refusal record; the callers log the first)."""
         for n in sorted(k for k in self._live if k >= number):
             r = self._live.pop(n)
             code = err if n == number else errno.ECANCELED
+            reason = why
             if n != number:
-                log.warning("new/%d not committed: predecessor %d failed (%s)", n, number, why)
+                reason = f"not committed: predecessor new/{number} failed ({why})"
+                log.warning("new/%d %s", n, reason)
+            self.refusals.note(f"new/{r.name}", code, reason, _creator(r))
             r.finish(FAILED, code)
         self._notify()
 
@@ -153,13 +249,15 @@ class CommitQueue:
             r.staging.freeze()
             size = len(r.staging)
             if r.poisoned:
-                self._fail_from(r.number, r.poisoned, "a write failed")
-                raise refuse(r.poisoned, f"new/{r.number}: not committed, because a write "
-                                         f"to it failed ({errno.errorcode.get(r.poisoned)})")
+                why = (f"not committed, because a write to it failed "
+                       f"({errno.errorcode.get(r.poisoned)})")
+                self._fail_from(r.number, r.poisoned, why)
+                raise refuse(r.poisoned, f"new/{r.number}: {why}")
             if size < MIN_PAYLOAD:
-                self._fail_from(r.number, errno.EINVAL, "too short")
-                raise refuse(errno.EINVAL, f"new/{r.number}: {size} bytes written, expected at "
-                                           f"least {MIN_PAYLOAD} (a 4-byte mug, then the jam)")
+                why = (f"{size} bytes written, expected at least {MIN_PAYLOAD} "
+                       "(a 4-byte mug, then the jam)")
+                self._fail_from(r.number, errno.EINVAL, why)
+                raise refuse(errno.EINVAL, f"new/{r.number}: {why}")
             r.state = READY
             self._notify()
 

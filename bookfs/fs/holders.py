@@ -115,10 +115,14 @@ class HolderScan:
     point must be a real path, resolved before mounting); ``inode`` its inode number.
     Created when the file is created, by the thread ``creator``."""
 
-    __slots__ = ("path", "inode", "creator", "since", "last", "fds")
+    __slots__ = ("path", "inode", "creator", "since", "last", "fds", "_links")
 
     def __init__(self, path: str, inode: int, creator: int):
         self.path = path
+        # Another process's lookup of new/<N> (a second writer's create, a stat) finds no
+        # entry and makes the kernel drop the writer's dentry: its links then end in
+        # " (deleted)".  The inode check below still tells the file apart.
+        self._links = (path, path + " (deleted)")
         self.inode = inode
         self.creator = tgid(creator)
         self.since = last_pid()
@@ -141,7 +145,7 @@ class HolderScan:
         held = NOT_HELD
         for name in names:
             try:
-                if os.readlink(f"{fd_dir}/{name}") != self.path:
+                if os.readlink(f"{fd_dir}/{name}") not in self._links:
                     continue
                 ino, flags = _fdinfo(pid, name)
             except (OSError, ValueError):

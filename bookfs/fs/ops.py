@@ -6,11 +6,19 @@ Caching contract
   kernel page cache is kept across opens (``keep_cache``).  ``st_ino`` is derived from
   the event number, so it is stable across remounts; ``st_size`` is exact.
 * The names of the fixed directories and files never change: entries cached for a day.
-  Their attributes (``events/``'s size and mtime, ``info``'s size, ``meta/*``'s mtime)
-  change on append and are cached for ``CHANGING`` (1 s); the content of ``info`` and
-  ``meta/*`` is served with ``direct_io``, so it is always current.  Without attribute
-  caching on directories, ``default_permissions`` would cost a round trip per directory
-  on every path walk.
+  The attributes of directories (``events/``'s size and mtime) and ``meta/*`` (mtime)
+  change on append and are cached for ``CHANGING`` (1 s); without attribute caching on
+  directories, ``default_permissions`` would cost a round trip per directory on every
+  path walk.  A read-only mount tells the kernel to drop them when ``_follow`` sees the
+  log grow (a writer's append is not slowed by that notification: its directories may
+  show the old size and mtime for up to 1 s).
+* Files whose size changes as the log grows (``info``, ``epochs/*/info``, the last,
+  incomplete segment) have an attribute timeout of ``GROWING`` (0): every ``stat`` asks,
+  so ``tail -f`` (which polls ``fstat``) sees the new size.  The kernel drops a file's
+  cached pages when it sees its size change.  ``info`` is served with ``direct_io``, so
+  its content is always current.  A segment handle opened while the segment was the last
+  one reads up to the log's current end, not the end when it was opened.  A segment that
+  is complete (the log grew past its byte range) never changes: cached for a day.
 * Extended attributes are not supported (ENOSYS), which the kernel remembers, so ``ls -l``
   does not ask once per file.
 * ``new/<N>`` entries are never cached, so every ``open(O_CREAT)`` reaches ``create``.
@@ -61,14 +69,15 @@ from ..layout import META_FIELDS, META_KEYS
 from ..segments import DEFAULT_SPAN, Segment, Segments
 from . import inodes as I
 from .cache import EventCache
-from .commit import CommitQueue, Reservation, refuse
-from .holders import TRANSIENT, HolderScan
+from .commit import NEXT_KEY, CommitQueue, Refusals, Reservation, refuse
+from .holders import TRANSIENT, HolderScan, tgid
 from .staging import Staging
 
 log = logging.getLogger(__name__)
 
 FOREVER = 24 * 3600.0  # cache timeout for immutable entries (seconds)
 CHANGING = 1.0  # attribute timeout for things an append changes (seconds)
+GROWING = 0.0  # attribute timeout for files whose size an append changes
 SMALL_EVENT = 128 << 10  # events up to this size are read whole and cached
 FOLLOW_EVERY = 1.0  # seconds between a read-only mount's checks of the log
 HELD, LAST, KILLED, COPY, STUCK = "held", "last", "killed", "copy", "stuck"  # _closing
@@ -182,13 +191,15 @@ class _MetaWriteHandle:
     """A meta field open for writing.  The buffer starts as the field's current bytes
     (empty after ``O_TRUNC``), so a partial write keeps the bytes it does not touch."""
 
-    __slots__ = ("key", "staging", "dirty", "poisoned", "deferred", "holders")
+    __slots__ = ("key", "staging", "dirty", "poisoned", "deferred", "holders", "pid")
 
-    def __init__(self, key: str, current: bytes, holders: HolderScan | None):
+    def __init__(self, key: str, current: bytes, holders: HolderScan | None,
+                 pid: int | None = None):
         self.key, self.staging, self.dirty = key, Staging(4096), False
         self.poisoned = 0
         self.deferred = False
         self.holders = holders
+        self.pid = pid  # the process that opened it (for the refusal record)
         if current:
             self.staging.write(0, current)
 
@@ -225,7 +236,9 @@ class BookOperations(pyfuse3.Operations):
         self.mountpoint = mountpoint
         self.readonly = not book.writable
         self.debug = debug
-        self.queue = CommitQueue(book, stall_timeout=stall_timeout, spill_dir=spill_dir)
+        self.refusals = Refusals(resolve_pid=tgid)  # refused appends, meta writes: in info
+        self.queue = CommitQueue(book, stall_timeout=stall_timeout, spill_dir=spill_dir,
+                                 refusals=self.refusals)
         self._handles: dict[int, object] = {}
         self._next_fh = 1
         self._cache = EventCache()
@@ -235,6 +248,7 @@ class BookOperations(pyfuse3.Operations):
         self._uid, self._gid, self._modes = source_modes(book, self.readonly, owner=owner,
                                                          umask=umask)
         self._mounted_ns = time.time_ns()
+        self._segment_names: dict[int, bytes] = {}  # segment index -> name the kernel holds
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -268,6 +282,8 @@ class BookOperations(pyfuse3.Operations):
         gen = getattr(self.book, "generation", 0)
         old = self._known
         self._known = self.book.gulf()
+        if gen == self._generation and self._known != old and self.mountpoint:
+            trio.lowlevel.spawn_system_task(self._drop_attrs)  # it grew
         if gen != self._generation:
             self._generation = gen
             self._cache.clear()
@@ -275,24 +291,54 @@ class BookOperations(pyfuse3.Operations):
             self._verified_segments.clear()
             log.warning("the log changed under the mount (it shrank or was replaced): "
                         "events %s..%s are reread from disk", old[0], old[1])
-            trio.lowlevel.spawn_system_task(self._invalidate_kernel, old, self._known)
+            segments, self._segment_names = self._segment_names, {}
+            trio.lowlevel.spawn_system_task(self._invalidate_kernel, old, self._known,
+                                            segments)
 
-    async def _invalidate_kernel(self, old: tuple[int, int], new: tuple[int, int]) -> None:
-        """Make the kernel forget what it cached of events ``old`` (a worker thread:
-        dropping pages waits for reads in flight, which this loop must keep serving)."""
+    def _changing_inodes(self) -> list[int]:
+        """Inodes whose attributes an append changes and the kernel caches for
+        ``CHANGING`` (the root, ``events/``, every epoch's directories) and the info files."""
+        inos = [I.ROOT, I.EVENTS, I.INFO]
+        for k in range(len(self.epochs)):
+            inos += [I.epoch_inode(k, kind)
+                     for kind in (I.EPOCH_DIR, I.EPOCH_EVENTS, I.EPOCH_INFO)]
+        return inos
+
+    def _drop_attrs_sync(self, inodes: list[int]) -> None:
+        for ino in inodes:
+            with contextlib.suppress(OSError):  # ENOENT: the kernel holds nothing of it
+                pyfuse3.invalidate_inode(ino, attr_only=True)
+
+    async def _drop_attrs(self) -> None:
+        """Make the kernel forget the attributes the log's growth changed (a worker
+        thread, as every notification: see ``_invalidate_kernel``)."""
         try:
-            await trio.to_thread.run_sync(self._invalidate_sync, old, new)
+            await trio.to_thread.run_sync(self._drop_attrs_sync, self._changing_inodes())
+        except Exception:  # never let a system task kill the mount
+            log.exception("invalidating the kernel's cached attributes failed")
+
+    async def _invalidate_kernel(self, old: tuple[int, int], new: tuple[int, int],
+                                 segments: dict[int, bytes]) -> None:
+        """Make the kernel forget what it cached of events ``old`` and of ``segments``
+        (index -> name) (a worker thread: dropping pages waits for reads in flight, which
+        this loop must keep serving)."""
+        try:
+            await trio.to_thread.run_sync(self._invalidate_sync, old, new, segments)
         except Exception:  # never let a system task kill the mount
             log.exception("invalidating the kernel's caches failed")
 
-    def _invalidate_sync(self, old: tuple[int, int], new: tuple[int, int]) -> None:
+    def _invalidate_sync(self, old: tuple[int, int], new: tuple[int, int],
+                         segments: dict[int, bytes]) -> None:
+        for k, name in segments.items():  # a segment's bytes may have changed
+            with contextlib.suppress(OSError):
+                pyfuse3.invalidate_inode(I.segment_inode(k))
+            with contextlib.suppress(OSError):
+                pyfuse3.invalidate_entry(I.SEGMENTS, name)
         first, last = old
         if not last:
             return
         gone_from = new[1] + 1 if new[1] else first
-        for ino in (I.EVENTS, I.ROOT, I.INFO):
-            with contextlib.suppress(OSError):
-                pyfuse3.invalidate_inode(ino, attr_only=True)
+        self._drop_attrs_sync(self._changing_inodes())
         for event in range(first, last + 1):
             with contextlib.suppress(OSError):  # ENOENT: the kernel holds nothing of it
                 pyfuse3.invalidate_inode(I.event_inode(event))
@@ -365,8 +411,10 @@ class BookOperations(pyfuse3.Operations):
                            nlink=2, entry_timeout=FOREVER)
 
     def _segment_attrs(self, seg: Segment) -> pyfuse3.EntryAttributes:
+        """A segment's attributes; its name is noted as one the kernel may cache."""
+        self._segment_names[seg.index] = I.event_name(seg.first)
         return self._attrs(I.segment_inode(seg.index), stat.S_IFREG | self._modes.read, seg.size,
-                           self.book.mtime_ns(seg.last), FOREVER if seg.complete else 0,
+                           self.book.mtime_ns(seg.last), FOREVER if seg.complete else GROWING,
                            entry_timeout=FOREVER)
 
     def _negative(self) -> pyfuse3.EntryAttributes:
@@ -377,7 +425,13 @@ class BookOperations(pyfuse3.Operations):
         return a
 
     def _info_bytes(self) -> bytes:
-        return render(summary(self.book)).encode()
+        """The info file: the log's summary; on a read-write mount ``next:``, the number
+        the next ``new/<N>`` must have now; then the last refused appends and meta writes
+        (a shell ignores close()'s errno, so this is where a user reads why)."""
+        info = summary(self.book)
+        if not self.readonly:
+            info[NEXT_KEY] = self.queue.next_free()
+        return (render(info) + self.refusals.render()).encode()
 
     def _epoch_info(self, k: int) -> bytes:
         e = self.epochs[k]
@@ -398,7 +452,7 @@ class BookOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOENT)
         if kind == I.EPOCH_INFO:
             return self._attrs(ino, stat.S_IFREG | self._modes.read, len(self._epoch_info(k)),
-                               self._log_mtime(), CHANGING, entry_timeout=FOREVER)
+                               self._log_mtime(), GROWING, entry_timeout=FOREVER)
         if kind in (I.EPOCH_DIR, I.EPOCH_EVENTS):
             size = self.epochs[k].log.count if kind == I.EPOCH_EVENTS else 0
             return self._attrs(ino, stat.S_IFDIR | self._modes.dir, size, self._log_mtime(),
@@ -425,6 +479,9 @@ class BookOperations(pyfuse3.Operations):
             return self._epoch_attrs(ino)
         if I.is_segment(ino) and self.segments is not None:
             seg = self.segments.get(ino - I.SEGMENT_BASE)
+            if seg is None or not seg.complete:  # it may have grown: look at the log
+                self._follow()
+                seg = self.segments.get(ino - I.SEGMENT_BASE)
             if seg is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
             return self._segment_attrs(seg)
@@ -434,7 +491,7 @@ class BookOperations(pyfuse3.Operations):
         if ino == I.INFO:
             self._follow()
             return self._attrs(ino, stat.S_IFREG | self._modes.read, len(self._info_bytes()),
-                               self._log_mtime(), CHANGING, entry_timeout=FOREVER)
+                               self._log_mtime(), GROWING, entry_timeout=FOREVER)
         if ino in I.META_BY_INODE:
             key = I.META_BY_INODE[ino]
             mode = self._modes.meta
@@ -529,22 +586,24 @@ class BookOperations(pyfuse3.Operations):
             return await self._attrs_of(inode)
         if inode in I.META_BY_INODE:
             key = I.META_BY_INODE[inode]
+            path, refused = f"meta/{key}", self.refusals.refuse
             if self.readonly:
-                raise refuse(errno.EROFS, f"meta/{key}: the mount is read-only")
+                raise refused(path, errno.EROFS, f"{path}: the mount is read-only", ctx.pid)
             if owner:
-                raise refuse(errno.EPERM, f"meta/{key}: meta files keep their owner and mode")
+                raise refused(path, errno.EPERM, f"{path}: meta files keep their owner and "
+                                                 "mode", ctx.pid)
             if fields.update_size:
                 h = self._handles.get(fh) if fh is not None else None
                 if isinstance(h, _MetaWriteHandle):  # O_TRUNC, ftruncate: judged at close
                     h.staging.truncate(attr.st_size)
                     h.dirty = True
                 elif attr.st_size != META_FIELDS[key][1]:
-                    raise refuse(errno.EINVAL, f"meta/{key}: truncate to {attr.st_size} "
-                                               f"bytes; the field is exactly "
-                                               f"{META_FIELDS[key][1]} bytes")
+                    raise refused(path, errno.EINVAL, f"{path}: truncate to {attr.st_size} "
+                                                      f"bytes; the field is exactly "
+                                                      f"{META_FIELDS[key][1]} bytes", ctx.pid)
             elif times:
-                raise refuse(errno.EPERM, f"meta/{key}: times follow the log; write the "
-                                          "field to change it")
+                raise refused(path, errno.EPERM, f"{path}: times follow the log; write the "
+                                                 "field to change it", ctx.pid)
             return await self._attrs_of(inode)
         if fields.update_size:
             raise refuse(errno.EROFS, f"inode {inode}: events are immutable; append through new/")
@@ -688,14 +747,17 @@ class BookOperations(pyfuse3.Operations):
         if inode in I.META_BY_INODE:
             key = I.META_BY_INODE[inode]
             if writing:
+                path, refused = f"meta/{key}", self.refusals.refuse
                 if self.readonly:
-                    raise refuse(errno.EROFS, f"meta/{key}: the mount is read-only")
+                    raise refused(path, errno.EROFS, f"{path}: the mount is read-only",
+                                  ctx.pid)
                 if flags & os.O_APPEND:
-                    raise refuse(errno.EINVAL, f"meta/{key}: write the whole field, "
-                                               "not an append")
+                    raise refused(path, errno.EINVAL, f"{path}: write the whole field, "
+                                                      "not an append", ctx.pid)
                 truncated = bool(flags & os.O_TRUNC)
                 current = b"" if truncated else self.book.read_meta(key)
-                h = _MetaWriteHandle(key, current, self._holder_scan(f"meta/{key}", inode, ctx))
+                h = _MetaWriteHandle(key, current, self._holder_scan(path, inode, ctx),
+                                     ctx.pid)
                 h.dirty = truncated  # emptied: judged (and refused, unless rewritten) at close
                 return pyfuse3.FileInfo(fh=self._new_fh(h), direct_io=True, keep_cache=False)
             return pyfuse3.FileInfo(fh=self._new_fh(_BytesHandle(self.book.read_meta(key))),
@@ -717,6 +779,12 @@ class BookOperations(pyfuse3.Operations):
         if isinstance(h, _BytesHandle):
             return h.data[off : off + size]
         if isinstance(h, _SegmentHandle):
+            if not h.seg.complete and off + size > h.seg.size:
+                # the last segment grows with the log: read up to its current end (the
+                # new deeds' CRCs were checked by the save or by Book.refresh)
+                seg = self.segments.get(h.seg.index)
+                if seg is not None and seg.first == h.seg.first:
+                    h.seg = seg
             return self.segments.read(h.seg, off, size)
         raise pyfuse3.FUSEError(errno.EBADF)
 
@@ -774,17 +842,24 @@ class BookOperations(pyfuse3.Operations):
 
     @guarded
     async def create(self, parent_inode, name, mode, flags, ctx):
+        text = name.decode("utf-8", "replace")
+        if parent_inode in (I.NEW, I.META):  # an append or a meta write: recorded
+            path = f"{'new' if parent_inode == I.NEW else 'meta'}/{text}"
+            if self.readonly:
+                raise self.refusals.refuse(path, errno.EROFS, f"{path}: the mount is "
+                                                              "read-only", ctx.pid)
+            if parent_inode == I.META:  # an existing key never reaches create: unknown key
+                raise self.refusals.refuse(path, errno.ENOENT, f"{path}: unknown meta key; "
+                                           f"expected one of {', '.join(I.META_INODES)}",
+                                           ctx.pid)
         if self.readonly:
             raise refuse(errno.EROFS, "the mount is read-only")
-        if parent_inode == I.META:  # an existing key never reaches create: unknown key
-            raise refuse(errno.ENOENT, f"meta/{name.decode('utf-8', 'replace')}: unknown "
-                                       f"meta key; expected one of {', '.join(I.META_INODES)}")
         if parent_inode != I.NEW:
             where = {I.EVENTS: "events/", I.ROOT: "/"}.get(parent_inode, "")
             raise refuse(errno.EROFS if parent_inode == I.EVENTS else errno.EPERM,
                          f"cannot create {where}{name.decode('utf-8', 'replace')}: "
                          "append by creating new/<next event number>")
-        r = self.queue.reserve(name)
+        r = self.queue.reserve(name, ctx.pid)
         fh = self._new_fh(r)
         r.holders = self._holder_scan(f"new/{r.name}", I.staging_inode(fh), ctx)
         attrs = await self._attrs_of(I.staging_inode(fh))
@@ -795,9 +870,10 @@ class BookOperations(pyfuse3.Operations):
         h = self._handles.get(fh)
         if isinstance(h, Reservation):
             if h.state != "open":
-                raise refuse(errno.EBADF, f"new/{h.number}: write of {len(buf)} bytes at "
-                                          f"{off} after the file was {h.state}; "
-                                          "nothing of it is saved")
+                path = f"new/{h.name}"
+                raise self.refusals.refuse(path, errno.EBADF, f"{path}: write of {len(buf)} "
+                                           f"bytes at {off} after the file was {h.state}; "
+                                           "nothing of it is saved")
             if h.holders is not None and not h.holders.fds:
                 h.holders.note_creator_fds()
             try:
@@ -863,15 +939,17 @@ class BookOperations(pyfuse3.Operations):
             return
         h.deferred = False
         h.dirty = False
+        path = f"meta/{h.key}"
         if h.poisoned or closing == KILLED:
             err, h.poisoned = h.poisoned or errno.EIO, 0
-            raise refuse(err, f"meta/{h.key}: not saved, because a write to it failed or "
-                              "its writer was killed")
+            raise self.refusals.refuse(path, err, f"{path}: not saved, because a write to it "
+                                       "failed or its writer was killed", h.pid)
         value = h.staging.getvalue()
         size = META_FIELDS[h.key][1]
         if len(value) != size:
-            raise refuse(errno.EINVAL, f"meta/{h.key}: {len(value)} bytes written, expected "
-                                       f"exactly {size}; the field is unchanged")
+            raise self.refusals.refuse(path, errno.EINVAL, f"{path}: {len(value)} bytes "
+                                       f"written, expected exactly {size}; the field is "
+                                       "unchanged", h.pid)
         await trio.to_thread.run_sync(self.book.save_meta, h.key, value)
 
     @guarded

@@ -1,0 +1,308 @@
+"""``bookfs append MNT FILE...``: append files as events through a mount's ``new/``, and
+say what happened to each one.
+
+Appending is ``cp FILE MNT/new/N``, but a shell ignores the errno of ``close()``, which is
+where a refused append is reported (DESIGN.md, the ``new/`` contract): ``printf abc >
+new/N`` returns 0.  This command does the same create, write and close, takes the real
+result of each ``close()`` (the commit; 0 means durable and visible), and for a refusal
+reads the reason from the ``last refusals`` section of ``MNT/info``, matched by path and
+by this process's ID.
+
+Contract:
+
+* Each FILE (``-`` is standard input, at most once) becomes the next event, in the order
+  given.  One line per file: ``event 43 <- a.bin (1,234 bytes)`` on stdout, or
+  ``a.bin: refused: <reason> [ERRNO]`` on stderr.
+* It stops at the first refusal, because the files are a sequence: the next one would
+  otherwise take the refused one's place.  ``--keep-going`` goes on with the next file
+  (at the number the refused one would have had).
+* Without ``--at`` the number is the mount's ``next:`` (in ``info``).  If another writer
+  takes it first (EEXIST at create), the next number is tried, so the file still goes in,
+  at the first free number; if a number turns out to leave a gap (another writer's
+  reservation failed and freed its number), ``next:`` is read again; if another writer's
+  failed event cancelled this one (ECANCELED, nothing saved), a regular file is sent
+  again.  With ``--at N`` the first file must become event N, the next N+1, ...; a
+  number taken or out of order is a refusal, and nothing is retried.
+* Only whole files are committed: if reading a FILE fails, or Ctrl-C interrupts, the
+  half-written ``new/<N>`` is emptied before its close, so the daemon refuses it.
+* Exit status: 0 if every file went in, 1 if any was refused, 2 for bad usage (MNT not a
+  bookfs mount or mounted read-only, a FILE missing, unreadable or a directory, ``-``
+  twice), checked before anything is appended; 130 after Ctrl-C.
+* Events only: ``meta/`` fields are written with ``cp``/``printf`` and their refusals read
+  in ``info``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import os
+import re
+import stat
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from .fs.commit import NEXT_KEY, REFUSALS_HEADER
+
+FSTYPE = "fuse.bookfs"  # the mount type in /proc/self/mountinfo
+CHUNK = 1 << 20  # bytes per write
+MAX_TRIES = 100  # create attempts per file while other writers take the numbers
+STDIN = "-"
+_LINE = re.compile(r"^  (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}) (\S+) (\S+) "
+                   r"pid (\S+): (.*)$")
+
+
+class UsageError(Exception):
+    """Bad usage: one line for the user, exit status 2."""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One line of the mount's refusal record."""
+
+    when: float  # seconds since the epoch (whole seconds)
+    path: str
+    errno_name: str
+    pid: int | None
+    reason: str
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo field with its octal escapes (``\\040`` for a space) undone."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_readonly(path: str) -> bool:
+    """Whether the bookfs mount at ``path`` is read-only.  Raises :class:`UsageError` if
+    ``path`` is not a bookfs mount point (the topmost mount there, by /proc/self/mountinfo)."""
+    real = os.path.realpath(path)
+    found = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields, rfields = left.split(), right.split()
+            if _unescape(fields[4]) == real and rfields:
+                found = (rfields[0], fields[5].split(","))  # the topmost mount wins
+    if found is None or found[0] != FSTYPE:
+        raise UsageError(f"{path}: not a bookfs mount point; expected the directory a "
+                         "'bookfs mount' made")
+    return "ro" in found[1]
+
+
+def read_info(mnt: str) -> tuple[dict[str, str], list[Recorded]]:
+    """``MNT/info`` as ``(key -> value, the refusal record oldest first)``."""
+    with open(os.path.join(mnt, "info"), encoding="utf-8", errors="replace") as f:
+        lines = f.read().splitlines()
+    keys: dict[str, str] = {}
+    record: list[Recorded] = []
+    section = False  # inside the refusal record
+    for line in lines:
+        m = _LINE.match(line) if section else None
+        if m:
+            when = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S %z").timestamp()
+            pid = int(m.group(4)) if m.group(4).isdigit() else None
+            record.append(Recorded(when, m.group(2), m.group(3), pid, m.group(5)))
+        elif ":" in line and not line.startswith(" "):
+            key, _, value = line.partition(":")
+            keys[key.strip()] = value.strip()
+            section = key == REFUSALS_HEADER
+    return keys, record
+
+
+def refusal_reason(mnt: str, path: str, err: int, since: float) -> str:
+    """Why ``path`` (``new/43``) was refused to this process since ``since``: the newest
+    matching line of the refusal record, else the errno's text."""
+    name = errno.errorcode.get(err, str(err))
+    try:
+        _, record = read_info(mnt)
+    except OSError:
+        record = []
+    for r in reversed(record):
+        if r.path == path and r.pid in (os.getpid(), None) and r.when >= int(since):
+            return f"{r.reason} [{r.errno_name}]"
+    return f"{os.strerror(err)} [{name}]"
+
+
+def next_number(mnt: str) -> int:
+    keys, _ = read_info(mnt)
+    try:
+        return int(keys[NEXT_KEY])
+    except (KeyError, ValueError):
+        raise UsageError(f"{mnt}/info has no '{NEXT_KEY}:' line; expected a read-write "
+                         "bookfs mount") from None
+
+
+def check_files(files: list[str]) -> list[int | None]:
+    """The size of each FILE (None for stdin or a pipe), or :class:`UsageError`."""
+    if files.count(STDIN) > 1:
+        raise UsageError("'-' (standard input) can be given only once")
+    sizes: list[int | None] = []
+    for name in files:
+        if name == STDIN:
+            sizes.append(None)
+            continue
+        try:
+            st = os.stat(name)
+        except OSError as e:
+            raise UsageError(f"{name}: {e.strerror}; expected a file to append") from None
+        if stat.S_ISDIR(st.st_mode):
+            raise UsageError(f"{name}: is a directory; expected a file to append")
+        if not os.access(name, os.R_OK):
+            raise UsageError(f"{name}: not readable; expected a file to append")
+        sizes.append(st.st_size if stat.S_ISREG(st.st_mode) else None)
+    return sizes
+
+
+class Appender:
+    """Appends files through ``MNT/new/`` one at a time (see the module's contract)."""
+
+    def __init__(self, mnt: str, at: int | None, progress):
+        self.mnt = mnt
+        self.at = at  # the number the next file must take, if insisted on
+        self.progress = progress
+
+    def _create(self) -> tuple[int, int] | tuple[None, str]:
+        """``(number, fd)`` of a new ``new/<N>``, or ``(None, reason)`` if refused."""
+        n = self.at if self.at is not None else next_number(self.mnt)
+        gap_retried = False
+        for _ in range(MAX_TRIES):
+            since = time.time()
+            try:
+                fd = os.open(os.path.join(self.mnt, "new", str(n)),
+                             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                return n, fd
+            except OSError as e:
+                if self.at is None and e.errno == errno.EEXIST:
+                    n += 1  # another writer took it: the next one is free
+                    continue
+                if self.at is None and e.errno == errno.EINVAL and not gap_retried:
+                    fresh = next_number(self.mnt)  # a number freed under us: ask again
+                    gap_retried = True
+                    if fresh != n:
+                        n = fresh
+                        continue
+                return None, f"new/{n}: " + refusal_reason(
+                    self.mnt, f"new/{n}", e.errno or errno.EIO, since)
+        return None, f"new/{n}: other writers took {MAX_TRIES} numbers in a row; try again"
+
+    def append(self, name: str) -> tuple[int | None, str]:
+        """Append FILE ``name``: ``(event number, line)`` or ``(None, line)``.  Without
+        ``--at``, a regular file whose commit was cancelled because another writer's
+        predecessor failed (ECANCELED: nothing of it was saved) is tried again."""
+        for _ in range(MAX_TRIES):
+            n, line, err = self._append_once(name)
+            if err != errno.ECANCELED or self.at is not None or name == STDIN:
+                break
+        return n, line
+
+    def _append_once(self, name: str) -> tuple[int | None, str, int]:
+        """One attempt: ``(number, line, 0)``, or ``(None, reason, errno of the close)``.
+        Only a whole file is ever committed: if reading it fails or the command is
+        interrupted, the file in ``new/`` is emptied first, so its close is refused."""
+        shown = "stdin" if name == STDIN else name
+        try:
+            src = sys.stdin.buffer if name == STDIN else open(name, "rb")
+        except OSError as e:
+            return None, f"{shown}: {e.strerror}; nothing appended", 0
+        try:
+            n, fd = self._create()
+            if n is None:
+                return None, f"{shown}: refused: {fd}", 0
+            since = time.time()
+            written, err, whole, why = 0, 0, False, ""
+            try:
+                while True:
+                    try:
+                        chunk = src.read(CHUNK)
+                    except OSError as e:
+                        why = f"{shown}: {e.strerror} while reading it; nothing appended"
+                        break
+                    if not chunk:
+                        whole = True
+                        break
+                    view = memoryview(chunk)
+                    while view:
+                        k = os.write(fd, view)
+                        view = view[k:]
+                        written += k
+                        self.progress.update(k)
+            except OSError as e:  # the write failed: the daemon fails the close too
+                err = e.errno or errno.EIO
+            finally:
+                if not whole:  # never commit part of a file (read error, Ctrl-C)
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, 0)
+                try:
+                    os.close(fd)  # the commit: 0 means durable and visible
+                except OSError as e:
+                    err = err or e.errno or errno.EIO
+            self.progress.update(-written if err or not whole else 0)
+            if why:
+                return None, why, 0
+            if err:
+                reason = refusal_reason(self.mnt, f"new/{n}", err, since)
+                return None, f"{shown}: refused: new/{n}: {reason}", err
+        finally:
+            if src is not sys.stdin.buffer:
+                src.close()
+        if self.at is not None:
+            self.at = n + 1
+        return n, f"event {n} <- {shown} ({written:,} bytes)", 0
+
+
+def run(args) -> int:
+    from .cli import _progress_bar
+
+    try:
+        if not os.path.isdir(args.mountpoint):
+            raise UsageError(f"{args.mountpoint}: not a directory; expected a bookfs "
+                             "mount point")
+        if mount_readonly(args.mountpoint):
+            raise UsageError(f"{args.mountpoint}: mounted read-only; expected a read-write "
+                             "mount (bookfs mount SOURCE MNT without -o ro)")
+        if args.at is not None and args.at < 1:
+            raise UsageError(f"--at {args.at}: expected an event number of 1 or more")
+        sizes = check_files(args.files)
+    except UsageError as e:
+        print(f"bookfs append: {e}", file=sys.stderr)
+        return 2
+    total = None if None in sizes else sum(sizes)
+    refused = 0
+    with _progress_bar(total, "append") as bar:
+        appender = Appender(args.mountpoint, args.at, bar)
+        for name in args.files:
+            try:
+                n, line = appender.append(name)
+            except UsageError as e:
+                print(f"bookfs append: {e}", file=sys.stderr)
+                return 2
+            except KeyboardInterrupt:
+                print(f"bookfs append: interrupted; {'stdin' if name == STDIN else name} "
+                      "and the files after it were not appended", file=sys.stderr)
+                return 130
+            if n is None:
+                refused += 1
+                print(line, file=sys.stderr, flush=True)
+                if not args.keep_going:
+                    break  # with --at, the next file would insist on the same number
+            else:
+                print(line, flush=True)
+    return 1 if refused else 0
+
+
+def register(sub) -> None:
+    s = sub.add_parser("append", help="append files as events through a mount",
+                       description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("mountpoint", metavar="MNT", help="a read-write bookfs mount")
+    s.add_argument("files", metavar="FILE", nargs="+",
+                   help="a payload (4-byte mug, then the jam) per event; - for stdin")
+    s.add_argument("--at", type=int, metavar="N",
+                   help="the first file must become event N (refused if the log has moved "
+                        "on); the next ones N+1, ...")
+    s.add_argument("--keep-going", action="store_true",
+                   help="after a refusal, go on with the next file")
+    s.set_defaults(func=run)
