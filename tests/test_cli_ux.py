@@ -170,6 +170,14 @@ CASES: list[tuple[str, set[int]]] = [
     ("umount {empty}", USAGE),
     ("umount -l {empty}", USAGE),
     ("umount", USAGE),
+    # append (appends themselves are tested in test_append_cli.py)
+    ("append {mnt} {file}", USAGE),  # a read-only mount
+    ("append {log} {file}", USAGE),  # not a mount
+    ("append {missing} {file}", USAGE),
+    ("append {mnt} {missing}", USAGE),
+    ("append {mnt} {empty}", USAGE),
+    ("append {mnt} {file} --at x", USAGE),
+    ("append {mnt}", USAGE),
     # show / report
     ("show {log} 1", {0}),
     ("show {log} 1..3 --json", {0}),
