@@ -427,10 +427,13 @@ class BookOperations(pyfuse3.Operations):
     def _info_bytes(self) -> bytes:
         """The info file: the log's summary; on a read-write mount ``next:``, the number
         the next ``new/<N>`` must have now; then the last refused appends and meta writes
-        (a shell ignores close()'s errno, so this is where a user reads why)."""
+        (a shell ignores close()'s errno, so this is where a user reads why).  A read-only
+        mount refuses writes at open(), where the shell sees the error, so it has no
+        record and its info is exactly ``bookfs info``'s."""
         info = summary(self.book)
-        if not self.readonly:
-            info[NEXT_KEY] = self.queue.next_free()
+        if self.readonly:
+            return render(info).encode()
+        info[NEXT_KEY] = self.queue.next_free()
         return (render(info) + self.refusals.render()).encode()
 
     def _epoch_info(self, k: int) -> bytes:
