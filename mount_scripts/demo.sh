@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job, end to end on the bundled sample log: build it, mount it, browse it with
-# shell tools, append an event through new/, run the Spark pipeline over the mount, unmount.
+# shell tools, append events through new/, show and report, run the Spark pipeline over the
+# mount, unmount.
 # Usage: bash mount_scripts/demo.sh [--events N] [--workdir DIR]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -45,14 +46,22 @@ head -c 48 "$mnt/events/000000000006" | xxd
 xxd "$mnt/meta/who"
 du -sh "$mnt/events"
 
-step "append an event through new/"
-last=$(sed -n 's/^last: *//p' "$mnt/info")
-next=$((last + 1))
+step "append through new/: cp, then bookfs append (which reports each result)"
+next=$(sed -n 's/^next: *//p' "$mnt/info")
 printf '\x00\x00\x00\x00\x02' > "$work/payload.bin"   # mug 0 ++ jam(0)
 cp "$work/payload.bin" "$mnt/new/$next"
 ls -l "$mnt/events/$(printf '%012d' "$next")"
 xxd "$mnt/events/$next"
-grep -E '^(last|events):' "$mnt/info"
+bookfs append "$mnt" "$work/payload.bin"
+grep -E '^(last|next|events):' "$mnt/info"
+
+step "read an event as a person: bookfs show, pretty/"
+bookfs show "$mnt" 6
+head -n 4 "$mnt/pretty/7"
+
+step "a picture of the log: bookfs report"
+bookfs report "$mnt" --out "$work/report"
+ls "$work/report"
 
 if bookfs spark --help >/dev/null 2>&1; then
     step "Spark pipeline over the mount"
