@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from .fs.commit import NEXT_KEY, REFUSALS_HEADER
+from .fs.mountinfo import bookfs_mount_at
 
-FSTYPE = "fuse.bookfs"  # the mount type in /proc/self/mountinfo
 CHUNK = 1 << 20  # bytes per write
 MAX_TRIES = 100  # create attempts per file while other writers take the numbers
 STDIN = "-"
@@ -70,26 +70,10 @@ class Recorded:
     reason: str
 
 
-def _unescape(field: str) -> str:
-    """A mountinfo field with its octal escapes (``\\040`` for a space) undone."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
 def mount_readonly(path: str) -> bool:
     """Whether the bookfs mount at ``path`` is read-only.  Raises :class:`UsageError` if
-    ``path`` is not a bookfs mount point (the topmost mount there, by /proc/self/mountinfo)."""
-    real = os.path.realpath(path)
-    found = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fields, rfields = left.split(), right.split()
-            if _unescape(fields[4]) == real and rfields:
-                found = (rfields[0], fields[5].split(","))  # the topmost mount wins
-    if found is None or found[0] != FSTYPE:
-        raise UsageError(f"{path}: not a bookfs mount point; expected the directory a "
-                         "'bookfs mount' made")
-    return "ro" in found[1]
+    ``path`` is not a bookfs mount point."""
+    return bookfs_mount_at(path).readonly
 
 
 def read_info(mnt: str) -> tuple[dict[str, str], list[Recorded]]:

@@ -136,3 +136,14 @@ def render(info: dict, as_json: bool = False) -> str:
             lines[k] = v
     width = max(len(k) for k in lines)
     return "".join(f"{k + ':':<{width + 1}} {v}\n" for k, v in lines.items())
+
+
+def parse(text: str) -> dict[str, str]:
+    """The ``key: value`` lines :func:`render` wrote (a mount's ``info`` file), as text;
+    indented lines (a section's items, such as the refusal record) are skipped."""
+    out = {}
+    for line in text.splitlines():
+        if line[:1].strip() and ":" in line:
+            key, _, value = line.partition(":")
+            out[key.strip()] = value.strip()
+    return out

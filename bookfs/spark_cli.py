@@ -155,23 +155,6 @@ def _write(df, path: str) -> None:
      .write.mode("error").partitionBy("event_bucket").parquet(path))
 
 
-def _mount_root(path: str) -> str | None:
-    """The filesystem type mounted exactly at ``path`` (``fuse.bookfs`` for a bookfs
-    mount), from ``/proc/self/mountinfo``; None if nothing is mounted there."""
-    real = os.path.realpath(path)
-    found = None
-    try:
-        with open("/proc/self/mountinfo") as f:
-            for line in f:  # the last match is the mount on top
-                fields = line.split()
-                point = fields[4].replace("\\040", " ").replace("\\011", "\t")
-                if point == real and "-" in fields:
-                    found = fields[fields.index("-") + 1]
-    except OSError:
-        return None
-    return found
-
-
 def _mount_info(mnt: str) -> dict[str, str]:
     """``key: value`` lines of the mount's ``info`` file (empty if unreadable)."""
     try:
@@ -179,8 +162,9 @@ def _mount_info(mnt: str) -> dict[str, str]:
             text = f.read(1 << 16)
     except OSError:
         return {}
-    return {k.strip(): v.strip() for k, _, v in
-            (line.partition(":") for line in text.splitlines()) if v}
+    from .info import parse
+
+    return parse(text)
 
 
 def _number(text: str | None) -> int | None:
@@ -202,9 +186,12 @@ def check_inputs(args) -> tuple[str, int, int | None]:
     """
     from .errors import UsageError
 
+    from .fs.mountinfo import mount_at
+
     mnt = args.mountpoint
-    fstype = _mount_root(mnt)
-    if fstype != "fuse.bookfs":
+    found = mount_at(mnt)
+    fstype = found.fstype if found else None
+    if found is None or not found.is_bookfs:
         raise UsageError(f"{mnt}: not a bookfs mount (found "
                          f"{'a ' + fstype + ' mount' if fstype else 'no mount'} there); "
                          "expected the mount point of `bookfs mount SOURCE MOUNTPOINT`")

@@ -5,4 +5,5 @@
 ``commit``  the ordered group-commit queue behind ``new/``
 ``ops``     the pyfuse3 ``Operations``
 ``mount``   mounting, the daemon, unmounting
+``mountinfo`` which mount is at a path (umount, append, spark ask it)
 """

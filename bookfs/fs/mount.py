@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from ..errors import BookError, UsageError
 from ..fileio import private_dir
+from .mountinfo import FSNAME_PREFIX, FUSE_SUBTYPE, bookfs_mount_at, mount_at
 from ..segments import DEFAULT_SPAN as DEFAULT_SEGMENT_SPAN
 
 log = logging.getLogger(__name__)
@@ -136,8 +137,6 @@ IGNORED_OPTIONS = {"defaults", "auto", "noauto", "user", "users", "nouser", "own
                    "nolazytime", "nodiratime", "diratime", "loud", "silent"}
 IGNORED_PREFIXES = ("x-",)
 #: Options bookfs always gives FUSE (fsname= is added too: bookfs:<source>, unless given).
-FUSE_SUBTYPE = "bookfs"  # mounts show as type fuse.bookfs
-FSNAME_PREFIX = "bookfs:"  # the mount's source column: bookfs:<source>
 ALWAYS_FUSE = ("subtype=" + FUSE_SUBTYPE, "default_permissions", "auto_unmount")
 #: Examples of what goes to FUSE untouched (for --help; FUSE decides what it accepts).
 FUSE_EXAMPLES = ("dev", "nodev", "suid", "nosuid", "exec", "noexec", "atime", "noatime",
@@ -504,18 +503,9 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
     return 0
 
 
-def _unescape(field: str) -> str:
-    """A /proc/self/mountinfo field with its octal escapes (``\\040`` for a space) undone."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
 def _mount_id(mountpoint: str) -> str | None:
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            if _unescape(fields[4]) == mountpoint:
-                found = fields[0]  # the last (topmost) mount there wins
-    return locals().get("found")
+    m = mount_at(mountpoint, resolve=False)
+    return m.mount_id if m else None
 
 
 def _start_watchdog(mountpoint: str) -> None:
@@ -586,24 +576,9 @@ def umount(mountpoint: str, *, lazy: bool = False, timeout: float = 30.0) -> int
 def _mounted_source(mountpoint: str) -> tuple[str | None, bool]:
     """``(source, readonly)`` of the bookfs mount at ``mountpoint`` (the topmost one there);
     ``source`` is None when the mount was given another ``fsname=``.  Raises
-    :class:`MountError` when nothing, or something other than bookfs, is mounted there."""
-    found = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            parts, rparts = left.split(), right.split()
-            if _unescape(parts[4]) == mountpoint and rparts:
-                found = parts, rparts
-    if found is None:
-        raise UsageError(f"{mountpoint}: nothing is mounted there; expected a bookfs mount "
-                         "point")
-    parts, rparts = found
-    if rparts[0] != "fuse." + FUSE_SUBTYPE:
-        raise UsageError(f"{mountpoint}: a {rparts[0]} mount, not bookfs; use umount(8) "
-                         "for it")
-    src = _unescape(rparts[1]) if len(rparts) > 1 else ""
-    src = src[len(FSNAME_PREFIX):] if src.startswith(FSNAME_PREFIX) else None
-    return src, "ro" in parts[5].split(",")
+    :class:`UsageError` when nothing, or something other than bookfs, is mounted there."""
+    m = bookfs_mount_at(mountpoint)
+    return m.bookfs_source, m.readonly
 
 
 def _wait_for_daemon(source: str, timeout: float) -> None:
