@@ -11,6 +11,7 @@ pkg-config --exists fuse3 2>/dev/null || need_pkgs+=(libfuse3-dev)
 command -v pkg-config >/dev/null 2>&1 || need_pkgs+=(pkg-config)
 command -v xxd >/dev/null 2>&1 || need_pkgs+=(xxd)
 command -v rsync >/dev/null 2>&1 || need_pkgs+=(rsync)
+command -v patch >/dev/null 2>&1 || need_pkgs+=(patch)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     echo "setup: installing Debian packages: ${need_pkgs[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
@@ -40,5 +41,36 @@ if [ ! -f "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ]; then
         exit 1
     fi
     touch "$stamp"
+fi
+
+# pyfuse3 built from its pinned PyPI sdist with bookfs's patch (reads by inode, noflush and
+# cache_readdir per open: see the patch's header).  Without it bookfs still works, on the
+# path that costs more FUSE requests, and its info file says so.
+patch_file="$here/mount_scripts/pyfuse3-3.5.0-bookfs.patch"
+patch_stamp="$venv/.pyfuse3-patched-$(sha256sum "$patch_file" | cut -c1-16)"
+if [ ! -f "$patch_stamp" ] || ! "$venv/bin/python" -c \
+        "import pyfuse3, sys; sys.exit('read_inode' not in getattr(pyfuse3, 'FEATURES', ()))" \
+        2>/dev/null; then
+    echo "setup: building pyfuse3 3.5.0 with $(basename "$patch_file")" >&2
+    build="$(mktemp -d)"
+    build_log="$venv/pyfuse3-build.log"
+    if ! {
+        "$venv/bin/python" -m pip download --no-deps --no-binary :all: pyfuse3==3.5.0 \
+            -d "$build" &&
+        echo "88399a9494b88603230bba300f4ba9ad63fece5ed514ca3633d555a0c6a42b24  $build/pyfuse3-3.5.0.tar.gz" |
+            sha256sum -c - &&
+        tar xzf "$build/pyfuse3-3.5.0.tar.gz" -C "$build" &&
+        (cd "$build/pyfuse3-3.5.0" && patch -p1 <"$patch_file" && rm -f src/pyfuse3/__init__.c) &&
+        "$venv/bin/python" -m pip install --no-deps --force-reinstall "$build/pyfuse3-3.5.0" &&
+        "$venv/bin/python" -c "import pyfuse3; assert 'read_inode' in pyfuse3.FEATURES"
+    } >"$build_log" 2>&1; then
+        tail -30 "$build_log" >&2
+        echo "setup: building the patched pyfuse3 failed; full log in $build_log" >&2
+        rm -rf "$build"
+        exit 1
+    fi
+    rm -rf "$build"
+    rm -f "$venv"/.pyfuse3-patched-*
+    touch "$patch_stamp"
 fi
 echo "$venv"

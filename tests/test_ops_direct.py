@@ -13,6 +13,7 @@ import trio
 
 from bookfs.book import Book
 from bookfs.fs import inodes as I
+from bookfs.fs import ops as ops_module
 from bookfs.fs.ops import BookOperations
 from mount_fixtures import payload, small_src  # noqa: F401
 
@@ -40,6 +41,11 @@ def fuse_errno(fn, *args) -> int | None:
     return None
 
 
+def _fh(opened) -> int:
+    """opendir's handle: a FileInfo where pyfuse3 offers cache_readdir, else the number."""
+    return opened.fh if isinstance(opened, pyfuse3.FileInfo) else opened
+
+
 def test_lookup_getattr_read(ops):
     a = run(ops.lookup, I.EVENTS, b"000000000003", CTX)
     assert a.st_ino == I.event_inode(3) and a.st_size == 4 + 37 * 3
@@ -56,7 +62,7 @@ def test_lookup_getattr_read(ops):
     run(ops.release, fi.fh)
     assert fuse_errno(ops.read, fi.fh, 0, 10) == errno.EBADF
     assert fuse_errno(ops.open, a.st_ino, os.O_WRONLY, CTX) == errno.EROFS
-    assert run(ops.opendir, I.NEW, CTX) == I.NEW  # lists as empty
+    assert _fh(run(ops.opendir, I.NEW, CTX)) == I.NEW  # lists as empty
     meta = run(ops.lookup, I.META, b"who", CTX)
     fi = run(ops.open, meta.st_ino, os.O_RDONLY, CTX)
     assert run(ops.read, fi.fh, 0, 100) == ops.book.read_meta("who")
@@ -164,10 +170,51 @@ def test_unexpected_exception_becomes_eio(ops, monkeypatch):
     assert ops.book.read(11) == b"after"
 
 
-def test_readonly_ops(small_src):
+def test_readonly_ops(small_src, monkeypatch):
+    monkeypatch.setattr(ops_module, "FEATURES", frozenset())  # stock pyfuse3: opens
     with Book.open(small_src) as book:
         o = BookOperations(book)
+        assert fuse_errno(o.flush, 1) == errno.ENOSYS  # nothing commits: no FLUSH wanted
         assert fuse_errno(o.create, I.NEW, b"11", 0o644, W, CTX) == errno.EROFS
         meta = run(o.lookup, I.META, b"life", CTX)
         assert fuse_errno(o.open, meta.st_ino, os.O_WRONLY, CTX) == errno.EROFS
         assert fuse_errno(o.unlink, I.EVENTS, b"1", CTX) == errno.EROFS
+
+
+@pytest.mark.skipif("read_inode" not in getattr(pyfuse3, "FEATURES", ()),
+                    reason="needs pyfuse3 with mount_scripts/pyfuse3-3.5.0-bookfs.patch")
+def test_no_open_path(small_src, monkeypatch):
+    """A read-only mount on patched pyfuse3: OPEN and FLUSH answer ENOSYS (the kernel then
+    stops sending them), reads arrive by inode with fh 0 and are checked there: a corrupt
+    event answers EIO; info, meta and pretty/ are served by inode."""
+    monkeypatch.setattr(ops_module, "FEATURES", pyfuse3.FEATURES)
+    with Book.open(small_src) as book:
+        o = BookOperations(book)
+        ino = I.event_inode(3)
+        assert fuse_errno(o.open, ino, os.O_RDONLY, CTX) == errno.ENOSYS
+        assert fuse_errno(o.flush, 0) == errno.ENOSYS
+        assert run(o.read_inode, ino, 0, 0, 1000) == payload(3, 4 + 37 * 3)
+        assert run(o.read_inode, ino, 0, 5, 3) == payload(3, 4 + 37 * 3)[5:8]
+        info = run(o.read_inode, I.INFO, 0, 0, 1 << 16)
+        assert b"last:" in info and b"fuse:     patched pyfuse3: no-open" in info
+        assert run(o.getattr, I.INFO, CTX).st_size == len(info)
+        who = run(o.lookup, I.META, b"who", CTX).st_ino
+        assert run(o.read_inode, who, 0, 0, 100) == book.read_meta("who")
+        pretty = run(o.lookup, I.PRETTY, b"3", CTX)
+        text = run(o.read_inode, pretty.st_ino, 0, 0, 1 << 20)
+        assert text.startswith(b"event: 3\n") and pretty.st_size == len(text)  # real size
+        assert fuse_errno(o.read_inode, I.event_inode(99), 0, 0, 10) == errno.ESTALE
+    # a corrupt event: EIO on its first read, never its bytes
+    path = os.path.join(small_src, "book.log")
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+        needle = payload(4, 4 + 37 * 4)
+        at = data.find(needle)
+        assert at > 0
+        data[at + 10] ^= 0xFF
+        f.seek(0)
+        f.write(data)
+    with Book.open(small_src) as book:
+        o = BookOperations(book)
+        assert fuse_errno(o.read_inode, I.event_inode(4), 0, 0, 1000) == errno.EIO
+        assert run(o.read_inode, I.event_inode(5), 0, 0, 1000) == payload(5, 4 + 37 * 5)

@@ -42,13 +42,35 @@ Permissions: the mount uses ``default_permissions``; owner, group and modes come
 source log file (and its directory's search bits), so only users who could write the log
 can append through ``new/`` or write ``meta/``, and only users who could read it can read.
 
+Fewer requests (issue 12).  With pyfuse3 built with ``mount_scripts/pyfuse3-3.5.0-bookfs.patch``
+(:data:`FEATURES`; ``info`` says which path a mount is on):
+
+* a read-only mount answers OPEN with ENOSYS, so the kernel opens every file without
+  asking and never sends RELEASE, and reads arrive by inode (``read_inode``).  The check
+  an open made moves to the first read of an event: a failed check answers EIO, and the
+  kernel caches no byte of that event.  A warm read of an event costs no request at all;
+  a cold one LOOKUP and READ.  Files whose content changes (``info``, ``epochs/*/info``,
+  ``meta/*``) report a new mtime whenever their content changed, so the kernel (which
+  rechecks their attributes before reading, ``GROWING``) drops its stale pages;
+  ``pretty/N`` reports its rendering's real size;
+* every open that cannot write says ``noflush``, so its close sends no FLUSH;
+* directories are opened with ``cache_readdir``, and keep the kernel's listing while the
+  log has not changed since the last opendir (``ls -l events/`` costs OPENDIR and
+  RELEASEDIR).
+
+On stock pyfuse3 everything works as before: every open and close is a request.  FLUSH
+on a read-only mount is answered ENOSYS either way (there is no ``new/``), and the kernel
+stops sending it.
+
 Read-only mounts follow the writer: ``follow_loop`` checks the log every second.  When it
 shrank or was replaced (the log's ``generation`` changed) every cache is dropped, the
-kernel's too, and handles opened before answer ESTALE.
+kernel's too, and handles opened before answer ESTALE (without opens, on the patched
+path, the kernel's cached pages of every event of the old log are dropped instead).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import functools
@@ -82,6 +104,13 @@ SMALL_EVENT = 128 << 10  # events up to this size are read whole and cached
 FOLLOW_EVERY = 1.0  # seconds between a read-only mount's checks of the log
 HELD, LAST, KILLED, COPY, STUCK = "held", "last", "killed", "copy", "stuck"  # _closing
 TRANSIENT_WAIT = 2.0  # seconds a flush waits for fork-before-exec copies to go away
+PRETTY_KEPT = 64  # renderings of pretty/N kept for reads by inode (each at most ~64 KiB)
+
+#: What the pyfuse3 in use offers beyond stock (``read_inode``, ``noflush``,
+#: ``cache_readdir``: see mount_scripts/pyfuse3-3.5.0-bookfs.patch).  The environment
+#: variable ``BOOKFS_STOCK_PYFUSE3=1`` makes bookfs use none of them (tests, benchmarks).
+FEATURES: frozenset[str] = (frozenset() if os.environ.get("BOOKFS_STOCK_PYFUSE3")
+                            else frozenset(getattr(pyfuse3, "FEATURES", ())))
 
 
 def guarded(fn):
@@ -249,6 +278,14 @@ class BookOperations(pyfuse3.Operations):
                                                          umask=umask)
         self._mounted_ns = time.time_ns()
         self._segment_names: dict[int, bytes] = {}  # segment index -> name the kernel holds
+        # fewer requests (module docstring): which of pyfuse3's extensions this mount uses
+        self.no_open = self.readonly and "read_inode" in FEATURES
+        self.noflush = "noflush" in FEATURES
+        self.cache_dirs = "cache_readdir" in FEATURES
+        self._listed: dict[int, tuple] = {}  # directory inode -> log state at its opendir
+        self._pretty: collections.OrderedDict[int, bytes] = collections.OrderedDict()
+        self._content_mtime: dict[int, tuple[bytes, int]] = {}  # inode -> (content, mtime)
+        self._segment_checked: dict[int, int] = {}  # incomplete segment -> size checked
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -257,6 +294,35 @@ class BookOperations(pyfuse3.Operations):
         self._next_fh += 1
         self._handles[fh] = handle
         return fh
+
+    def _file_info(self, fh: int, **kw) -> pyfuse3.FileInfo:
+        """A FileInfo for an open that cannot write: ``noflush`` where pyfuse3 offers it
+        (a close then sends no FLUSH; only ``new/`` and ``meta/`` writes need one)."""
+        fi = pyfuse3.FileInfo(fh=fh, **kw)
+        if self.noflush:
+            fi.noflush = True
+        return fi
+
+    def fuse_path(self) -> str:
+        """Which request path this mount is on, for ``info``."""
+        if self.no_open:
+            return "patched pyfuse3: no-open reads by inode, noflush, cached listings"
+        if self.noflush:
+            return "patched pyfuse3: noflush, cached listings (opens kept for new/ and meta/)"
+        return ("stock pyfuse3: a request for every open and close (mount_scripts/setup.sh "
+                "builds the patched one)")
+
+    def _changed_mtime(self, ino: int, content: bytes, mtime_ns: int) -> int:
+        """The mtime to report for a small file whose content changes (``info``): at least
+        ``mtime_ns``, and later whenever ``content`` differs from what was last reported,
+        so the kernel (which rechecks it before reading) drops its cached pages."""
+        seen = self._content_mtime.get(ino)
+        if seen is not None and seen[0] != content:
+            mtime_ns = max(mtime_ns, time.time_ns(), seen[1] + 1)
+        elif seen is not None:
+            mtime_ns = max(mtime_ns, seen[1])
+        self._content_mtime[ino] = (content, mtime_ns)
+        return mtime_ns
 
     def _attrs(self, ino: int, mode: int, size: int, mtime_ns: int, timeout: float,
                nlink: int = 1, entry_timeout: float | None = None) -> pyfuse3.EntryAttributes:
@@ -289,6 +355,8 @@ class BookOperations(pyfuse3.Operations):
             self._cache.clear()
             self._verified_large.clear()
             self._verified_segments.clear()
+            self._segment_checked.clear()
+            self._pretty.clear()
             log.warning("the log changed under the mount (it shrank or was replaced): "
                         "events %s..%s are reread from disk", old[0], old[1])
             segments, self._segment_names = self._segment_names, {}
@@ -342,6 +410,9 @@ class BookOperations(pyfuse3.Operations):
         for event in range(first, last + 1):
             with contextlib.suppress(OSError):  # ENOENT: the kernel holds nothing of it
                 pyfuse3.invalidate_inode(I.event_inode(event))
+            if self.no_open:  # renderings were cached by inode too
+                with contextlib.suppress(OSError):
+                    pyfuse3.invalidate_inode(I.pretty_inode(event))
             if event >= gone_from:
                 for name in (I.event_name(event), str(event).encode()):
                     for parent in (I.EVENTS, I.PRETTY):
@@ -370,11 +441,25 @@ class BookOperations(pyfuse3.Operations):
         return self._attrs(I.event_inode(event), stat.S_IFREG | self._modes.read,
                            self.book.payload_size(event), self.book.mtime_ns(event), FOREVER)
 
-    def _pretty_attrs(self, event: int) -> pyfuse3.EntryAttributes:
+    async def _pretty_attrs(self, event: int) -> pyfuse3.EntryAttributes:
         """``pretty/<event>``: size 0 (like a /proc file), content rendered on open and
-        served with ``direct_io``, so listing ``pretty/`` renders nothing."""
-        return self._attrs(I.pretty_inode(event), stat.S_IFREG | self._modes.read, 0,
+        served with ``direct_io``.  On the no-open path the kernel reads through its page
+        cache up to the size, so the rendering is made here and its real size given."""
+        size = len(await self._pretty_text(event)) if self.no_open else 0
+        return self._attrs(I.pretty_inode(event), stat.S_IFREG | self._modes.read, size,
                            self.book.mtime_ns(event), FOREVER)
+
+    async def _pretty_text(self, event: int) -> bytes:
+        """The rendering of ``event``, kept for the last ``PRETTY_KEPT`` events."""
+        text = self._pretty.get(event)
+        if text is None:
+            text = await self._pretty_bytes(event)
+            self._pretty[event] = text
+            while len(self._pretty) > PRETTY_KEPT:
+                self._pretty.popitem(last=False)
+        else:
+            self._pretty.move_to_end(event)
+        return text
 
     async def _pretty_bytes(self, event: int) -> bytes:
         """The rendering of ``event`` (``bookfs show``'s text, abbreviated: bounded size).
@@ -431,6 +516,7 @@ class BookOperations(pyfuse3.Operations):
         mount refuses writes at open(), where the shell sees the error, so it has no
         record and its info is exactly ``bookfs info``'s."""
         info = summary(self.book)
+        info["fuse"] = self.fuse_path()
         if self.readonly:
             return render(info).encode()
         info[NEXT_KEY] = self.queue.next_free()
@@ -454,8 +540,10 @@ class BookOperations(pyfuse3.Operations):
         if k >= len(self.epochs):
             raise pyfuse3.FUSEError(errno.ENOENT)
         if kind == I.EPOCH_INFO:
-            return self._attrs(ino, stat.S_IFREG | self._modes.read, len(self._epoch_info(k)),
-                               self._log_mtime(), GROWING, entry_timeout=FOREVER)
+            data = self._epoch_info(k)
+            return self._attrs(ino, stat.S_IFREG | self._modes.read, len(data),
+                               self._changed_mtime(ino, data, self._log_mtime()), GROWING,
+                               entry_timeout=FOREVER)
         if kind in (I.EPOCH_DIR, I.EPOCH_EVENTS):
             size = self.epochs[k].log.count if kind == I.EPOCH_EVENTS else 0
             return self._attrs(ino, stat.S_IFDIR | self._modes.dir, size, self._log_mtime(),
@@ -469,7 +557,7 @@ class BookOperations(pyfuse3.Operations):
                 self._follow()
             if event not in self.book:
                 raise pyfuse3.FUSEError(errno.ENOENT)
-            return self._pretty_attrs(event)
+            return await self._pretty_attrs(event)
         if I.is_event(ino):
             event = self._event_of(ino)
             if event not in self.book:
@@ -493,8 +581,10 @@ class BookOperations(pyfuse3.Operations):
             return self._dir_attrs(ino)
         if ino == I.INFO:
             self._follow()
-            return self._attrs(ino, stat.S_IFREG | self._modes.read, len(self._info_bytes()),
-                               self._log_mtime(), GROWING, entry_timeout=FOREVER)
+            data = self._info_bytes()
+            return self._attrs(ino, stat.S_IFREG | self._modes.read, len(data),
+                               self._changed_mtime(ino, data, self._log_mtime()), GROWING,
+                               entry_timeout=FOREVER)
         if ino in I.META_BY_INODE:
             key = I.META_BY_INODE[ino]
             mode = self._modes.meta
@@ -521,7 +611,7 @@ class BookOperations(pyfuse3.Operations):
                 self._follow()
                 if event not in self.book:
                     raise pyfuse3.FUSEError(errno.ENOENT)
-            return self._pretty_attrs(event)
+            return await self._pretty_attrs(event)
         if parent_inode == I.EVENTS:
             event = I.parse_number(name)
             if event is None:  # can never exist (Hadoop's .<name>.crc, say): cache that
@@ -621,7 +711,14 @@ class BookOperations(pyfuse3.Operations):
         if not is_dir:
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         self._follow()
-        return inode
+        if not self.cache_dirs:
+            return inode
+        # the kernel may keep its cached listing unless the log changed since the last
+        # opendir of this directory (an append, a recovery, a replacement)
+        state = (self._generation, self.book.gulf())
+        unchanged = self._listed.get(inode) == state
+        self._listed[inode] = state
+        return pyfuse3.FileInfo(fh=inode, cache_readdir=True, keep_cache=unchanged)
 
     @guarded
     async def readdir(self, fh, start_id, token):
@@ -698,6 +795,11 @@ class BookOperations(pyfuse3.Operations):
 
     @guarded
     async def open(self, inode, flags, ctx):
+        if self.no_open:
+            # the kernel takes ENOSYS as "opens need no request" for the whole mount: it
+            # opens every file itself (a read-only mount: the kernel refuses writes) and
+            # reads arrive by inode (read_inode), where the open's checks now happen
+            raise pyfuse3.FUSEError(errno.ENOSYS)
         writing = flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND)
         if I.is_event(inode):
             event = self._event_of(inode)
@@ -712,41 +814,37 @@ class BookOperations(pyfuse3.Operations):
                 await trio.to_thread.run_sync(self.book.verify_event, event)
                 self._verified_large.add(event)
             handle = _EventHandle(event, self._generation, small)
-            return pyfuse3.FileInfo(fh=self._new_fh(handle), keep_cache=True)
+            return self._file_info(self._new_fh(handle), keep_cache=True)
         if I.is_pretty(inode):
             event = I.inode_pretty(inode, self.book.first)
             if writing:
                 raise refuse(errno.EROFS, f"pretty/{event} is a read-only rendering")
             if event not in self.book:
                 raise pyfuse3.FUSEError(errno.ENOENT)
-            return pyfuse3.FileInfo(fh=self._new_fh(_BytesHandle(
-                await self._pretty_bytes(event))), direct_io=True, keep_cache=False)
+            return self._file_info(self._new_fh(_BytesHandle(await self._pretty_text(event))),
+                                   direct_io=True, keep_cache=False)
         if I.is_epoch(inode):
             k, kind = I.inode_epoch(inode)
             if kind != I.EPOCH_INFO or k >= len(self.epochs):
                 raise pyfuse3.FUSEError(errno.EISDIR)
             if writing:
                 raise refuse(errno.EACCES, "epochs/*/info is read-only")
-            return pyfuse3.FileInfo(fh=self._new_fh(_BytesHandle(self._epoch_info(k))),
-                                    direct_io=True, keep_cache=False)
+            return self._file_info(self._new_fh(_BytesHandle(self._epoch_info(k))),
+                                   direct_io=True, keep_cache=False)
         if I.is_segment(inode) and self.segments is not None:
             if writing:
                 raise refuse(errno.EROFS, "segments are read-only")
             seg = self.segments.get(inode - I.SEGMENT_BASE)
             if seg is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
-            if not (seg.complete and seg.index in self._verified_segments):
-                await trio.to_thread.run_sync(self.segments.verify, seg)
-                if seg.complete:
-                    self._verified_segments.add(seg.index)
-            return pyfuse3.FileInfo(fh=self._new_fh(_SegmentHandle(seg)),
-                                    keep_cache=seg.complete)
+            await self._check_segment(seg)
+            return self._file_info(self._new_fh(_SegmentHandle(seg)), keep_cache=seg.complete)
         if inode == I.INFO:
             if writing:
                 raise refuse(errno.EACCES, "info is read-only")
             self._follow()
-            return pyfuse3.FileInfo(fh=self._new_fh(_BytesHandle(self._info_bytes())),
-                                    direct_io=True, keep_cache=False)
+            return self._file_info(self._new_fh(_BytesHandle(self._info_bytes())),
+                                   direct_io=True, keep_cache=False)
         if inode in I.META_BY_INODE:
             key = I.META_BY_INODE[inode]
             if writing:
@@ -763,14 +861,78 @@ class BookOperations(pyfuse3.Operations):
                                      ctx.pid)
                 h.dirty = truncated  # emptied: judged (and refused, unless rewritten) at close
                 return pyfuse3.FileInfo(fh=self._new_fh(h), direct_io=True, keep_cache=False)
-            return pyfuse3.FileInfo(fh=self._new_fh(_BytesHandle(self.book.read_meta(key))),
-                                    direct_io=True, keep_cache=False)
+            return self._file_info(self._new_fh(_BytesHandle(self.book.read_meta(key))),
+                                   direct_io=True, keep_cache=False)
         if I.is_staging(inode):
             raise refuse(errno.EBUSY, "an event being written cannot be opened again")
         raise pyfuse3.FUSEError(errno.EISDIR if inode in self._dirs else errno.ENOENT)
 
+    async def _check_segment(self, seg: Segment) -> None:
+        """Check ``seg``'s deeds before its bytes are served: once for a complete segment,
+        again for the growing last one only when it has grown."""
+        if seg.complete and seg.index in self._verified_segments:
+            return
+        if not seg.complete and self._segment_checked.get(seg.index) == seg.size:
+            return
+        await trio.to_thread.run_sync(self.segments.verify, seg)
+        if seg.complete:
+            self._verified_segments.add(seg.index)
+            self._segment_checked.pop(seg.index, None)
+        else:
+            self._segment_checked[seg.index] = seg.size
+
     @guarded
     async def read(self, fh, off, size):
+        return await self._read_handle(fh, off, size)
+
+    @guarded
+    async def read_inode(self, inode, fh, off, size):
+        """Every read, with patched pyfuse3 (``read_inode`` in :data:`FEATURES`): through
+        the handle an open made, or by inode when the kernel opened the file itself
+        (fh 0: the no-open path)."""
+        if fh:
+            return await self._read_handle(fh, off, size)
+        return await self._read_by_inode(inode, off, size)
+
+    async def _read_by_inode(self, inode: int, off: int, size: int) -> bytes:
+        """A read with no open behind it.  An event is checked on its first read (CRC;
+        streamed, in a worker thread, for a large one): a failed check answers EIO, so
+        the kernel caches none of its bytes."""
+        if I.is_event(inode):
+            event = self._event_of(inode)
+            if event not in self.book:
+                self._follow()
+                if event not in self.book:
+                    raise refuse(errno.ESTALE, f"events/{event}: no longer in the log")
+            if self.book.payload_size(event) <= SMALL_EVENT:
+                return self._checked(event)[off : off + size]
+            if event not in self._verified_large:
+                await trio.to_thread.run_sync(self.book.verify_event, event)
+                self._verified_large.add(event)
+            return self.book.read_slice(event, off, size)
+        if I.is_pretty(inode):
+            event = I.inode_pretty(inode, self.book.first)
+            if event not in self.book:
+                raise refuse(errno.ESTALE, f"pretty/{event}: no longer in the log")
+            return (await self._pretty_text(event))[off : off + size]
+        if inode == I.INFO:
+            return self._info_bytes()[off : off + size]
+        if I.is_epoch(inode):
+            k, kind = I.inode_epoch(inode)
+            if kind == I.EPOCH_INFO and k < len(self.epochs):
+                return self._epoch_info(k)[off : off + size]
+        elif I.is_segment(inode) and self.segments is not None:
+            seg = self.segments.get(inode - I.SEGMENT_BASE)
+            if seg is None:
+                raise refuse(errno.ESTALE, f"segment {inode - I.SEGMENT_BASE}: no longer "
+                                           "in the log")
+            await self._check_segment(seg)
+            return self.segments.read(seg, off, size)
+        elif inode in I.META_BY_INODE:
+            return self.book.read_meta(I.META_BY_INODE[inode])[off : off + size]
+        raise pyfuse3.FUSEError(errno.EISDIR if inode in self._dirs else errno.EBADF)
+
+    async def _read_handle(self, fh: int, off: int, size: int) -> bytes:
         h = self._handles.get(fh)
         if isinstance(h, _EventHandle):
             if h.generation != self._generation:
@@ -896,6 +1058,10 @@ class BookOperations(pyfuse3.Operations):
 
     @guarded
     async def flush(self, fh):
+        if self.readonly:
+            # nothing commits on a read-only mount; ENOSYS makes the kernel stop sending
+            # FLUSH on every close
+            raise pyfuse3.FUSEError(errno.ENOSYS)
         h = self._handles.get(fh)
         if isinstance(h, Reservation):
             await self._flush_reservation(h)

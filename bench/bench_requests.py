@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Issue 12: FUSE requests per operation, and what they cost, side by side in one run.
+
+The same small events (``bookfs sample``), served five ways:
+
+  local       the events as files on the local disk (ext4)
+  ro          ``bookfs mount -o ro`` with the patched pyfuse3 (no-open reads by inode)
+  ro-stock    the same with ``BOOKFS_STOCK_PYFUSE3=1`` (today's path on stock pyfuse3)
+  rw          ``bookfs mount`` (read-write) with the patched pyfuse3 (noflush)
+  rw-stock    the same with ``BOOKFS_STOCK_PYFUSE3=1``
+
+Measured, rounds interleaved across the five (medians):
+
+1. warm small reads: open + read + close of R random events (<= 16 KiB) with os calls,
+   after one pass that brings them into the caches;
+2. cold small reads: the same after ``echo 3 > /proc/sys/vm/drop_caches`` (every source's
+   page and dentry caches dropped the same way);
+3. requests per operation, counted from a separate ``--debug`` mount of each kind (so the
+   timed mounts log nothing): a warm read, a cold read, ``ls -l events/`` twice.
+
+Needs root (drop_caches) and /dev/fuse.  Prints a Markdown table; ``--json F`` saves all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+from bookfs.book import Book  # noqa: E402
+from tests.mounting import mounted  # noqa: E402
+
+SMALL = 16 << 10
+KINDS = ("local", "ro", "ro-stock", "rw", "rw-stock")
+_REQUEST = re.compile(r"DEBUG bookfs\.fs\.ops: (\w+)\(")
+
+
+def say(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def drop_caches() -> None:
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def read_files(paths: list[str], sizes: list[int]) -> float:
+    """Seconds to open + read + close every path (one read each: all are small)."""
+    t = time.perf_counter()
+    for p, n in zip(paths, sizes):
+        fd = os.open(p, os.O_RDONLY)
+        got = len(os.read(fd, 1 << 18))
+        os.close(fd)
+        if got != n:
+            raise RuntimeError(f"{p}: read {got} bytes, expected {n}")
+    return time.perf_counter() - t
+
+
+@contextlib.contextmanager
+def source(kind: str, log: str, local: str, work: str, debug: bool = False):
+    """The events/ directory of ``kind``, mounted for the ``with`` block."""
+    if kind == "local":
+        yield os.path.join(local, "events")
+        return
+    opts = ["-o", "ro"] if kind.startswith("ro") else []
+    extra = ["--debug"] if debug else []
+    log_file = os.path.join(work, f"{kind}{'-debug' if debug else ''}.log")
+    saved = os.environ.get("BOOKFS_STOCK_PYFUSE3")
+    if kind.endswith("-stock"):
+        os.environ["BOOKFS_STOCK_PYFUSE3"] = "1"  # the daemon inherits it
+    else:
+        os.environ.pop("BOOKFS_STOCK_PYFUSE3", None)
+    try:
+        cm = mounted(log, os.path.join(work, "mnt-" + kind), *opts, *extra,
+                     log_file=log_file)
+        mnt = cm.__enter__()
+    finally:
+        if saved is None:
+            os.environ.pop("BOOKFS_STOCK_PYFUSE3", None)
+        else:
+            os.environ["BOOKFS_STOCK_PYFUSE3"] = saved
+    try:
+        with open(os.path.join(mnt, "info")) as f:
+            path = re.search(r"^fuse: *(.*)$", f.read(), re.M)
+        say(f"  {kind}: {path[1] if path else '?'}")
+        yield os.path.join(mnt, "events")
+    finally:
+        cm.__exit__(None, None, None)
+
+
+def count_requests(kind: str, log: str, local: str, work: str, picks: list[int]):
+    """Requests a ``--debug`` mount of ``kind`` logged for each operation."""
+    out = {}
+    with source(kind, log, local, work, debug=True) as ev:
+        log_file = os.path.join(work, f"{kind}-debug.log")
+        mark = [os.path.getsize(log_file)]
+
+        def take():
+            time.sleep(0.3)
+            with open(log_file) as f:
+                f.seek(mark[0])
+                text = f.read()
+                mark[0] = f.tell()
+            return collections.Counter(_REQUEST.findall(text))
+
+        def cat(k):
+            with open(os.path.join(ev, f"{k:012d}"), "rb") as f:
+                f.read()
+
+        cat(picks[0])  # the first open of the mount (ENOSYS turns opens off)
+        take()
+        cat(picks[1])
+        out["cold read"] = take()
+        cat(picks[1])
+        out["warm read"] = take()
+        subprocess.run(["ls", "-l", ev], capture_output=True, check=True)
+        out["ls -l events/ (first)"] = take()
+        subprocess.run(["ls", "-l", ev], capture_output=True, check=True)
+        out["ls -l events/ (again)"] = take()
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--events", type=int, default=20_000, help="sample events (20000)")
+    p.add_argument("--reads", type=int, default=5_000, help="small events read per pass (5000)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (3)")
+    p.add_argument("--json", help="save every figure as JSON here")
+    p.add_argument("--dir", help="work directory (default: a new one under /var/tmp)")
+    a = p.parse_args(argv)
+    work = a.dir or tempfile.mkdtemp(prefix="bookfs-bench-req-", dir="/var/tmp")
+    os.makedirs(work, exist_ok=True)
+    try:
+        log = os.path.join(work, "sample")
+        if not os.path.exists(os.path.join(log, "book.log")):
+            subprocess.run([sys.executable, "-m", "bookfs.cli", "sample", log, "--events",
+                            str(a.events)], check=True, capture_output=True)
+        local = os.path.join(work, "local")
+        sizes = {}
+        with Book.open(log) as book:
+            for e in range(book.first, book.last + 1):
+                n = book.payload_size(e)
+                if n <= SMALL:
+                    sizes[e] = n
+            if not os.path.isdir(local):
+                os.makedirs(os.path.join(local, "events"))
+                for e in range(book.first, book.last + 1):
+                    with open(os.path.join(local, "events", f"{e:012d}"), "wb") as f:
+                        f.write(book.read(e))
+        rnd = random.Random(7)
+        picks = rnd.sample(sorted(sizes), min(a.reads, len(sizes)))
+        want = [sizes[e] for e in picks]
+        say(f"{len(picks)} random small events of {a.events}; {a.rounds} rounds")
+
+        warm = {k: [] for k in KINDS}
+        cold = {k: [] for k in KINDS}
+        for r in range(a.rounds):
+            order = list(KINDS) if r % 2 == 0 else list(reversed(KINDS))
+            say(f"round {r + 1}: {' '.join(order)}")
+            for kind in order:
+                with source(kind, log, local, work) as ev:
+                    paths = [os.path.join(ev, f"{e:012d}") for e in picks]
+                    drop_caches()
+                    cold[kind].append(len(paths) / read_files(paths, want))
+                    read_files(paths, want)  # every one cached now
+                    warm[kind].append(len(paths) / read_files(paths, want))
+        requests = {k: count_requests(k, log, local, work, picks)
+                    for k in KINDS if k != "local"}
+    finally:
+        if not a.dir:
+            shutil.rmtree(work, ignore_errors=True)
+
+    med = {k: (statistics.median(warm[k]), statistics.median(cold[k])) for k in KINDS}
+    lines = ["| source | warm reads/s | × local | × ro-stock | cold reads/s | × local | "
+             "× ro-stock |", "|---|---|---|---|---|---|---|"]
+    for k in KINDS:
+        w, c = med[k]
+        lines.append(f"| {k} | {w:,.0f} | {w / med['local'][0]:.2f} | "
+                     f"{w / med['ro-stock'][0]:.2f} | {c:,.0f} | {c / med['local'][1]:.2f} | "
+                     f"{c / med['ro-stock'][1]:.2f} |")
+    ops = list(next(iter(requests.values())))
+    lines += ["", "| operation | " + " | ".join(requests) + " |",
+              "|---|" + "---|" * len(requests)]
+    for op in ops:
+        cells = []
+        for k in requests:
+            c = requests[k][op]
+            cells.append(f"{sum(c.values())} ({', '.join(f'{n} {v}' for n, v in sorted(c.items()))})"
+                         if c else "0")
+        lines.append(f"| {op} | " + " | ".join(cells) + " |")
+    print("\n".join(lines))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"warm": warm, "cold": cold, "requests": requests,
+                       "events": a.events, "reads": len(picks), "rounds": a.rounds,
+                       "machine": platform.platform(), "load": os.getloadavg()}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""How many FUSE requests reach the daemon per operation (issue 12), counted from a real
+mount's ``--debug`` log, which names every request a handler served.  These counts are
+the point of the pyfuse3 patch (``mount_scripts/pyfuse3-3.5.0-bookfs.patch``), so a change
+that brings requests back fails here; ``docs/benchmarks.md`` has the table."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import re
+import subprocess
+import time
+
+import pyfuse3
+import pytest
+
+from mounting import mounted, run_bookfs
+
+PATCHED = "read_inode" in getattr(pyfuse3, "FEATURES", ())
+needs_patch = pytest.mark.skipif(not PATCHED, reason="needs pyfuse3 with "
+                                 "mount_scripts/pyfuse3-3.5.0-bookfs.patch (setup.sh)")
+_REQUEST = re.compile(r"DEBUG bookfs\.fs\.ops: (\w+)\(")
+
+
+class Requests:
+    """The requests the daemon logged since the last :meth:`take`."""
+
+    def __init__(self, log_path: str):
+        self.path, self.mark = log_path, 0
+
+    def take(self) -> collections.Counter:
+        time.sleep(0.2)  # the daemon logs a request as it serves it; let the tail land
+        with open(self.path) as f:
+            f.seek(self.mark)
+            text = f.read()
+            self.mark = f.tell()
+        return collections.Counter(_REQUEST.findall(text))
+
+
+@pytest.fixture(scope="module")
+def log(tmp_path_factory):
+    d = tmp_path_factory.mktemp("req") / "log"
+    run_bookfs("sample", str(d), "--events", "300")
+    return d
+
+
+@contextlib.contextmanager
+def counted_mount(log, tmp_path, *opts):
+    """A mount with ``--debug`` and the :class:`Requests` its log shows."""
+    log_file = str(tmp_path / "daemon.log")
+    with mounted(log, tmp_path / "mnt", "--debug", *opts, log_file=log_file) as mnt:
+        yield mnt, Requests(log_file)
+
+
+def cat(path) -> bytes:
+    return subprocess.run(["cat", path], capture_output=True, check=True).stdout
+
+
+def ls_l(path) -> str:
+    return subprocess.run(["ls", "-l", path], capture_output=True, check=True,
+                          text=True).stdout
+
+
+@needs_patch
+def test_read_only_mount_reads_without_opens(log, tmp_path):
+    with counted_mount(log, tmp_path, "-o", "ro") as (mnt, req):
+        cat(f"{mnt}/events/5")  # the first open: ENOSYS turns opens off for the mount
+        req.take()
+        data = cat(f"{mnt}/events/6")
+        assert req.take() == {"lookup": 1, "read_inode": 1}  # cold: LOOKUP, READ
+        assert cat(f"{mnt}/events/6") == data
+        assert req.take() == {}  # warm: served by the kernel, no request at all
+        ls_l(f"{mnt}/events")
+        first = req.take()
+        assert first["readdir"] >= 1
+        ls_l(f"{mnt}/events")
+        again = req.take()
+        assert again["readdir"] == 0 and again["lookup"] == 0  # the kernel's listing
+        assert set(again) <= {"opendir", "releasedir", "getattr"}, again
+
+
+@needs_patch
+def test_read_write_mount_sends_no_flush_for_reads(log, tmp_path):
+    with counted_mount(log, tmp_path) as (mnt, req):
+        cat(f"{mnt}/events/6")
+        req.take()
+        cat(f"{mnt}/events/6")
+        counts = req.take()
+        # noflush: no FLUSH on close.  The kernel also marks atime stale after every read
+        # of a file on a writable superblock, which costs one GETATTR later
+        assert counts == {"open": 1, "release": 1, "getattr": counts["getattr"]}
+        assert counts["getattr"] <= 1
+        ls_l(f"{mnt}/events")
+        req.take()
+        ls_l(f"{mnt}/events")
+        assert req.take()["readdir"] == 0  # unchanged log: the kernel's listing
+        nxt = int(re.search(r"^next: *(\d+)", cat(f"{mnt}/info").decode(), re.M)[1])
+        with open(f"{mnt}/new/{nxt}", "wb") as f:
+            f.write(b"\0\0\0\0\x02")
+        req.take()
+        names = ls_l(f"{mnt}/events")
+        assert f"{nxt:012d}" in names  # the append made the kernel list again
+        assert req.take()["readdir"] >= 1
+
+
+@pytest.mark.parametrize("mode", ["ro", "rw"])
+def test_stock_pyfuse3_path_still_works(log, tmp_path, mode, monkeypatch):
+    """BOOKFS_STOCK_PYFUSE3=1: bookfs uses none of the patch, as on stock pyfuse3, and
+    says so in info; a read-only mount still answers FLUSH with ENOSYS once."""
+    monkeypatch.setenv("BOOKFS_STOCK_PYFUSE3", "1")  # the daemon inherits it
+    opts = ["-o", "ro"] if mode == "ro" else []
+    with counted_mount(log, tmp_path, *opts) as (mnt, req):
+        assert "stock pyfuse3" in cat(f"{mnt}/info").decode()
+        cat(f"{mnt}/events/6")
+        req.take()
+        data = cat(f"{mnt}/events/6")
+        counts = req.take()
+        want = {"open": 1, "read": 0, "release": 1}
+        if mode == "rw":
+            want["flush"] = 1
+        assert {k: counts[k] for k in want} == want, counts
+        assert data == cat(f"{mnt}/events/6")
