@@ -9,8 +9,8 @@
   immutable snapshot; a write that failed earlier (EFBIG, ENOSPC, EIO) has *poisoned* the
   reservation, and then commit fails with that errno and saves nothing.  Commits happen strictly in event order.  The
   writer at the head of the queue becomes the *leader*: it takes every consecutive ready
-  reservation and saves them with one ``Book.save`` (one write, one fdatasync) in a
-  worker thread, so reads go on meanwhile.  Writers that become ready while a save runs
+  reservation and saves them with one ``Book.save`` (one write, one fdatasync) on the
+  queue's own commit thread (:class:`SaveThread`), so reads go on meanwhile.  Writers that become ready while a save runs
   are committed together by the next leader: that is the group commit.
 * A reservation that fails (write error, a killed writer, a stall) takes every later
   reservation with it (ECANCELED), so no gap is ever left; their numbers become free.
@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import errno
 import logging
+import queue
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -149,6 +151,53 @@ class Reservation:
             self.poisoned = err
 
 
+class SaveThread:
+    """One long-lived thread that runs the saves, handed each through a ``SimpleQueue``
+    and reporting back through the trio token: a commit is one queue put and one
+    ``run_sync_soon``, with no thread-cache hand-off or capacity limiter
+    (``trio.to_thread``'s per-call cost).  A save is never abandoned half-way: the
+    awaiting task is shielded, since the bytes go to disk whatever happens to the
+    request.  The thread starts on first use and stops with :meth:`close`."""
+
+    def __init__(self):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    async def run(self, fn, *args):
+        """``fn(*args)`` on the commit thread; its result, or its exception re-raised."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="bookfs-commit",
+                                            daemon=True)
+            self._thread.start()
+        done = trio.Event()
+        box: list = []
+        self._jobs.put((fn, args, box, trio.lowlevel.current_trio_token(), done.set))
+        with trio.CancelScope(shield=True):
+            await done.wait()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, args, box, token, wake = job
+            try:
+                box.append((True, fn(*args)))
+            except BaseException as e:  # handed back to the awaiting task
+                box.append((False, e))
+            try:
+                token.run_sync_soon(wake)
+            except trio.RunFinishedError:
+                return
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread.join()
+            self._thread = None
+
+
 class CommitQueue:
     """Reservations of ``new/<N>`` and their ordered, grouped commits."""
 
@@ -167,6 +216,7 @@ class CommitQueue:
         self._leader = False
         self._changed = trio.Event()
         self._on_commit = on_commit
+        self.saver = SaveThread()
         self.batches = 0  # saves done (for tests and stats)
 
     def _head(self) -> int:
@@ -300,7 +350,7 @@ class CommitQueue:
             payloads = [r.staging.payload() for r in batch]
             self._saving = {r.number for r in batch}
             try:
-                await trio.to_thread.run_sync(self.book.save, first, payloads, self._epoch())
+                await self.saver.run(self.book.save, first, payloads, self._epoch())
             except (OSError, BookError) as e:
                 err = getattr(e, "errno", None) or errno.EIO
                 log.error("commit of events %d..%d failed: %s", first, n - 1, e)

@@ -498,6 +498,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
         try:
             pyfuse3.close(unmount=True)
         finally:
+            ops.queue.saver.close()  # no save runs now: the loop that awaited them is gone
             book.close()
             log.info("unmounted %s; lock released", mountpoint)
     return 0
