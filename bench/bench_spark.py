@@ -6,6 +6,11 @@ Spark's ``noop`` sink) on one sample log:
 * the bulk view (segments/) vs per-event files, through the mount.
 
 Usage: python bench/bench_spark.py --events 100000 [--dir /tmp/bench-spark] [--skip-defaults]
+
+``--compare R`` instead runs the per-event pipeline R times over each of: local files, a
+read-only mount on the patched pyfuse3 (no-open reads), and the same mount with
+``BOOKFS_STOCK_PYFUSE3=1`` (stock pyfuse3's path), interleaved, and prints the medians and
+ratios (issue 12).
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ def main() -> int:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--skip-defaults", action="store_true",
                    help="skip the (slow) Spark-defaults run")
+    p.add_argument("--compare", type=int, metavar="ROUNDS",
+                   help="interleaved per-event runs: local, ro mount, ro mount on stock path")
     args = p.parse_args()
 
     src = os.path.join(args.dir, f"log{args.events}")
@@ -58,6 +65,11 @@ def main() -> int:
     mnt = os.path.join(args.dir, "mnt")
     local = os.path.join(args.dir, f"local{args.events}")
     spark = bs.session(args.master)
+    if args.compare:
+        try:
+            return compare(spark, src, mnt, local, args)
+        finally:
+            spark.stop()
     try:
         with mounted(src, mnt, "-o", "ro"):
             if not os.path.isdir(os.path.join(local, "events")):
@@ -79,6 +91,47 @@ def main() -> int:
                 print(f"{k:<40} {v:8.2f}x")
     finally:
         spark.stop()
+    return 0
+
+
+def compare(spark, src, mnt, local, args) -> int:
+    """Per-event pipeline over local files and two read-only mounts (patched path and
+    stock path), each mounted once: the first job on each fresh mount (its page cache
+    cold, the log itself in the page cache), then ``--compare`` interleaved rounds of
+    warm jobs."""
+    import statistics
+
+    n = args.events
+    if not os.path.isdir(os.path.join(local, "events")):
+        with mounted(src, mnt, "-o", "ro"):
+            shutil.copytree(os.path.join(mnt, "events"), os.path.join(local, "events"))
+    roots = {"local": local, "ro": mnt + "-ro", "ro-stock": mnt + "-stock"}
+    mounts = []
+    try:
+        for kind in ("ro", "ro-stock"):
+            if kind == "ro-stock":
+                os.environ["BOOKFS_STOCK_PYFUSE3"] = "1"  # the daemon inherits it
+            try:
+                ctx = mounted(src, roots[kind], "-o", "ro")
+                ctx.__enter__()
+                mounts.append(ctx)
+            finally:
+                os.environ.pop("BOOKFS_STOCK_PYFUSE3", None)
+        first = {k: timed(f"first job: {k}", pipeline(spark, root), n)
+                 for k, root in roots.items()}
+        secs = {k: [] for k in roots}
+        for r in range(args.compare):
+            for kind in (list(roots) if r % 2 == 0 else list(reversed(roots))):
+                secs[kind].append(timed(f"round {r + 1}: {kind}", pipeline(spark, roots[kind]), n))
+    finally:
+        for ctx in mounts:
+            ctx.__exit__(None, None, None)
+    med = {k: statistics.median(v) for k, v in secs.items()}
+    print("| per-event files | first job s | × local | warm jobs, median s | events/s | × local |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for k in roots:
+        print(f"| {k} | {first[k]:.2f} | {first['local'] / first[k]:.2f} | {med[k]:.2f} | "
+              f"{n / med[k]:,.0f} | {med['local'] / med[k]:.2f} |")
     return 0
 
 
