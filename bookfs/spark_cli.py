@@ -280,6 +280,7 @@ class _Job:
         progress = sys.stderr.isatty() or bool(os.environ.get("BOOKFS_PROGRESS"))
         t0 = time.monotonic()
         self.spark = spark = bs.session(args.master, "bookfs spark", progress=progress)
+        t1 = time.monotonic()  # Spark's start-up (the JVM) is reported apart from the work
         self._check_abort()
         _status(f"reading {'segments' if args.bulk else 'events'} of {args.mountpoint} "
                 f"from event {first}" + (f" to {args.until}" if args.until else ""))
@@ -324,10 +325,11 @@ class _Job:
         _write_json(os.path.join(out, "state.json"), state)
         self.published = summary["last"]
         shutil.rmtree(self.staging, ignore_errors=True)
-        secs = time.monotonic() - t0
+        secs = time.monotonic() - t1
         sys.stdout.write(render_summary(summary))
-        print(f"wrote {out}/data in {secs:.1f} s "
-              f"({summary['events'] / secs:,.0f} events/s); high-water mark {summary['last']}")
+        print(f"wrote {out}/data: Spark start-up {t1 - t0:.1f} s, then the pipeline "
+              f"{secs:.1f} s ({summary['events'] / secs:,.0f} events/s); "
+              f"high-water mark {summary['last']}")
         return 0
 
 
