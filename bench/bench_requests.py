@@ -43,8 +43,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
+for path in (REPO, HERE):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+from bench_mount import drop_caches, read_files  # noqa: E402
 
 from bookfs.book import Book  # noqa: E402
 from tests.mounting import mounted  # noqa: E402
@@ -56,24 +59,6 @@ _REQUEST = re.compile(r"DEBUG bookfs\.fs\.ops: (\w+)\(")
 
 def say(*a):
     print(*a, file=sys.stderr, flush=True)
-
-
-def drop_caches() -> None:
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
-
-
-def read_files(paths: list[str], sizes: list[int]) -> float:
-    """Seconds to open + read + close every path (one read each: all are small)."""
-    t = time.perf_counter()
-    for p, n in zip(paths, sizes):
-        fd = os.open(p, os.O_RDONLY)
-        got = len(os.read(fd, 1 << 18))
-        os.close(fd)
-        if got != n:
-            raise RuntimeError(f"{p}: read {got} bytes, expected {n}")
-    return time.perf_counter() - t
 
 
 @contextlib.contextmanager
