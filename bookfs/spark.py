@@ -132,6 +132,17 @@ def session(master: str = "local[2]", app: str = "bookfs", *, tuned: bool = True
     return spark
 
 
+def register(spark):
+    """Make ``spark.read.format("bookfs").load(MOUNTPOINT)`` available in ``spark``
+    (:mod:`bookfs.spark_source`), with Python data source filter pushdown on so that
+    ``event`` comparisons narrow what is read.  Returns ``spark``."""
+    from .spark_source import PUSHDOWN_KEY, BookfsDataSource
+
+    spark.conf.set(PUSHDOWN_KEY, "true")
+    spark.dataSource.register(BookfsDataSource)
+    return spark
+
+
 # --- decoding (runs in the Python workers) ------------------------------------------------
 
 _SECONDS_MIN, _SECONDS_MAX = -62135596800, 253402300799  # years 1..9999
@@ -232,56 +243,81 @@ def _micros(col) -> list:
     return col.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
 
 
-def _decode_files(batches):
-    """mapInArrow: (event, committed_at, content) rows from events/ → :data:`SCHEMA`."""
+def _batches(items) -> Iterator:
+    """Arrow batches (:data:`SCHEMA`) of ``(event, payload, committed_us)`` items, at most
+    :data:`_BATCH_ROWS` rows or about :data:`_BATCH_BYTES` payload bytes each."""
     rows = _Rows()
-    for b in batches:
-        events = b.column("event").to_pylist()
-        committed = _micros(b.column("committed_at"))
-        for event, when, payload in zip(events, committed, _binary_views(b.column("content"))):
-            rows.add(event, payload, when)
-            if len(rows) >= _BATCH_ROWS or rows.bytes >= _BATCH_BYTES:
-                yield rows.batch()
-                rows = _Rows()
+    for event, payload, when in items:
+        rows.add(event, payload, when)
+        if len(rows) >= _BATCH_ROWS or rows.bytes >= _BATCH_BYTES:
+            yield rows.batch()
+            rows = _Rows()
     if len(rows):
         yield rows.batch()
 
 
+def _decode_files(batches):
+    """mapInArrow: (event, committed_at, content) rows from events/ → :data:`SCHEMA`."""
+
+    def items():
+        for b in batches:
+            events = b.column("event").to_pylist()
+            committed = _micros(b.column("committed_at"))
+            yield from zip(events, _binary_views(b.column("content")), committed)
+
+    return _batches(items())
+
+
+def _deeds(seg, first: int, until: int) -> Iterator[tuple[int, memoryview]]:
+    """The deeds of the segment bytes ``seg`` (a memoryview; its first deed is event
+    ``first``) as ``(event, payload)`` pairs, up to event ``until``, each deed's length and
+    CRC checked (ValueError naming the segment, event and byte otherwise)."""
+    from .layout import DEED_LEN, DEED_OVERHEAD, DEED_TAIL, crc32
+
+    pos, event, end = 0, first, len(seg)
+    while pos < end and event <= until:
+        if pos + DEED_OVERHEAD > end:
+            raise ValueError(f"segments/{first:012d}: truncated deed for event "
+                             f"{event} at byte {pos}")
+        (n,) = DEED_LEN.unpack_from(seg, pos)
+        stop = pos + 8 + n
+        if stop + 12 > end:
+            raise ValueError(f"segments/{first:012d}: event {event} at byte {pos} "
+                             f"claims {n} bytes, past the segment's end")
+        crc, let = DEED_TAIL.unpack_from(seg, stop)
+        if let != n or crc32(seg[pos:stop]) != crc:
+            raise ValueError(f"segments/{first:012d}: event {event} at byte {pos} "
+                             "fails its CRC check")
+        yield event, seg[pos + 8:stop]
+        pos, event = stop + 12, event + 1
+
+
+def _segment_batches(segments, since: int, until: int, starts: list[int],
+                     stamps: list[int]):
+    """Arrow batches (:data:`SCHEMA`) of events ``since..until`` from ``segments``, an
+    iterable of ``(first, bytes)`` pairs; ``starts``/``stamps`` is the committed_at step
+    function (event ``e`` has ``stamps[bisect_right(starts, e) - 1]`` microseconds)."""
+
+    def items():
+        for first, seg in segments:
+            for event, payload in _deeds(seg, first, until):
+                if event >= since:
+                    yield event, payload, stamps[bisect.bisect_right(starts, event) - 1]
+
+    return _batches(items())
+
+
 def _split_segments(since: int, until: int, starts: list[int], stamps: list[int]):
     """mapInArrow factory: (first, content) rows from segments/ → :data:`SCHEMA`, each
-    deed's CRC checked.  ``starts``/``stamps`` is the committed_at step function
-    (event ``e`` has ``stamps[bisect_right(starts, e) - 1]`` microseconds)."""
+    deed's CRC checked (:func:`_segment_batches`)."""
 
     def split(batches):
-        from .layout import DEED_LEN, DEED_OVERHEAD, DEED_TAIL, crc32
+        def segments():
+            for b in batches:
+                firsts = b.column("first").to_pylist()
+                yield from zip(firsts, _binary_views(b.column("content")))
 
-        rows = _Rows()
-        for b in batches:
-            firsts = b.column("first").to_pylist()
-            for first, seg in zip(firsts, _binary_views(b.column("content"))):
-                pos, event, end = 0, first, len(seg)
-                while pos < end and event <= until:
-                    if pos + DEED_OVERHEAD > end:
-                        raise ValueError(f"segments/{first:012d}: truncated deed for event "
-                                         f"{event} at byte {pos}")
-                    (n,) = DEED_LEN.unpack_from(seg, pos)
-                    stop = pos + 8 + n
-                    if stop + 12 > end:
-                        raise ValueError(f"segments/{first:012d}: event {event} at byte {pos} "
-                                         f"claims {n} bytes, past the segment's end")
-                    crc, let = DEED_TAIL.unpack_from(seg, stop)
-                    if let != n or crc32(seg[pos:stop]) != crc:
-                        raise ValueError(f"segments/{first:012d}: event {event} at byte {pos} "
-                                         "fails its CRC check")
-                    if event >= since:
-                        when = stamps[bisect.bisect_right(starts, event) - 1]
-                        rows.add(event, seg[pos + 8:stop], when)
-                        if len(rows) >= _BATCH_ROWS or rows.bytes >= _BATCH_BYTES:
-                            yield rows.batch()
-                            rows = _Rows()
-                    pos, event = stop + 12, event + 1
-        if len(rows):
-            yield rows.batch()
+        return _segment_batches(segments(), since, until, starts, stamps)
 
     return split
 
@@ -398,9 +434,13 @@ def _stamps(mnt: str, ranges: list[tuple[int, int]]) -> tuple[list[int], list[in
     return starts, stamps
 
 
-def _read_bulk(spark, mnt: str, since, until, check_limit: bool):
-    from pyspark.sql import functions as F
-
+def plan_segments(mnt: str, since: int | None, until: int | None
+                  ) -> tuple[int, int, list[tuple[int, int, int]]]:
+    """The segments of the mount at ``mnt`` that hold events ``since..until``:
+    ``(lo, hi, [(first, range_lo, range_hi), ...])``, ``lo..hi`` being the events this read
+    returns (``hi`` < ``lo`` if none) and each triple a segment named ``first`` with the
+    part of ``lo..hi`` it holds.  The event count is read once, so ``hi`` is this read's
+    snapshot: events appended later are not included."""
     seg_dir = os.path.join(mnt, "segments")
     firsts = sorted(int(n) for n in os.listdir(seg_dir) if n.isdigit())
     count = os.stat(os.path.join(mnt, "events")).st_size  # the mount reports its count
@@ -408,19 +448,26 @@ def _read_bulk(spark, mnt: str, since, until, check_limit: bool):
     if not firsts or not count:
         hi = -1
     else:
-        hi = firsts[0] + count - 1  # this read's snapshot: later appends are not included
+        hi = firsts[0] + count - 1
         if until is not None:
             hi = min(hi, until)
-    chosen, ranges = [], []
+    chosen = []
     for i, first in enumerate(firsts):
         last = firsts[i + 1] - 1 if i + 1 < len(firsts) else firsts[0] + count - 1
         if last < lo or first > hi:
             continue
-        chosen.append(first)
-        ranges.append((max(first, lo), min(last, hi)))
-    starts, stamps = _stamps(mnt, ranges)
+        chosen.append((first, max(first, lo), min(last, hi)))
+    return lo, hi, chosen
+
+
+def _read_bulk(spark, mnt: str, since, until, check_limit: bool):
+    from pyspark.sql import functions as F
+
+    lo, hi, plan = plan_segments(mnt, since, until)
+    chosen = [first for first, _, _ in plan]
+    starts, stamps = _stamps(mnt, [(a, b) for _, a, b in plan])
     num = _name_num()
-    df = (spark.read.format("binaryFile").load(seg_dir)
+    df = (spark.read.format("binaryFile").load(os.path.join(mnt, "segments"))
           .filter(num.isin(chosen or [-1])).withColumn("num", num))
     if check_limit:
         _check_lengths(spark, df, "segment")

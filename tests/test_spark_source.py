@@ -1,0 +1,103 @@
+"""``spark.read.format("bookfs")`` (bookfs.spark_source) over real read-only mounts, checked
+against ``read_events`` (the binaryFile reference path) on the same mount, with one Spark
+session for the module (start-up costs 10-20 s)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+from bookfs import spark as bs  # noqa: E402
+from tests.lmdb_fixtures import make_pier, meta_values  # noqa: E402
+from tests.mounting import BOOKFS, mounted  # noqa: E402
+from tests.test_formats_matrix import payloads  # noqa: E402
+
+pytestmark = pytest.mark.spark
+EVENTS = 3000
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("spark_source")
+    src, mnt = root / "log", root / "mnt"
+    subprocess.run([*BOOKFS, "sample", str(src), "--events", str(EVENTS)], check=True,
+                   capture_output=True)
+    # 1 MiB segments: the ~11 MB sample makes several, so partition pruning shows
+    with mounted(src, mnt, "-o", "ro,segment_mb=1"):
+        spark = bs.register(bs.session("local[2]"))
+        try:
+            ref = sorted(map(tuple, bs.read_events(spark, str(mnt)).collect()))
+            yield argparse.Namespace(root=root, mnt=str(mnt), spark=spark, ref=ref)
+        finally:
+            spark.stop()
+
+
+def rows(df) -> list[tuple]:
+    return sorted(map(tuple, df.collect()))
+
+
+def segment_firsts(mnt: str) -> list[int]:
+    return sorted(int(n) for n in os.listdir(os.path.join(mnt, "segments")))
+
+
+def test_rows_and_schema_equal_read_events(env):
+    df = env.spark.read.format("bookfs").load(env.mnt)
+    assert df.schema == bs.read_events(env.spark, env.mnt).schema
+    assert [r[0] for r in env.ref] == list(range(1, EVENTS + 1))
+    assert rows(df) == env.ref  # every column, committed_at included
+    firsts = segment_firsts(env.mnt)
+    assert len(firsts) > 3
+    assert df.rdd.getNumPartitions() == len(firsts)  # one partition per segment
+
+
+def test_since_until_options(env):
+    df = (env.spark.read.format("bookfs").option("since", 100).option("until", 150)
+          .load(env.mnt))
+    assert rows(df) == [r for r in env.ref if 100 <= r[0] <= 150]
+    tail = env.spark.read.format("bookfs").option("since", EVENTS - 2).load(env.mnt)
+    assert [r[0] for r in rows(tail)] == [EVENTS - 2, EVENTS - 1, EVENTS]
+    beyond = env.spark.read.format("bookfs").option("since", EVENTS + 1).load(env.mnt)
+    assert beyond.count() == 0
+
+
+def test_event_filters_read_only_their_segments(env):
+    firsts = segment_firsts(env.mnt)
+    # a range inside one segment: one partition, and the filter is gone from the plan
+    a = firsts[len(firsts) // 2] + 1
+    b = a + 10
+    df = env.spark.read.format("bookfs").load(env.mnt).where(f"event between {a} and {b}")
+    assert df.rdd.getNumPartitions() == 1
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert f">= {a}" not in plan and f"<= {b}" not in plan  # pushed, not re-applied
+    assert rows(df) == [r for r in env.ref if a <= r[0] <= b]
+    # strict bounds, equality and `in` (which Spark re-checks), with the options
+    base = env.spark.read.format("bookfs").option("until", 2000).load(env.mnt)
+    got = rows(base.where(f"event > {a} and event < {b}"))
+    assert got == [r for r in env.ref if a < r[0] < b]
+    assert rows(base.where(f"event = {a}")) == [r for r in env.ref if r[0] == a]
+    got = rows(base.where(f"event in ({a}, {b}, 2500)"))
+    assert [r[0] for r in got] == [a, b]  # 2500 is past the option's until
+    # a filter on another column is left to Spark, and still correct
+    got = rows(base.where(f"event <= {a} and card = 'hear'"))
+    assert got == [r for r in env.ref if r[0] <= a and r[8] == "hear"]
+
+
+def test_pier_mount_reads_events_files(env):
+    pier = make_pier(env.root / "pier", [("lmdb", payloads(1, 30)), ("vere", payloads(31, 20))],
+                     meta=meta_values(who=0x100, fake=1, life=3))
+    with mounted(pier, env.root / "pmnt", "-o", "ro") as pmnt:
+        assert not os.path.exists(os.path.join(pmnt, "segments"))
+        df = (env.spark.read.format("bookfs").option("eventsPerPartition", 20)
+              .load(pmnt))
+        ref = rows(bs.read_events(env.spark, pmnt))
+        assert [r[0] for r in ref] == list(range(1, 51))
+        assert rows(df) == ref
+        assert df.rdd.getNumPartitions() == 3  # 50 events, 20 a partition
+        got = rows(df.where("event between 25 and 35"))
+        assert got == [r for r in ref if 25 <= r[0] <= 35]
+        assert df.where("event between 25 and 35").rdd.getNumPartitions() == 1
