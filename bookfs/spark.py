@@ -268,25 +268,29 @@ def _decode_files(batches):
     return _batches(items())
 
 
-def _deeds(seg, first: int, until: int) -> Iterator[tuple[int, memoryview]]:
+def _deeds(seg, first: int, until: int, name: int | None = None
+           ) -> Iterator[tuple[int, memoryview]]:
     """The deeds of the segment bytes ``seg`` (a memoryview; its first deed is event
     ``first``) as ``(event, payload)`` pairs, up to event ``until``, each deed's length and
-    CRC checked (ValueError naming the segment, event and byte otherwise)."""
+    CRC checked (ValueError naming the segment, event and byte otherwise).  ``name``: the
+    segment's name when ``seg`` is a part of it starting at a later event (byte positions
+    in errors are then relative to that part)."""
     from .layout import DEED_LEN, DEED_OVERHEAD, DEED_TAIL, crc32
 
+    name = first if name is None else name
     pos, event, end = 0, first, len(seg)
     while pos < end and event <= until:
         if pos + DEED_OVERHEAD > end:
-            raise ValueError(f"segments/{first:012d}: truncated deed for event "
+            raise ValueError(f"segments/{name:012d}: truncated deed for event "
                              f"{event} at byte {pos}")
         (n,) = DEED_LEN.unpack_from(seg, pos)
         stop = pos + 8 + n
         if stop + 12 > end:
-            raise ValueError(f"segments/{first:012d}: event {event} at byte {pos} "
+            raise ValueError(f"segments/{name:012d}: event {event} at byte {pos} "
                              f"claims {n} bytes, past the segment's end")
         crc, let = DEED_TAIL.unpack_from(seg, stop)
         if let != n or crc32(seg[pos:stop]) != crc:
-            raise ValueError(f"segments/{first:012d}: event {event} at byte {pos} "
+            raise ValueError(f"segments/{name:012d}: event {event} at byte {pos} "
                              "fails its CRC check")
         yield event, seg[pos + 8:stop]
         pos, event = stop + 12, event + 1
@@ -295,12 +299,13 @@ def _deeds(seg, first: int, until: int) -> Iterator[tuple[int, memoryview]]:
 def _segment_batches(segments, since: int, until: int, starts: list[int],
                      stamps: list[int]):
     """Arrow batches (:data:`SCHEMA`) of events ``since..until`` from ``segments``, an
-    iterable of ``(first, bytes)`` pairs; ``starts``/``stamps`` is the committed_at step
+    iterable of ``(first, bytes)`` pairs (or ``(first, bytes, name)`` for the part of
+    segment ``name`` that starts at event ``first``); ``starts``/``stamps`` is the committed_at step
     function (event ``e`` has ``stamps[bisect_right(starts, e) - 1]`` microseconds)."""
 
     def items():
-        for first, seg in segments:
-            for event, payload in _deeds(seg, first, until):
+        for first, seg, *name in segments:
+            for event, payload in _deeds(seg, first, until, *name):
                 if event >= since:
                     yield event, payload, stamps[bisect.bisect_right(starts, event) - 1]
 
@@ -437,9 +442,9 @@ def _stamps(mnt: str, ranges: list[tuple[int, int]]) -> tuple[list[int], list[in
 def plan_segments(mnt: str, since: int | None, until: int | None
                   ) -> tuple[int, int, list[tuple[int, int, int]]]:
     """The segments of the mount at ``mnt`` that hold events ``since..until``:
-    ``(lo, hi, [(first, range_lo, range_hi), ...])``, ``lo..hi`` being the events this read
-    returns (``hi`` < ``lo`` if none) and each triple a segment named ``first`` with the
-    part of ``lo..hi`` it holds.  The event count is read once, so ``hi`` is this read's
+    ``(lo, hi, [(first, last, range_lo, range_hi), ...])``, ``lo..hi`` being the events this
+    read returns (``hi`` < ``lo`` if none) and each tuple a segment holding events
+    ``first..last`` (named ``first``) with the part of ``lo..hi`` it holds.  The event count is read once, so ``hi`` is this read's
     snapshot: events appended later are not included."""
     seg_dir = os.path.join(mnt, "segments")
     firsts = sorted(int(n) for n in os.listdir(seg_dir) if n.isdigit())
@@ -456,7 +461,7 @@ def plan_segments(mnt: str, since: int | None, until: int | None
         last = firsts[i + 1] - 1 if i + 1 < len(firsts) else firsts[0] + count - 1
         if last < lo or first > hi:
             continue
-        chosen.append((first, max(first, lo), min(last, hi)))
+        chosen.append((first, last, max(first, lo), min(last, hi)))
     return lo, hi, chosen
 
 
@@ -464,8 +469,8 @@ def _read_bulk(spark, mnt: str, since, until, check_limit: bool):
     from pyspark.sql import functions as F
 
     lo, hi, plan = plan_segments(mnt, since, until)
-    chosen = [first for first, _, _ in plan]
-    starts, stamps = _stamps(mnt, [(a, b) for _, a, b in plan])
+    chosen = [first for first, _, _, _ in plan]
+    starts, stamps = _stamps(mnt, [(a, b) for _, _, a, b in plan])
     num = _name_num()
     df = (spark.read.format("binaryFile").load(os.path.join(mnt, "segments"))
           .filter(num.isin(chosen or [-1])).withColumn("num", num))

@@ -2,8 +2,9 @@
 bookfs mount, with the rows and schema of :func:`bookfs.spark.read_events`.
 
 Register it once per session with :func:`bookfs.spark.register`.  It reads **through the
-mount**: from ``segments/`` (one partition per segment file, read whole and split into
-deeds in the Python worker, every returned deed's CRC checked), or, when the mount has no
+mount**: from ``segments/`` (one partition per segment file, split into deeds in the
+Python worker, every returned deed's CRC checked; a partition covering only part of its
+segment skips the other deeds by their length words and reads only its own bytes), or, when the mount has no
 ``segments/`` (a pier or LMDB mount), from ``events/`` files (partitions of
 :data:`EVENTS_PER_PARTITION` events).  The decoding is :mod:`bookfs.spark`'s own
 (:func:`bookfs.spark._segment_batches`, :func:`bookfs.spark._batches`), so the two paths
@@ -15,6 +16,7 @@ Options: ``since`` and ``until`` (inclusive event bounds), ``eventsPerPartition`
 ``spark.sql.python.filterPushdown.enabled``; :func:`bookfs.spark.register` sets it): they
 narrow the planned event range, so segments outside it are never opened.  ``in`` is also
 re-checked by Spark (the range covers more than its values); the others are exact.
+Spark 4.3's Python data source API has no column pruning: every column is decoded.
 """
 
 from __future__ import annotations
@@ -45,11 +47,27 @@ def _int_option(options, key: str) -> int | None:
 
 
 class SegmentRange(InputPartition):
-    """Events ``lo..hi`` of the segment file named ``first``."""
+    """Events ``lo..hi`` of the segment file holding events ``first..last``."""
 
-    def __init__(self, first: int, lo: int, hi: int):
+    def __init__(self, first: int, last: int, lo: int, hi: int):
         super().__init__((first, lo, hi))
-        self.first, self.lo, self.hi = first, lo, hi
+        self.first, self.last, self.lo, self.hi = first, last, lo, hi
+
+
+def _skip_deeds(fd: int, pos: int, count: int, size: int, path: str) -> int:
+    """The byte offset ``count`` deeds after offset ``pos`` of the open segment ``fd``
+    (``size`` bytes), reading only each deed's length word."""
+    from .layout import DEED_LEN, DEED_OVERHEAD
+
+    for _ in range(count):
+        head = os.pread(fd, DEED_LEN.size, pos)
+        if len(head) < DEED_LEN.size:
+            raise ValueError(f"{path}: truncated deed at byte {pos}")
+        nxt = pos + DEED_LEN.unpack(head)[0] + DEED_OVERHEAD
+        if nxt > size:
+            raise ValueError(f"{path}: the deed at byte {pos} runs past the segment's end")
+        pos = nxt
+    return pos
 
 
 class EventFiles(InputPartition):
@@ -106,7 +124,7 @@ class BookfsReader(DataSourceReader):
             return []
         if os.path.isdir(os.path.join(self.mnt, "segments")):
             _, _, plan = bs.plan_segments(self.mnt, self.since, self.until)
-            return [SegmentRange(first, lo, hi) for first, lo, hi in plan]
+            return [SegmentRange(*t) for t in plan]
         events = sorted(n for n in (int(name) for name in os.listdir(
             os.path.join(self.mnt, "events")) if name.isdigit())
             if (self.since is None or n >= self.since)
@@ -124,18 +142,30 @@ class BookfsReader(DataSourceReader):
         return iter(())
 
     def _read_segment(self, p: SegmentRange):
+        """Events ``p.lo..p.hi`` of one segment: only their bytes are read when the range
+        is a part of the segment (the deeds before and after are skipped by their length
+        words), the whole file in one read otherwise."""
         path = os.path.join(self.mnt, "segments", f"{p.first:012d}")
-        with open(path, "rb", buffering=0) as f:
-            buf = bytearray(os.fstat(f.fileno()).st_size)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            start = _skip_deeds(fd, 0, p.lo - p.first, size, path)
+            end = size
+            if p.hi < p.last:
+                end = _skip_deeds(fd, start, p.hi - p.lo + 1, size, path)
+            buf = bytearray(end - start)
             view = memoryview(buf)
             got = 0
             while got < len(buf):
-                n = f.readinto(view[got:])
+                n = os.preadv(fd, [view[got:]], start + got)
                 if not n:
                     break
                 got += n
+        finally:
+            os.close(fd)
         starts, stamps = bs._stamps(self.mnt, [(p.lo, p.hi)])
-        yield from bs._segment_batches([(p.first, view[:got])], p.lo, p.hi, starts, stamps)
+        yield from bs._segment_batches([(p.lo, view[:got], p.first)], p.lo, p.hi, starts,
+                                       stamps)
 
     def _event_files(self, events: list[int]):
         for event in events:

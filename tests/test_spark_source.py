@@ -101,3 +101,38 @@ def test_pier_mount_reads_events_files(env):
         got = rows(df.where("event between 25 and 35"))
         assert got == [r for r in ref if 25 <= r[0] <= 35]
         assert df.where("event between 25 and 35").rdd.getNumPartitions() == 1
+
+
+def rchar() -> int:
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
+def test_part_of_a_segment_reads_only_its_deeds(env):
+    """A range inside a segment reads the length words of the deeds before it and its own
+    deeds, nothing else (counted by the kernel: /proc/self/io rchar)."""
+    from bookfs.spark_source import BookfsReader
+
+    firsts = segment_firsts(env.mnt)
+    first, nxt = max(zip(firsts, firsts[1:]),
+                     key=lambda fn: os.stat(os.path.join(env.mnt, "segments",
+                                                         f"{fn[0]:012d}")).st_size)
+    lo, hi = (first + nxt) // 2, (first + nxt) // 2 + 2
+    reader = BookfsReader(env.mnt, lo, hi, 1)
+    (part,) = reader.partitions()
+    assert (part.first, part.last, part.lo, part.hi) == (first, nxt - 1, lo, hi)
+    list(reader.read(part))  # imports and the stats of committed_at, once
+    before = rchar()
+    own = rchar() - before  # reading /proc/self/io counts too
+    batches = list(reader.read(part))
+    used = rchar() - before - 2 * own
+    want = [r for r in env.ref if lo <= r[0] <= hi]
+    got = sorted((r["event"], r["mug"], r["size"], r["jam"], r["wire"], r["card"])
+                 for b in batches for r in b.to_pylist())
+    assert [g[0] for g in got] == [lo, lo + 1, hi]
+    assert got == [(w[0], w[2], w[3], w[4], w[7], w[8]) for w in want]
+    # 8-byte length words of the skipped deeds, one more at the end, then the three deeds
+    expected = 8 * (lo - first) + 8 * 3 + sum(w[3] + 20 for w in want)
+    assert expected <= used <= expected + 8  # + a digit more in a /proc/self/io read
+    seg_size = os.stat(os.path.join(env.mnt, "segments", f"{first:012d}")).st_size
+    assert used < seg_size // 4
