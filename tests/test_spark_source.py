@@ -136,3 +136,10 @@ def test_part_of_a_segment_reads_only_its_deeds(env):
     assert expected <= used <= expected + 8  # + a digit more in a /proc/self/io read
     seg_size = os.stat(os.path.join(env.mnt, "segments", f"{first:012d}")).st_size
     assert used < seg_size // 4
+
+
+def test_not_a_mount_and_bad_options_are_named(env, tmp_path):
+    with pytest.raises(Exception, match="is not a bookfs mount"):
+        env.spark.read.format("bookfs").load(str(tmp_path)).collect()
+    with pytest.raises(Exception, match="option since must be an event number"):
+        env.spark.read.format("bookfs").option("since", "soon").load(env.mnt).collect()
