@@ -7,6 +7,10 @@ Spark's ``noop`` sink) on one sample log:
 
 Usage: python bench/bench_spark.py --events 100000 [--dir /tmp/bench-spark] [--skip-defaults]
 
+``--sources R`` instead compares, over one read-only mount, R interleaved rounds of: the
+per-event ``binaryFile`` pipeline, the bulk view (``bulk=True``) and the Python data
+source ``spark.read.format("bookfs")`` (issue 13).
+
 ``--compare R`` instead runs the per-event pipeline R times over each of: local files, a
 read-only mount on the patched pyfuse3 (no-open reads), and the same mount with
 ``BOOKFS_STOCK_PYFUSE3=1`` (stock pyfuse3's path), interleaved, and prints the medians and
@@ -53,6 +57,8 @@ def main() -> int:
                    help="skip the (slow) Spark-defaults run")
     p.add_argument("--compare", type=int, metavar="ROUNDS",
                    help="interleaved per-event runs: local, ro mount, ro mount on stock path")
+    p.add_argument("--sources", type=int, metavar="ROUNDS",
+                   help="interleaved rounds: per-event binaryFile, bulk view, format('bookfs')")
     args = p.parse_args()
 
     src = os.path.join(args.dir, f"log{args.events}")
@@ -65,8 +71,10 @@ def main() -> int:
     mnt = os.path.join(args.dir, "mnt")
     local = os.path.join(args.dir, f"local{args.events}")
     spark = bs.session(args.master)
-    if args.compare:
+    if args.compare or args.sources:
         try:
+            if args.sources:
+                return sources(spark, src, mnt, args)
             return compare(spark, src, mnt, local, args)
         finally:
             spark.stop()
@@ -132,6 +140,34 @@ def compare(spark, src, mnt, local, args) -> int:
     for k in roots:
         print(f"| {k} | {first[k]:.2f} | {first['local'] / first[k]:.2f} | {med[k]:.2f} | "
               f"{n / med[k]:,.0f} | {med['local'] / med[k]:.2f} |")
+    return 0
+
+
+def sources(spark, src, mnt, args) -> int:
+    """binaryFile per-event files, the bulk view and format("bookfs"), one ro mount."""
+    import statistics
+
+    bs.register(spark)
+    n = args.events
+
+    def source_job():
+        spark.read.format("bookfs").load(mnt).write.format("noop").mode("overwrite").save()
+
+    jobs = {"per-event binaryFile": pipeline(spark, mnt), "bulk view (segments/)":
+            pipeline(spark, mnt, bulk=True), 'format("bookfs")': source_job}
+    secs = {k: [] for k in jobs}
+    with mounted(src, mnt, "-o", "ro"):
+        for k, job in jobs.items():
+            timed(f"warm-up: {k}", job, n)
+        for r in range(args.sources):
+            for k in (list(jobs) if r % 2 == 0 else list(reversed(jobs))):
+                secs[k].append(timed(f"round {r + 1}: {k}", jobs[k], n))
+    med = {k: statistics.median(v) for k, v in secs.items()}
+    base = med["per-event binaryFile"]
+    print("| reader | median s | events/s | × per-event | × bulk |\n|---|---:|---:|---:|---:|")
+    for k in jobs:
+        print(f"| {k} | {med[k]:.2f} | {n / med[k]:,.0f} | {base / med[k]:.2f} | "
+              f"{med['bulk view (segments/)'] / med[k]:.2f} |")
     return 0
 
 
