@@ -19,12 +19,14 @@ The same :func:`event_text` renders the mount's ``pretty/N`` files.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import sys
 from collections.abc import Callable, Iterator
 
+from .info import parse as parse_info
 from .noun import CueError, cue, da_to_datetime, format_da, parse_patp
 from .render import (DEFAULT, SHIP_MIN, Exhausted, JamView, Limits, NounView, human_size,
                      knot_text, render, render_text)
@@ -79,10 +81,8 @@ class ShapeOf:
         self.date, self.wire, self.tag, self.card = date, "/" + "/".join(knots), tag, card
         for k in knots:
             if k.startswith("~"):
-                try:
+                with contextlib.suppress(ValueError):  # a knot like ~foo that is no @p
                     self.ships.add(parse_patp(k))
-                except ValueError:
-                    pass
 
 
 def _when(date: int) -> str:
@@ -153,11 +153,8 @@ class _MountSource:
 
     def __init__(self, path: str):
         self.path = path
-        fields = {"first": "0", "last": "0"}
         with open(os.path.join(path, "info")) as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                fields[key.strip()] = value.strip()
+            fields = {"first": "0", "last": "0", **parse_info(f.read())}
         self.range = int(fields["first"]), int(fields["last"])
         try:
             with open(os.path.join(path, "meta", "who"), "rb") as f:
@@ -170,7 +167,7 @@ class _MountSource:
         return os.fstat(fd).st_size, lambda off, n: os.pread(fd, n, off), lambda: os.close(fd)
 
     def close(self) -> None:
-        pass
+        """Nothing to release: each payload's descriptor is closed by its own closer."""
 
 
 class _LogSource:

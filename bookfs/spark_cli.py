@@ -30,6 +30,7 @@ the mark is recorded (in-process, :func:`run` raises :class:`InjectedFailure` th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import json
 import os
@@ -375,10 +376,8 @@ def run(args) -> int:
         with _DeferSigint():  # cleaning up takes a few seconds: let it finish
             job.abort = True
             if job.spark is not None:
-                try:
+                with contextlib.suppress(Exception):  # the session is going away anyway
                     job.spark.sparkContext.cancelAllJobs()
-                except Exception:  # the session is going away anyway
-                    pass
             worker.join()
             if job.published is not None:
                 _status(f"interrupted after the run was published: {out}/data holds it, "

@@ -250,7 +250,6 @@ class BookOperations(pyfuse3.Operations):
         self.book = book
         # the bulk view needs the UIP layout's deeds; a pier shows its epochs instead
         self.segments = Segments(book, segment_span) if isinstance(book, Book) else None
-        self._verified_segments: set[int] = set()
         self.epochs = list(getattr(book, "epochs", []))
         self._epoch_by_name = {e.name.encode(): k for k, e in enumerate(self.epochs)}
         self._root = list(_ROOT_ENTRIES)
@@ -285,7 +284,7 @@ class BookOperations(pyfuse3.Operations):
         self._listed: dict[int, tuple] = {}  # directory inode -> log state at its opendir
         self._pretty: collections.OrderedDict[int, bytes] = collections.OrderedDict()
         self._content_mtime: dict[int, tuple[bytes, int]] = {}  # inode -> (content, mtime)
-        self._segment_checked: dict[int, int] = {}  # incomplete segment -> size checked
+        self._segment_checked: dict[int, int] = {}  # segment index -> size whose deeds passed
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -354,7 +353,6 @@ class BookOperations(pyfuse3.Operations):
             self._generation = gen
             self._cache.clear()
             self._verified_large.clear()
-            self._verified_segments.clear()
             self._segment_checked.clear()
             self._pretty.clear()
             log.warning("the log changed under the mount (it shrank or was replaced): "
@@ -469,16 +467,11 @@ class BookOperations(pyfuse3.Operations):
         from ..show import event_text
 
         size = self.book.payload_size(event)
-        if size <= SMALL_EVENT:
-            data = self._checked(event)
-
+        data = await self._check_event(event)
+        if data is not None:
             def pread(off: int, n: int) -> bytes:
                 return data[off:off + n]
         else:
-            if event not in self._verified_large:
-                await trio.to_thread.run_sync(self.book.verify_event, event)
-                self._verified_large.add(event)
-
             def pread(off: int, n: int) -> bytes:
                 return self.book.read_slice(event, off, n)
         try:
@@ -785,6 +778,18 @@ class BookOperations(pyfuse3.Operations):
 
     # --- reading -------------------------------------------------------------------------
 
+    async def _check_event(self, event: int) -> bytes | None:
+        """Check ``event`` before any of its bytes are served: a small one is read whole,
+        checked and kept in the shared cache (returned); a large one is checked by
+        streaming it in a worker thread, once per log generation (None: read it with
+        ``read_slice``).  A failed check raises, which the handlers answer EIO."""
+        if self.book.payload_size(event) <= SMALL_EVENT:
+            return self._checked(event)
+        if event not in self._verified_large:
+            await trio.to_thread.run_sync(self.book.verify_event, event)
+            self._verified_large.add(event)
+        return None
+
     def _checked(self, event: int) -> bytes:
         """The payload of small ``event``, checked, from the shared cache or the disk."""
         data = self._cache.get(event)
@@ -807,12 +812,7 @@ class BookOperations(pyfuse3.Operations):
                 raise refuse(errno.EROFS, f"events/{event} is immutable; append through new/")
             if event not in self.book:
                 raise pyfuse3.FUSEError(errno.ENOENT)
-            small = self.book.payload_size(event) <= SMALL_EVENT
-            if small:
-                self._checked(event)
-            elif event not in self._verified_large:
-                await trio.to_thread.run_sync(self.book.verify_event, event)
-                self._verified_large.add(event)
+            small = await self._check_event(event) is not None
             handle = _EventHandle(event, self._generation, small)
             return self._file_info(self._new_fh(handle), keep_cache=True)
         if I.is_pretty(inode):
@@ -868,18 +868,12 @@ class BookOperations(pyfuse3.Operations):
         raise pyfuse3.FUSEError(errno.EISDIR if inode in self._dirs else errno.ENOENT)
 
     async def _check_segment(self, seg: Segment) -> None:
-        """Check ``seg``'s deeds before its bytes are served: once for a complete segment,
-        again for the growing last one only when it has grown."""
-        if seg.complete and seg.index in self._verified_segments:
-            return
-        if not seg.complete and self._segment_checked.get(seg.index) == seg.size:
+        """Check ``seg``'s deeds before its bytes are served: once at each size (a complete
+        segment's never changes; the growing last one is checked again when it grew)."""
+        if self._segment_checked.get(seg.index) == seg.size:
             return
         await trio.to_thread.run_sync(self.segments.verify, seg)
-        if seg.complete:
-            self._verified_segments.add(seg.index)
-            self._segment_checked.pop(seg.index, None)
-        else:
-            self._segment_checked[seg.index] = seg.size
+        self._segment_checked[seg.index] = seg.size
 
     @guarded
     async def read(self, fh, off, size):
@@ -904,11 +898,9 @@ class BookOperations(pyfuse3.Operations):
                 self._follow()
                 if event not in self.book:
                     raise refuse(errno.ESTALE, f"events/{event}: no longer in the log")
-            if self.book.payload_size(event) <= SMALL_EVENT:
-                return self._checked(event)[off : off + size]
-            if event not in self._verified_large:
-                await trio.to_thread.run_sync(self.book.verify_event, event)
-                self._verified_large.add(event)
+            data = await self._check_event(event)
+            if data is not None:
+                return data[off : off + size]
             return self.book.read_slice(event, off, size)
         if I.is_pretty(inode):
             event = I.inode_pretty(inode, self.book.first)
