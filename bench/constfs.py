@@ -5,7 +5,10 @@ It serves ``events/<N>`` (N = 1..count, names zero-padded to 12 digits like book
 files of constant bytes held in memory, with the same caching choices as bookfs: entry
 and attribute timeouts of a day, ``keep_cache`` on open, readdirplus attributes.  It also
 has a writable ``new/`` whose files accept ``create``/``write``/``close`` and discard the
-data (no ordering, no durability), which gives pyfuse3's own floor for appends.
+data (no ordering, no durability), which gives pyfuse3's own floor for appends.  With
+``--log FILE`` each file's bytes are appended to FILE on its close (FLUSH), followed by one
+``fdatasync`` done right in the handler: the floor of a durable append (pyfuse3 plus one
+fdatasync per event, no ordering, no group commit).
 
 Nothing is read from disk, so what a benchmark measures on it is the kernel, libfuse,
 pyfuse3 and trio: the per-request cost bookfs cannot go under.
@@ -44,8 +47,9 @@ class ConstFS(pyfuse3.Operations):
     supports_dot_lookup = False
     enable_writeback_cache = False
 
-    def __init__(self, sizes, tuned=True):
+    def __init__(self, sizes, tuned=True, log_fd=None):
         super().__init__()
+        self.log_fd = log_fd  # --log: closes append the file's bytes here and fdatasync
         self.tuned = tuned  # cache directories too, answer getxattr with ENOSYS
         self.sizes = sizes  # sizes[k - 1] is the size of events/<k>
         self.count = len(sizes)
@@ -53,6 +57,7 @@ class ConstFS(pyfuse3.Operations):
         self.t = time.time_ns()
         self.next_fh = 1
         self.staging: dict[int, int] = {}  # fh -> bytes written (data discarded)
+        self.data: dict[int, bytearray] = {}  # fh -> bytes written (with --log)
 
     def _attrs(self, ino, mode, size, timeout, nlink=1):
         a = pyfuse3.EntryAttributes()
@@ -144,6 +149,8 @@ class ConstFS(pyfuse3.Operations):
         fh = self.next_fh
         self.next_fh += 1
         self.staging[fh] = 0
+        if self.log_fd is not None:
+            self.data[fh] = bytearray()
         return (pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False),
                 await self.getattr(STAGING_BASE + fh))
 
@@ -151,13 +158,20 @@ class ConstFS(pyfuse3.Operations):
         if fh not in self.staging:
             raise pyfuse3.FUSEError(errno.EBADF)
         self.staging[fh] = max(self.staging[fh], off + len(buf))
+        if self.log_fd is not None:
+            self.data[fh][off:off + len(buf)] = buf
         return len(buf)
 
     async def flush(self, fh):
-        return None
+        data = self.data.get(fh)
+        if data:
+            os.write(self.log_fd, len(data).to_bytes(4, "little") + data)
+            os.fdatasync(self.log_fd)
+            data.clear()
 
     async def release(self, fh):
         self.staging.pop(fh, None)
+        self.data.pop(fh, None)
 
     async def getxattr(self, ino, name, ctx):
         # pyfuse3's default answers ENOATTR, which the kernel does not remember, so
@@ -180,6 +194,9 @@ def main(argv=None) -> int:
     p.add_argument("--untuned", action="store_true",
                    help="do not cache directories and answer getxattr with ENODATA "
                         "(bookfs's earlier choices; shows what caching them buys)")
+    p.add_argument("--log", metavar="FILE",
+                   help="append each new/ file's bytes to FILE on close, with one "
+                        "fdatasync (the durable-append floor)")
     a = p.parse_args(argv)
     if a.sizes:
         sizes = array("Q")
@@ -189,7 +206,10 @@ def main(argv=None) -> int:
             sizes.byteswap()
     else:
         sizes = array("Q", [a.size]) * a.count
-    fs = ConstFS(sizes, tuned=not a.untuned)
+    log_fd = None
+    if a.log:
+        log_fd = os.open(a.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fs = ConstFS(sizes, tuned=not a.untuned, log_fd=log_fd)
     opts = {"fsname=constfs", "subtype=constfs", "default_permissions", "auto_unmount"}
     pyfuse3.init(fs, a.mountpoint, opts)
 

@@ -60,20 +60,50 @@ _CLOSERS = {
                 "execveat": 281, "exit": 93, "exit_group": 94},
 }.get(os.uname().machine)
 
+#: syscalls that write to a descriptor (its number the first argument), per machine.
+_WRITERS = {
+    "x86_64": {1, 18, 20, 296, 328},  # write, pwrite64, writev, pwritev, pwritev2
+    "aarch64": {64, 68, 66, 70, 287},
+}.get(os.uname().machine)
+
+
+_loadavg: list[int] = []  # a descriptor of /proc/loadavg, opened on first use
+
 
 def last_pid() -> int:
-    """The PID most recently handed out in this PID namespace."""
-    with open("/proc/loadavg", "rb") as f:
-        return int(f.read().split()[-1])
+    """The PID most recently handed out in this PID namespace (one ``pread`` of a
+    descriptor kept open: every append asks, twice)."""
+    if not _loadavg:
+        _loadavg.append(os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC))
+    return int(os.pread(_loadavg[0], 128, 0).split()[-1])
+
+
+TGID_CACHE = 4096  # thread -> process IDs remembered (cleared when full)
+_tgids: dict[int, int] = {}
 
 
 def tgid(pid: int) -> int:
     """The thread-group (process) ID of thread ``pid`` (FUSE requests carry thread IDs);
-    ``pid`` itself if it cannot be read."""
+    ``pid`` itself if it cannot be read.
+
+    Remembered: a remembered answer ``g`` is re-checked with one ``stat`` of
+    ``/proc/g/task/pid``, which exists exactly while ``pid`` is a thread of ``g`` (thread
+    IDs are unique at any moment), so a recycled thread ID is never misattributed."""
+    g = _tgids.get(pid)
+    if g is not None:
+        try:
+            os.stat(f"/proc/{g}/task/{pid}")
+            return g
+        except OSError:
+            del _tgids[pid]
     with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status", "rb") as f:
         for line in f:
             if line.startswith(b"Tgid:"):
-                return int(line.split()[1])
+                g = int(line.split()[1])
+                if len(_tgids) >= TGID_CACHE:
+                    _tgids.clear()
+                _tgids[pid] = g
+                return g
     return pid
 
 
@@ -115,7 +145,8 @@ class HolderScan:
     point must be a real path, resolved before mounting); ``inode`` its inode number.
     Created when the file is created, by the thread ``creator``."""
 
-    __slots__ = ("path", "inode", "creator", "since", "last", "fds", "_links")
+    __slots__ = ("path", "inode", "creator", "thread", "since", "last", "fds", "_links",
+                 "_tables")
 
     def __init__(self, path: str, inode: int, creator: int):
         self.path = path
@@ -124,47 +155,93 @@ class HolderScan:
         # " (deleted)".  The inode check below still tells the file apart.
         self._links = (path, path + " (deleted)")
         self.inode = inode
+        self.thread = creator  # the creating thread: it usually writes the file, too
         self.creator = tgid(creator)
         self.since = last_pid()
         self.last: set[int] = {self.creator}  # the holders the previous scan found
         self.fds: set[int] = set()  # the creator's descriptor numbers for the file
+        self._tables: set[int] = set()  # processes the last scan found with descriptors
 
     def _candidates(self) -> list[int]:
+        now = last_pid()
+        if now == self.since:  # no process (nor thread) started since the create
+            return [self.creator]
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-        if last_pid() < self.since:  # the PID counter wrapped: anyone may be a child
+        if now < self.since:  # the PID counter wrapped: anyone may be a child
             return pids
         return [self.creator] + [p for p in pids if p > self.since]
 
     def _holds(self, pid: int) -> int:
         """HELD, TRANSIENT (only ``O_CLOEXEC`` copies, outside the creator) or NOT_HELD."""
-        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fd_dir = os.open(f"/proc/{pid}/fd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:  # gone, or not ours to read
+            return NOT_HELD
         try:
             names = os.listdir(fd_dir)
-        except OSError:  # gone, exiting (its table detached), or not ours to read
+        except OSError:  # exiting (its table detached)
             return NOT_HELD
-        held = NOT_HELD
-        for name in names:
-            try:
-                if os.readlink(f"{fd_dir}/{name}") not in self._links:
+        else:
+            if names:
+                self._tables.add(pid)
+            held = NOT_HELD
+            links = self._links
+            for name in names:
+                try:
+                    if os.readlink(name, dir_fd=fd_dir) not in links:
+                        continue
+                    ino, flags = _fdinfo(pid, name)
+                except (OSError, ValueError):
                     continue
-                ino, flags = _fdinfo(pid, name)
-            except (OSError, ValueError):
-                continue
-            if ino != self.inode or flags & os.O_ACCMODE not in _WRITABLE:
-                continue
-            if pid == self.creator:
-                self.fds.add(int(name))
-                return HELD
-            if not flags & os.O_CLOEXEC:
-                return HELD
-            held = TRANSIENT
-        return held
+                if ino != self.inode or flags & os.O_ACCMODE not in _WRITABLE:
+                    continue
+                if pid == self.creator:
+                    self.fds.add(int(name))
+                    return HELD
+                if not flags & os.O_CLOEXEC:
+                    return HELD
+                held = TRANSIENT
+            return held
+        finally:
+            os.close(fd_dir)
 
     def note_creator_fds(self) -> None:
         """Record the creator's descriptor numbers for the file (called on its writes,
-        so the numbers are known before its close)."""
-        if not self.fds:
-            self._holds(self.creator)
+        so the numbers are known before its close).
+
+        A ``new/`` file is written with ``direct_io``, so the writing thread sits in its
+        ``write`` call while the WRITE is answered: when that is the creating thread,
+        ``/proc/<pid>/task/<tid>/syscall`` names the descriptor, and one link and one
+        fdinfo confirm it.  Otherwise the creator's whole table is scanned."""
+        if self.fds:
+            return
+        fd = self._writing_fd()
+        if fd is not None:
+            try:
+                link = os.readlink(f"/proc/{self.creator}/fd/{fd}")
+                ino, flags = _fdinfo(self.creator, str(fd))
+            except (OSError, ValueError):
+                pass
+            else:
+                if (link in self._links and ino == self.inode
+                        and flags & os.O_ACCMODE in _WRITABLE):
+                    self.fds.add(fd)
+                    return
+        self._holds(self.creator)
+
+    def _writing_fd(self) -> int | None:
+        """The descriptor the creating thread is writing to right now, if it is inside
+        a write call."""
+        if _WRITERS is None:
+            return None
+        try:
+            with open(f"/proc/{self.creator}/task/{self.thread}/syscall", "rb") as f:
+                fields = f.read().split()
+            if len(fields) > 1 and fields[0].isdigit() and int(fields[0]) in _WRITERS:
+                return int(fields[1], 16)
+        except (OSError, ValueError):
+            pass
+        return None
 
     def creator_waiting(self) -> bool:
         """True if a thread of the creating process may be closing this file right now:
@@ -234,6 +311,7 @@ class HolderScan:
         (so the process whose close this is) is exiting because a signal killed it: a
         writer that never finished."""
         found = {}
+        self._tables.clear()
         for pid in self._candidates():
             how = self._holds(pid)
             if how == TRANSIENT and self._dropping(pid):
@@ -241,4 +319,9 @@ class HolderScan:
             if how:
                 found[pid] = how
         previous, self.last = self.last, set(found)
-        return found, not found and any(killed_by_signal(pid) for pid in previous)
+        if found:
+            return found, False
+        # An exit closes the descriptors after detaching the table, so a holder whose
+        # table still lists descriptors is not being killed: only the others are asked.
+        return found, any(killed_by_signal(pid) for pid in previous
+                          if pid not in self._tables)

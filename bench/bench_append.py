@@ -1,0 +1,158 @@
+"""Appends through new/ against their floor, side by side in one run (issue 12, item 3).
+
+Three mounts, each on its own log file in the same directory (the same disk):
+
+* **floor**: ``bench/constfs.py --log FILE``: pyfuse3 plus one ``fdatasync`` per append,
+  done inline in the FLUSH handler (no ordering, no group commit, no last-close check);
+* **requests**: ``bench/constfs.py`` without ``--log``: the same requests answered at once
+  with nothing saved, the ceiling pyfuse3 itself puts on appends (its daemon CPU per
+  append is printed too);
+* **bookfs**: ``bookfs mount`` of a Book log (this checkout), the full ``new/`` contract:
+  contiguity, the last-close check, one ordered group commit;
+* **direct**: the same 1 KB events written to files of a plain directory with
+  ``fsync`` (what the disk does without FUSE; context only).
+
+Each round runs 1 writer, then ``--writers`` writers (threads of this process, each
+``open(O_CREAT|O_EXCL)``, ``write``, ``close`` of ``new/<next>``), against each mount in
+turn; ``--rounds`` rounds alternate the order.  Medians are printed as a Markdown table
+with the ratios the issue names: bookfs 1 writer / floor 1 writer, bookfs N writers /
+bookfs 1 writer.
+
+    python bench/bench_append.py --seconds 3 --rounds 3
+
+Needs root and /dev/fuse.  Figures: docs/benchmarks.md, "Appends against their floor".
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+from bench_mount import Proc, appends  # noqa: E402
+
+from bookfs.book import Book  # noqa: E402
+
+PAYLOAD = b"\0\0\0\0" + bytes(range(256)) * 3 + bytes(252)  # 1 KiB: a 4-byte mug, then a jam
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds of every thread of process ``pid`` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(pid: int | None, mnt: str, first: int, seconds: float, threads: int
+          ) -> tuple[float, float | None]:
+    """(appends/s, daemon CPU µs per append) of one run of :func:`appends`."""
+    before = cpu_seconds(pid) if pid else 0.0
+    done, t = appends(mnt, first, seconds, threads, PAYLOAD, fsync=pid is None)
+    cpu = (cpu_seconds(pid) - before) * 1e6 / done if pid else None
+    return done / t, cpu
+
+
+def run_bookfs(work: Path, seconds: float, threads: int):
+    src, mnt = work / "log", work / "mnt-bookfs"
+    with Book.open(src) as b:
+        first = b.last + 1
+    out = subprocess.run([sys.executable, "-m", "bookfs.cli", "mount", str(src), str(mnt)],
+                         cwd=ROOT, check=True, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    pid = int(re.search(r"daemon pid (\d+)", out.stdout + out.stderr).group(1))
+    try:
+        return timed(pid, f"{mnt}/new", first, seconds, threads)
+    finally:
+        subprocess.run([sys.executable, "-m", "bookfs.cli", "umount", str(mnt)], cwd=ROOT,
+                       check=True, capture_output=True,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def run_constfs(work: Path, seconds: float, threads: int, *args: str):
+    mnt = work / "mnt-constfs"
+    cmd = [sys.executable, str(HERE / "constfs.py"), str(mnt), "--count", "0", *args]
+    proc = Proc(cmd, str(mnt), str(work / "constfs.out"))
+    with proc:
+        return timed(proc.pid, f"{mnt}/new", 1, seconds, threads)
+
+
+def run_floor(work: Path, seconds: float, threads: int):
+    return run_constfs(work, seconds, threads, "--log", str(work / "floor.log"))
+
+
+def run_requests(work: Path, seconds: float, threads: int):
+    return run_constfs(work, seconds, threads)
+
+
+def run_direct(work: Path, seconds: float, threads: int):
+    d = work / "direct"
+    if d.exists():
+        subprocess.run(["rm", "-rf", str(d)], check=True)
+    d.mkdir()
+    return timed(None, str(d), 1, seconds, threads)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=float, default=3.0, help="seconds per run (default 3)")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    p.add_argument("--writers", type=int, default=8, help="concurrent writers (default 8)")
+    p.add_argument("--dir", help="work directory (default: a new one under $TMPDIR)")
+    a = p.parse_args()
+    work = Path(a.dir or tempfile.mkdtemp(prefix="bookfs-bench-append-"))
+    work.mkdir(parents=True, exist_ok=True)
+    with Book.open(work / "log", writable=True, create=True) as b:
+        b.save(1, [PAYLOAD])
+    (work / "mnt-bookfs").mkdir(exist_ok=True)
+    runners = {"floor": run_floor, "bookfs": run_bookfs, "requests": run_requests,
+               "direct": run_direct}
+    rates: dict[tuple[str, int], list[float]] = {}
+    cpus: dict[tuple[str, int], list[float]] = {}
+    for i in range(a.rounds):
+        order = list(runners) if i % 2 == 0 else list(reversed(runners))
+        for threads in (1, a.writers):
+            for name in order:
+                rate, cpu = runners[name](work, a.seconds, threads)
+                rates.setdefault((name, threads), []).append(rate)
+                if cpu is not None:
+                    cpus.setdefault((name, threads), []).append(cpu)
+                print(f"round {i + 1}: {name:8} {threads} writer(s): {rate:8,.0f}/s"
+                      + (f", daemon CPU {cpu:,.0f} µs per append" if cpu else ""),
+                      file=sys.stderr)
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    cpu = {k: statistics.median(v) for k, v in cpus.items()}
+    n = a.writers
+    print(f"| appends of 1 KiB (median of {a.rounds}) | 1 writer | {n} writers | {n} / 1 "
+          f"| daemon CPU per append, 1 / {n} writers |")
+    print("|---|---|---|---|---|")
+    for name, label in (("floor", "floor: pyfuse3 + fdatasync per append"),
+                        ("bookfs", "bookfs new/"),
+                        ("requests", "pyfuse3 answering the same requests, no I/O"),
+                        ("direct", "plain files + fsync, no FUSE")):
+        one, many = med[(name, 1)], med[(name, n)]
+        c = (f"{cpu[(name, 1)]:,.0f} / {cpu[(name, n)]:,.0f} µs" if (name, 1) in cpu
+             else "–")
+        print(f"| {label} | {one:,.0f}/s | {many:,.0f}/s | {many / one:.2f}× | {c} |")
+    print()
+    print(f"bookfs 1 writer / floor 1 writer: {med[('bookfs', 1)] / med[('floor', 1)]:.2f}×; "
+          f"bookfs {n} writers / bookfs 1 writer: "
+          f"{med[('bookfs', n)] / med[('bookfs', 1)]:.2f}×; "
+          f"bookfs {n} writers / floor {n} writers: "
+          f"{med[('bookfs', n)] / med[('floor', n)]:.2f}×; "
+          f"bookfs {n} writers / requests-only {n} writers: "
+          f"{med[('bookfs', n)] / med[('requests', n)]:.2f}×")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
