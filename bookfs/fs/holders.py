@@ -14,12 +14,16 @@ so the close is the last one exactly when no descriptor anywhere still refers to
 * a descriptor can only reach another process by inheritance (``fork``), so the
   candidates are the creating process plus every process started after the file was
   created.  PIDs grow, so "started after" is "PID above the last PID handed out at
-  create time" (``/proc/loadavg``); when the PID counter has wrapped meanwhile, every
-  process is a candidate.  A steady single writer therefore costs one ``listdir`` of
-  ``/proc`` plus one of its own ``fd`` directory;
+  create time" (``/proc/loadavg``, read with one ``pread``); when no PID at all was handed
+  out since the create, the creator is the only candidate and ``/proc`` is not listed;
+  when the PID counter has wrapped meanwhile, every process is a candidate.  A steady
+  single writer therefore costs one listing of its own ``fd`` directory per close;
 * a candidate holds the file if one of its descriptors' link is this file's path and
   ``/proc/<pid>/fdinfo`` confirms the inode and a writable access mode;
-* only ``readlink`` is used: a ``stat`` of the link would re-enter this filesystem.
+* only ``readlink`` is used: a ``stat`` of the link would re-enter this filesystem;
+* a previous holder is asked whether a signal killed it only when its descriptor table
+  is gone (an exit detaches the table before it closes the descriptors), so a writer's
+  ordinary close costs no read of its ``stat``.
 
 A copy that another thread's ``fork`` made a moment before its ``exec`` (every descriptor
 is copied, ``O_CLOEXEC`` ones included) is **transient**: it goes away at the exec.  Such
