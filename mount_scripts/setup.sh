@@ -44,7 +44,8 @@ if [ ! -f "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ]; then
 fi
 
 # pyfuse3 built from its pinned PyPI sdist with bookfs's patch (reads by inode, noflush and
-# cache_readdir per open: see the patch's header).  Without it bookfs still works, on the
+# cache_readdir per open, queued requests taken without a readiness wait: see the patch's
+# header).  Without it bookfs still works, on the
 # path that costs more FUSE requests, and its info file says so.
 patch_file="$here/mount_scripts/pyfuse3-3.5.0-bookfs.patch"
 patch_stamp="$venv/.pyfuse3-patched-$(sha256sum "$patch_file" | cut -c1-16)"
