@@ -1,5 +1,7 @@
-"""``spark.read.format("bookfs").load(MOUNTPOINT)``: a Spark 4 Python Data Source over a
-bookfs mount, with the rows and schema of :func:`bookfs.spark.read_events`.
+"""``spark.read.format("bookfs").load(MOUNTPOINT)``: a Spark 4 Python Data Source over
+bookfs mounts, with the rows and schema of :func:`bookfs.spark.read_events`; and
+``spark.readStream.format("bookfs").load(MOUNTPOINT)``, the same rows as a stream that
+follows a live log.
 
 Register it once per session with :func:`bookfs.spark.register`.  It reads **through the
 mount**: from ``segments/`` (one partition per segment file, split into deeds in the
@@ -8,24 +10,50 @@ segment skips the other deeds by their length words and reads only its own bytes
 ``segments/`` (a pier or LMDB mount), from ``events/`` files (partitions of
 :data:`EVENTS_PER_PARTITION` events).  The decoding is :mod:`bookfs.spark`'s own
 (:func:`bookfs.spark._segment_batches`, :func:`bookfs.spark._batches`), so the two paths
-cannot drift apart.
+cannot drift apart.  Every partition checks that it returned exactly the events it was
+planned for (a stale view of the mount fails the task, never drops a row).
 
-Options: ``since`` and ``until`` (inclusive event bounds), ``eventsPerPartition`` (the
-``events/`` fallback).  Comparisons of ``event`` with an integer (``=``, ``<``, ``<=``,
-``>``, ``>=``, ``between``, ``in``) are pushed down (``pushFilters``, which needs
+**Batch** options: ``since`` and ``until`` (inclusive event bounds), ``eventsPerPartition``
+(the ``events/`` fallback).  Comparisons of ``event`` with an integer (``=``, ``<``,
+``<=``, ``>``, ``>=``, ``between``, ``in``) are pushed down (``pushFilters``, which needs
 ``spark.sql.python.filterPushdown.enabled``; :func:`bookfs.spark.register` sets it): they
 narrow the planned event range, so segments outside it are never opened.  ``in`` is also
 re-checked by Spark (the range covers more than its values); the others are exact.
 Spark 4.3's Python data source API has no column pruning: every column is decoded.
+
+**Many ships**: ``load("/srv/ships/*")`` (a glob) or ``load([MNT1, MNT2, ...])`` reads
+every mount named, one mount per pier, into one table with one more column, ``ship``
+(string, last): the ship's @p, from the mount's ``meta/who``.  The column is there
+whenever the load names mounts by a glob or a list (even if the glob matches one mount),
+so a table's schema does not change as piers come and go; ``load(MNT)`` keeps exactly
+``read_events``' schema.  Each mount must be a bookfs mount with a ship in its meta, and no
+ship may be named twice; a glob matching nothing is an error.  ``ship = '~x'`` and
+``ship in (...)`` filters are pushed down too: other mounts are not read.
+
+**Streaming**: offsets are event numbers, ``{"event": N}`` meaning "every event up to N
+has been delivered"; a micro-batch from ``{"event": a}`` to ``{"event": b}`` holds events
+``a+1..b``.  Only committed events are read: the newest offset comes from the mount's
+event count (``events/``'s size, what a read-only mount has seen committed).  The batch
+reader's planning and reading are reused as they are.  With a checkpoint and the file
+sink, a query that is killed and restarted delivers every event exactly once (the offsets
+are deterministic, so a batch that was planned but not committed is read again with the
+same bounds).  ``maxEventsPerTrigger`` caps the events of one micro-batch;
+``trigger(availableNow=True)`` reads what is committed when the query starts, in batches
+of at most ``maxEventsPerTrigger``, and stops.  ``since`` and ``until`` bound the stream
+too (a stream with ``until`` stops growing there).  A stream follows one mount.
 """
 
 from __future__ import annotations
 
+import glob
+import json
 import os
+import time
+from dataclasses import dataclass
 
-from pyspark.sql.datasource import (DataSource, DataSourceReader, EqualTo, GreaterThan,
-                                    GreaterThanOrEqual, In, InputPartition, LessThan,
-                                    LessThanOrEqual)
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
+                                    EqualTo, GreaterThan, GreaterThanOrEqual, In,
+                                    InputPartition, LessThan, LessThanOrEqual)
 
 from . import spark as bs
 
@@ -34,6 +62,14 @@ NAME = "bookfs"
 EVENTS_PER_PARTITION = 5000
 #: Spark's setting that lets a Python data source take filters (off by default).
 PUSHDOWN_KEY = "spark.sql.python.filterPushdown.enabled"
+#: The column a load of several mounts adds: the ship's @p.
+SHIP = "ship"
+#: :data:`bookfs.spark.SCHEMA` with the :data:`SHIP` column (a load of several mounts).
+SHIP_SCHEMA = f"{bs.SCHEMA}, {SHIP} string"
+#: How long a stream's planning waits for the mount to show events it already reported
+#: committed (the kernel may hold ``events/``'s size for up to a second).
+STALE_VIEW_WAIT = 5.0
+_GLOB_CHARS = "*?["
 
 
 def _int_option(options, key: str) -> int | None:
@@ -46,12 +82,139 @@ def _int_option(options, key: str) -> int | None:
         raise ValueError(f"option {key} must be an event number, not {value!r}") from None
 
 
-class SegmentRange(InputPartition):
-    """Events ``lo..hi`` of the segment file holding events ``first..last``."""
+# --- mounts --------------------------------------------------------------------------------
 
-    def __init__(self, first: int, last: int, lo: int, hi: int):
-        super().__init__((first, lo, hi))
+
+@dataclass(frozen=True)
+class Mount:
+    """A mount to read; ``ship`` is its @p when the table has a ``ship`` column."""
+
+    path: str
+    ship: str | None = None
+
+
+def check_mount(path: str) -> str:
+    """``path`` if it is a bookfs mount (it has ``events/``), else FileNotFoundError."""
+    if not os.path.isdir(os.path.join(path, "events")):
+        raise FileNotFoundError(f"{path} is not a bookfs mount (no events/ directory)")
+    return path
+
+
+def ship_of(path: str) -> str:
+    """The @p of the ship whose log is mounted at ``path`` (its ``meta/who``)."""
+    from .noun import patp
+
+    try:
+        with open(os.path.join(path, "meta", "who"), "rb") as f:
+            who = f.read()
+    except OSError as e:
+        raise ValueError(f"{path}: no ship in its meta (meta/who: {e.strerror}); a "
+                         "multi-ship read needs each log's meta.bin") from None
+    return patp(int.from_bytes(who, "little"))
+
+
+def named_paths(options) -> tuple[list[str], bool]:
+    """The paths the load names and whether they make a multi-ship table: ``paths`` (a
+    JSON list, as Spark passes ``load([...])``) or ``path`` (a mount, or a glob)."""
+    raw = options.get("paths")
+    if raw:
+        try:
+            paths = json.loads(raw)
+        except ValueError:
+            paths = None
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            raise ValueError(f"option paths must be a JSON list of mount points, not {raw!r}")
+        single = options.get("path")
+        return ([single] if single else []) + paths, True
+    path = options.get("path")
+    if not path:
+        raise ValueError('format("bookfs") needs a mount point: .load(MOUNTPOINT), '
+                         '.load("/srv/ships/*") or .load([MOUNTPOINT, ...])')
+    return [path], any(c in path for c in _GLOB_CHARS)
+
+
+def resolve_mounts(options) -> tuple[list[Mount], bool]:
+    """The mounts a load names (globs expanded, sorted) and whether the table has a
+    ``ship`` column.  One-line errors for a glob matching nothing, a path that is not a
+    bookfs mount, a mount with no ship in its meta and a ship named twice."""
+    paths, multi = named_paths(options)
+    if not multi:
+        return [Mount(check_mount(paths[0]))], False
+    mounts: list[Mount] = []
+    seen: dict[str, str] = {}
+    for pattern in paths:
+        found = ([pattern] if not any(c in pattern for c in _GLOB_CHARS)
+                 else sorted(glob.glob(pattern)))
+        if not found:
+            raise FileNotFoundError(f"{pattern} matches no path; expected bookfs mount "
+                                    "points")
+        for path in found:
+            ship = ship_of(check_mount(path))
+            if ship in seen:
+                raise ValueError(f"ship {ship} is mounted twice, at {seen[ship]} and {path}; "
+                                 "expected one mount per ship")
+            seen[ship] = path
+            mounts.append(Mount(path, ship))
+    return mounts, True
+
+
+def committed(path: str, first: int | None = None) -> tuple[int, int] | None:
+    """``(first, last)`` committed events of the mount at ``path`` (None while it has
+    none): the count is ``events/``'s size, the first event the mount's ``info`` (pass
+    ``first`` when known: it is read only then)."""
+    count = os.stat(os.path.join(path, "events")).st_size
+    if not count:
+        return None
+    if first is None:
+        from .info import parse
+
+        with open(os.path.join(path, "info")) as f:
+            first = int(parse(f.read(1 << 16))["first"])
+    return first, first + count - 1
+
+
+# --- partitions and reading (the batch and the stream share these) -------------------------
+
+
+class SegmentRange(InputPartition):
+    """Events ``lo..hi`` of the segment file holding events ``first..last`` of the mount
+    at ``mnt``; ``ship``: the value of the ``ship`` column (None: no such column)."""
+
+    def __init__(self, first: int, last: int, lo: int, hi: int, mnt: str = "",
+                 ship: str | None = None):
+        super().__init__((mnt, first, lo, hi))
         self.first, self.last, self.lo, self.hi = first, last, lo, hi
+        self.mnt, self.ship = mnt, ship
+
+
+class EventFiles(InputPartition):
+    """The ``events/`` files of the events listed (ascending) of the mount at ``mnt``."""
+
+    def __init__(self, events: list[int], mnt: str = "", ship: str | None = None):
+        super().__init__((mnt, events[0], events[-1]))
+        self.events, self.mnt, self.ship = events, mnt, ship
+
+
+def plan(mount: Mount, since: int | None, until: int | None, per_partition: int
+         ) -> tuple[list[InputPartition], int]:
+    """The partitions that read events ``since..until`` (inclusive; None: the mount's
+    first, last) of ``mount``, and the last event they hold (less than ``since`` if
+    none).  ``segments/`` ranges (:func:`bookfs.spark.plan_segments`) when the mount has
+    them, else ``events/`` files in runs of ``per_partition``."""
+    if since is not None and until is not None and since > until:
+        return [], since - 1
+    mnt = mount.path
+    if os.path.isdir(os.path.join(mnt, "segments")):
+        lo, hi, chosen = bs.plan_segments(mnt, since, until)
+        return [SegmentRange(*t, mnt=mnt, ship=mount.ship) for t in chosen], hi
+    view = committed(mnt)
+    if view is None:
+        return [], (since or 1) - 1
+    lo = view[0] if since is None else max(since, view[0])
+    hi = view[1] if until is None else min(until, view[1])
+    events = list(range(lo, hi + 1))
+    k = per_partition
+    return [EventFiles(events[i:i + k], mnt, mount.ship) for i in range(0, len(events), k)], hi
 
 
 def _skip_deeds(fd: int, pos: int, count: int, size: int, path: str) -> int:
@@ -70,20 +233,94 @@ def _skip_deeds(fd: int, pos: int, count: int, size: int, path: str) -> int:
     return pos
 
 
-class EventFiles(InputPartition):
-    """The ``events/`` files of the events listed (ascending)."""
+def _read_segment(p: SegmentRange):
+    """Events ``p.lo..p.hi`` of one segment: only their bytes are read when the range is a
+    part of the segment (the deeds before and after are skipped by their length words),
+    the whole file in one read otherwise."""
+    path = os.path.join(p.mnt, "segments", f"{p.first:012d}")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        start = _skip_deeds(fd, 0, p.lo - p.first, size, path)
+        end = size
+        if p.hi < p.last:
+            end = _skip_deeds(fd, start, p.hi - p.lo + 1, size, path)
+        buf = bytearray(end - start)
+        view = memoryview(buf)
+        got = 0
+        while got < len(buf):
+            n = os.preadv(fd, [view[got:]], start + got)
+            if not n:
+                break
+            got += n
+    finally:
+        os.close(fd)
+    starts, stamps = bs._stamps(p.mnt, [(p.lo, p.hi)])
+    yield from bs._segment_batches([(p.lo, view[:got], p.first)], p.lo, p.hi, starts, stamps)
 
-    def __init__(self, events: list[int]):
-        super().__init__((events[0], events[-1]))
-        self.events = events
+
+def _event_files(mnt: str, events: list[int]):
+    for event in events:
+        with open(os.path.join(mnt, "events", f"{event:012d}"), "rb") as f:
+            st = os.fstat(f.fileno())
+            yield event, f.read(), st.st_mtime_ns // 1_000_000 * 1000
+
+
+def _exactly(batches, lo: int, hi: int, what: str):
+    """``batches``, checked to hold events ``lo..hi`` (each once, in order: the decoders
+    yield them so), else ValueError: a partition never silently returns fewer rows."""
+    n, last = 0, lo - 1
+    for b in batches:
+        if b.num_rows:
+            events = b.column(0)
+            if events[0].as_py() != last + 1:
+                break
+            last = events[b.num_rows - 1].as_py()
+            n += b.num_rows
+        yield b
+    if n != hi - lo + 1 or last != hi:
+        raise ValueError(f"{what}: expected events {lo}..{hi}, read {n} ending at {last} "
+                         "(the mount's view changed under the read?)")
+
+
+def _with_ship(batches, ship: str):
+    import pyarrow as pa
+
+    for b in batches:
+        yield pa.RecordBatch.from_arrays(
+            [*b.columns, pa.array([ship] * b.num_rows, pa.string())],
+            names=[*b.schema.names, SHIP])
+
+
+def read_partition(partition):
+    """Arrow batches of one planned partition (the ``ship`` column added when it has
+    one).  With nothing planned Spark still runs one task, on a bare ``InputPartition``:
+    it yields no rows."""
+    if isinstance(partition, SegmentRange):
+        p = partition
+        where = f"{p.mnt}/segments/{p.first:012d}"
+        batches = _exactly(_read_segment(p), p.lo, p.hi, where)
+    elif isinstance(partition, EventFiles):
+        p = partition
+        batches = _exactly(bs._batches(_event_files(p.mnt, p.events)), p.events[0],
+                           p.events[-1], f"{p.mnt}/events")
+    else:
+        return iter(())
+    return batches if p.ship is None else _with_ship(batches, p.ship)
+
+
+# --- batch ---------------------------------------------------------------------------------
 
 
 class BookfsReader(DataSourceReader):
     """Plans partitions from the event range (options and pushed filters) and reads them
-    through the mount.  Picklable: it carries only the mount path and the bounds."""
+    through the mounts.  Picklable: it carries only the mounts and the bounds.  ``mnt``:
+    one mount point (no ``ship`` column) or a list of :class:`Mount`."""
 
-    def __init__(self, mnt: str, since: int | None, until: int | None, per_partition: int):
-        self.mnt, self.since, self.until = mnt, since, until
+    def __init__(self, mnt: str | list[Mount], since: int | None, until: int | None,
+                 per_partition: int):
+        self.mounts = [Mount(mnt)] if isinstance(mnt, str) else list(mnt)
+        self.since, self.until = since, until
         self.per_partition = per_partition
 
     def _narrow(self, lo: int | None = None, hi: int | None = None) -> None:
@@ -92,12 +329,23 @@ class BookfsReader(DataSourceReader):
         if hi is not None:
             self.until = hi if self.until is None else min(self.until, hi)
 
+    def _only_ships(self, ships) -> None:
+        self.mounts = [m for m in self.mounts if m.ship in ships]
+
     def pushFilters(self, filters):
-        """Take comparisons of ``event`` with integers into the planned range; return the
-        rest (and ``in``, whose values the range only bounds) for Spark to apply."""
+        """Take comparisons of ``event`` with integers into the planned range, and
+        ``ship = '~x'`` / ``ship in (...)`` into the mounts read; return the rest (and
+        ``in``, whose values the range only bounds, and the ship filters) for Spark to
+        apply."""
         for f in filters:
             value = getattr(f, "value", None)
-            if f.attribute != ("event",):
+            if f.attribute == (SHIP,) and self.mounts and self.mounts[0].ship is not None:
+                if isinstance(f, EqualTo) and isinstance(value, str):
+                    self._only_ships({value})
+                elif isinstance(f, In) and all(isinstance(v, str) for v in value):
+                    self._only_ships(set(value))
+                yield f
+            elif f.attribute != ("event",):
                 yield f
             elif isinstance(f, In):
                 values = list(value)
@@ -120,76 +368,142 @@ class BookfsReader(DataSourceReader):
                 yield f
 
     def partitions(self):
-        if self.since is not None and self.until is not None and self.since > self.until:
-            return []
-        if os.path.isdir(os.path.join(self.mnt, "segments")):
-            _, _, plan = bs.plan_segments(self.mnt, self.since, self.until)
-            return [SegmentRange(*t) for t in plan]
-        events = sorted(n for n in (int(name) for name in os.listdir(
-            os.path.join(self.mnt, "events")) if name.isdigit())
-            if (self.since is None or n >= self.since)
-            and (self.until is None or n <= self.until))
-        k = self.per_partition
-        return [EventFiles(events[i:i + k]) for i in range(0, len(events), k)]
+        parts = []
+        for mount in self.mounts:
+            parts += plan(mount, self.since, self.until, self.per_partition)[0]
+        return parts
 
     def read(self, partition):
-        """Arrow batches of one planned partition.  With nothing planned Spark still runs
-        one task, on a bare ``InputPartition``: it yields no rows."""
-        if isinstance(partition, SegmentRange):
-            return self._read_segment(partition)
-        if isinstance(partition, EventFiles):
-            return bs._batches(self._event_files(partition.events))
-        return iter(())
+        return read_partition(partition)
 
-    def _read_segment(self, p: SegmentRange):
-        """Events ``p.lo..p.hi`` of one segment: only their bytes are read when the range
-        is a part of the segment (the deeds before and after are skipped by their length
-        words), the whole file in one read otherwise."""
-        path = os.path.join(self.mnt, "segments", f"{p.first:012d}")
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            size = os.fstat(fd).st_size
-            start = _skip_deeds(fd, 0, p.lo - p.first, size, path)
-            end = size
-            if p.hi < p.last:
-                end = _skip_deeds(fd, start, p.hi - p.lo + 1, size, path)
-            buf = bytearray(end - start)
-            view = memoryview(buf)
-            got = 0
-            while got < len(buf):
-                n = os.preadv(fd, [view[got:]], start + got)
-                if not n:
-                    break
-                got += n
-        finally:
-            os.close(fd)
-        starts, stamps = bs._stamps(self.mnt, [(p.lo, p.hi)])
-        yield from bs._segment_batches([(p.lo, view[:got], p.first)], p.lo, p.hi, starts,
-                                       stamps)
 
-    def _event_files(self, events: list[int]):
-        for event in events:
-            with open(os.path.join(self.mnt, "events", f"{event:012d}"), "rb") as f:
-                st = os.fstat(f.fileno())
-                yield event, f.read(), st.st_mtime_ns // 1_000_000 * 1000
+# --- streaming -----------------------------------------------------------------------------
+
+
+try:  # Spark 4.2+: admission control (maxEventsPerTrigger) and Trigger.AvailableNow
+    from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
+                                                  SupportsTriggerAvailableNow)
+except ImportError:  # pragma: no cover - older pyspark: plain latestOffset()
+    ReadAllAvailable = ReadMaxRows = None
+    SupportsTriggerAvailableNow = object
+
+
+class BookfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of the committed events of one mount (see the module docstring for
+    offsets).  The driver-side state is the mount's first event (read once) and, under
+    ``Trigger.AvailableNow``, the target event fixed when the query starts."""
+
+    def __init__(self, mnt: str, since: int | None, until: int | None, per_partition: int,
+                 max_events: int | None):
+        self.mount = Mount(mnt)
+        self.since, self.until = since, until
+        self.per_partition = per_partition
+        self.max_events = max_events
+        self.first: int | None = None
+        self.target: int | None = None
+
+    def _last(self) -> int | None:
+        """The mount's last committed event (None while it has none)."""
+        view = committed(self.mount.path, self.first)
+        if view is None:
+            return None
+        self.first = view[0]
+        return view[1]
+
+    def initialOffset(self) -> dict:
+        """Before the first event to read: ``since - 1``, else the mount's first - 1 (0
+        while the log is empty)."""
+        if self.since is not None:
+            return {"event": self.since - 1}
+        self._last()
+        return {"event": (self.first or 1) - 1}
+
+    def getDefaultReadLimit(self):
+        if self.max_events is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.max_events)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the target: the events committed now; later ones wait for the next run."""
+        last = self._last()
+        self.target = last if last is not None else 0
+
+    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        """The newest committed event, capped by ``until``, the AvailableNow target and
+        the read limit (``maxEventsPerTrigger`` events after ``start``); never before
+        ``start``."""
+        begin = start["event"] if start else None
+        end = self._last()
+        for cap in (self.until, self.target):
+            if cap is not None and end is not None:
+                end = min(end, cap)
+        if begin is None:
+            return {"event": end if end is not None else 0}
+        if end is None:
+            return {"event": begin}
+        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            end = min(end, begin + limit.max_rows)
+        return {"event": max(end, begin)}
+
+    def reportLatestOffset(self):
+        last = self._last()
+        return None if last is None else {"event": last}
+
+    def partitions(self, start: dict, end: dict):
+        """The batch reader's partitions for events ``start+1..end``, all of which the
+        mount has reported committed.  If the mount does not show them yet (a cached
+        ``events/`` size), wait up to :data:`STALE_VIEW_WAIT` seconds, then fail: a
+        batch never skips an event."""
+        lo, hi = start["event"] + 1, end["event"]
+        if lo > hi:
+            return []
+        deadline = time.monotonic() + STALE_VIEW_WAIT
+        while True:
+            parts, got = plan(self.mount, lo, hi, self.per_partition)
+            if got >= hi:
+                return parts
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"{self.mount.path} shows events up to {got}, but {hi} was reported "
+                    "committed: the log shrank or was replaced under the stream")
+            time.sleep(0.1)
+
+    def read(self, partition):
+        return read_partition(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: events are immutable once committed."""
+
+
+# --- the data source -----------------------------------------------------------------------
 
 
 class BookfsDataSource(DataSource):
-    """``format("bookfs")``: the events of the bookfs mount given to ``load()``."""
+    """``format("bookfs")``: the events of the bookfs mount(s) given to ``load()``."""
 
     @classmethod
     def name(cls) -> str:
         return NAME
 
     def schema(self):
-        return bs.SCHEMA
+        return SHIP_SCHEMA if named_paths(self.options)[1] else bs.SCHEMA
+
+    def _bounds(self) -> tuple[int | None, int | None, int]:
+        per = _int_option(self.options, "eventsPerPartition") or EVENTS_PER_PARTITION
+        return _int_option(self.options, "since"), _int_option(self.options, "until"), per
 
     def reader(self, schema):
-        mnt = self.options.get("path")
-        if not mnt:
-            raise ValueError('format("bookfs") needs a mount point: .load(MOUNTPOINT)')
-        if not os.path.isdir(os.path.join(mnt, "events")):
-            raise FileNotFoundError(f"{mnt} is not a bookfs mount (no events/ directory)")
-        per = _int_option(self.options, "eventsPerPartition") or EVENTS_PER_PARTITION
-        return BookfsReader(mnt, _int_option(self.options, "since"),
-                            _int_option(self.options, "until"), per)
+        mounts, multi = resolve_mounts(self.options)
+        since, until, per = self._bounds()
+        return BookfsReader(mounts if multi else mounts[0].path, since, until, per)
+
+    def streamReader(self, schema):
+        paths, multi = named_paths(self.options)
+        if multi:
+            raise ValueError('readStream.format("bookfs") follows one mount; got '
+                             f"{', '.join(paths)} (read many ships with spark.read)")
+        since, until, per = self._bounds()
+        most = _int_option(self.options, "maxEventsPerTrigger")
+        if most is not None and most < 1:
+            raise ValueError(f"option maxEventsPerTrigger must be at least 1, not {most}")
+        return BookfsStreamReader(check_mount(paths[0]), since, until, per, most)
