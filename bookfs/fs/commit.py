@@ -140,10 +140,14 @@ class Reservation:
     holders: object = None  # the fs layer's HolderScan for this file, if any
     waiting: int = 0  # flushes waiting for transient copies to close (fs layer)
     done: trio.Event = field(default_factory=trio.Event)
+    #: Set when this reservation's own commit has something to look at again: it finished,
+    #: or it became the head of the queue with no save running.  Only its waiters wake.
+    kick: trio.Event = field(default_factory=trio.Event)
 
     def finish(self, state: str, err: int = 0) -> None:
         self.state, self.error = state, err
         self.done.set()
+        self.kick.set()
 
     def poison(self, err: int) -> None:
         """A write failed: nothing of this reservation may be committed."""
@@ -214,7 +218,6 @@ class CommitQueue:
         self._saving: set[int] = set()  # numbers of the batch being saved right now
         self._closed = False
         self._leader = False
-        self._changed = trio.Event()
         self._on_commit = on_commit
         self.saver = SaveThread()
         self.batches = 0  # saves done (for tests and stats)
@@ -233,9 +236,13 @@ class CommitQueue:
         """The epoch base of an empty log (a pier's newest epoch, vere's ``fir_d``)."""
         return getattr(self.book, "epoch", 0)
 
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+    def _kick_head(self) -> None:
+        """Wake the commit of the reservation at the head of the queue, if any: it may
+        lead the next save now.  (Each waiter is woken only by its own events, so an
+        append does not wake every other writer.)"""
+        head = self._live.get(self._head())
+        if head is not None:
+            head.kick.set()
 
     def shutdown(self, why: str) -> None:
         """The mount is going away: fail every reservation that is not being saved right
@@ -283,7 +290,7 @@ class CommitQueue:
                 log.warning("new/%d %s", n, reason)
             self.refusals.note(f"new/{r.name}", code, reason, _creator(r))
             r.finish(FAILED, code)
-        self._notify()
+        self._kick_head()
 
     def abandon(self, r: Reservation, why: str, err: int = errno.EIO) -> None:
         """Drop ``r`` (its writer died or went away) and everything after it."""
@@ -309,31 +316,35 @@ class CommitQueue:
                 self._fail_from(r.number, errno.EINVAL, why)
                 raise refuse(errno.EINVAL, f"new/{r.number}: {why}")
             r.state = READY
-            self._notify()
+            self._kick_head()
 
     async def commit(self, r: Reservation) -> None:
         """Wait until ``r`` is durable and visible (return) or has failed (FUSEError)."""
         self.ready(r)
-        waited = 0.0
+        waited, watched = 0.0, None
         while r.state == READY:
             head = self._live.get(self._head())
             if head is r and not self._leader:
                 await self._lead()
                 continue
-            changed = self._changed
+            r.kick = trio.Event()  # armed before waiting: no await in between
             with trio.move_on_after(1.0) as scope:
-                await changed.wait()
-            if scope.cancelled_caught and r.state == READY:
-                waited += 1.0
-                stalled = head is not None and head.state == OPEN
-                if stalled and waited >= self.stall_timeout:
-                    why = (f"predecessor new/{head.number} still being written "
-                           f"after {self.stall_timeout:g} s")
-                    log.warning("new/%d not committed (ETIMEDOUT): %s; its number is free "
-                                "again", r.number, why)
-                    self._fail_from(r.number, errno.ETIMEDOUT, why)
-            elif not scope.cancelled_caught:
-                waited = 0.0
+                await r.kick.wait()
+            if not scope.cancelled_caught or r.state != READY:
+                continue
+            head = self._live.get(self._head())
+            if head is None or head.state != OPEN:
+                watched, waited = None, 0.0
+                continue
+            # the head is still being written: count the seconds it has blocked us
+            waited = waited + 1.0 if head is watched else 1.0
+            watched = head
+            if waited >= self.stall_timeout:
+                why = (f"predecessor new/{head.number} still being written "
+                       f"after {self.stall_timeout:g} s")
+                log.warning("new/%d not committed (ETIMEDOUT): %s; its number is free "
+                            "again", r.number, why)
+                self._fail_from(r.number, errno.ETIMEDOUT, why)
         if r.state == FAILED:
             raise pyfuse3.FUSEError(r.error)
 
@@ -368,7 +379,7 @@ class CommitQueue:
                 r.finish(DONE)
             if self._on_commit is not None:
                 self._on_commit(first, n - 1)
-            self._notify()
         finally:
             self._saving = set()
             self._leader = False
+            self._kick_head()  # whoever became ready during the save leads the next one
