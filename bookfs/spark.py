@@ -11,6 +11,10 @@ copy, not a cue.
 on-disk deeds, split in Python (each deed's CRC checked), for logs too large for one file
 per event.  It yields the same rows.
 
+``write_parquet(df, path)`` writes such rows as Parquet partitioned by the UTC day of
+``date`` and sorted by ``event`` within each file, so that readers filtering on ``day``,
+``event`` or ``date`` skip directories and row groups.
+
 Columns (:data:`SCHEMA`):
 
 ==============  =========  ======================================================
@@ -478,3 +482,49 @@ def _read_bulk(spark, mnt: str, since, until, check_limit: bool):
         _check_lengths(spark, df, "segment")
     segs = df.select(F.col("num").alias("first"), "content")
     return segs.mapInArrow(_split_segments(lo, hi, starts or [0], stamps or [None]), SCHEMA)
+
+
+# --- writing -------------------------------------------------------------------------------
+
+#: The partition column :func:`write_parquet` adds: the UTC calendar day of ``date``.
+DAY = "day"
+#: The directory Spark names a partition whose value is null (``day`` of the lifecycle
+#: events, which have no ``date``); it reads back as a null ``day``.
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+#: Parquet's row-group size setting (bytes), a DataFrameWriter option.
+ROW_GROUP_KEY = "parquet.block.size"
+
+
+def day_column():
+    """``date``'s UTC calendar day as a DATE column (null where ``date`` is null).  Computed
+    from the microseconds since the epoch, so it does not depend on the session time zone."""
+    from pyspark.sql import functions as F
+
+    return F.expr("date_from_unix_date(CAST(floor(unix_micros(date) / 86400000000) AS INT))")
+
+
+def write_parquet(df, path: str, *, row_group_bytes: int | None = None) -> None:
+    """Write ``df`` (rows of :data:`SCHEMA`) as Parquet at ``path``, which must not exist,
+    laid out for readers that filter:
+
+    * partitioned by :data:`DAY` (``path/day=YYYY-MM-DD/``; events without a ``date``, the
+      lifecycle events, go to ``day=__HIVE_DEFAULT_PARTITION__``, which Spark reads back
+      as a null ``day``), so a filter on ``day`` prunes whole directories
+      (``PartitionFilters`` in the plan);
+    * one shuffle puts each day in one task (``repartition(day)``), which writes it as one
+      file sorted by ``event`` (``sortWithinPartitions(day, event)``: ``day`` leads because
+      the writer needs its input grouped by the partition column and would otherwise add a
+      sort of its own), so row groups hold disjoint, increasing ``event`` ranges and their
+      min/max statistics let a filter on ``event`` (or on ``date``, which grows with it)
+      skip row groups.
+
+    ``row_group_bytes`` sets Parquet's row-group size (default: Parquet's 128 MiB)."""
+    from pyspark.sql import functions as F
+
+    writer = (df.withColumn(DAY, day_column())
+              .repartition(F.col(DAY))
+              .sortWithinPartitions(DAY, "event")
+              .write.mode("error").partitionBy(DAY))
+    if row_group_bytes is not None:
+        writer = writer.option(ROW_GROUP_KEY, str(row_group_bytes))
+    writer.parquet(path)
