@@ -104,12 +104,16 @@ def session(master: str = "local[2]", app: str = "bookfs", *, tuned: bool = True
             progress: bool = False, conf: dict[str, str] | None = None):
     """A SparkSession with the configuration that works here (spark-notes.md): workers
     run this interpreter (``PYSPARK_PYTHON=sys.executable``), UI off, driver on
-    127.0.0.1, session time zone UTC, small-file settings from :func:`tune` unless
-    ``tuned=False``.  ``master`` may be ``local[N]``, ``local-cluster[W,C,MB]`` or a
-    ``spark://`` URL."""
+    ``$SPARK_LOCAL_IP`` (default 127.0.0.1: set it to an address the executors reach
+    when they run on other hosts), session time zone UTC, small-file settings from
+    :func:`tune` unless ``tuned=False``.  ``master`` may be ``local[N]``,
+    ``local-cluster[W,C,MB]`` or a ``spark://`` URL; with a master other than
+    ``local[N]`` the executors also get the directory this ``bookfs`` package is imported
+    from on their ``PYTHONPATH`` (so, like the mount, it must be at the same path on every
+    worker: docs/cluster.md)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    driver = os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if master.startswith("local-cluster"):
         # executors are launched with SPARK_HOME's scripts: pyspark's bundled tree has them
         import pyspark
@@ -121,12 +125,17 @@ def session(master: str = "local[2]", app: str = "bookfs", *, tuned: bool = True
          .config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "true" if progress else "false")
          .config("spark.sql.shuffle.partitions", "2")
-         .config("spark.driver.bindAddress", "127.0.0.1")
-         .config("spark.driver.host", "127.0.0.1")
+         .config("spark.driver.bindAddress", driver)
+         .config("spark.driver.host", driver)
          .config("spark.sql.session.timeZone", "UTC")
          # binaryFile holds each file whole in a row: room for a few segments/ files
          .config("spark.driver.memory", os.environ.get("BOOKFS_SPARK_MEMORY", "3g"))
          .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
+    if not (master == "local" or master.startswith("local[")):
+        # executors decode in Python workers that import bookfs.spark (mapInArrow)
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        b = b.config("spark.executorEnv.PYTHONPATH", os.pathsep.join(
+            [here] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     if tuned:
         b = tune(b)
     for key, value in (conf or {}).items():
