@@ -11,6 +11,10 @@ copy, not a cue.
 on-disk deeds, split in Python (each deed's CRC checked), for logs too large for one file
 per event.  It yields the same rows.
 
+``write_parquet(df, path)`` writes such rows as Parquet partitioned by the UTC day of
+``date`` and sorted by ``event`` within each file, so that readers filtering on ``day``,
+``event`` or ``date`` skip directories and row groups.
+
 Columns (:data:`SCHEMA`):
 
 ==============  =========  ======================================================
@@ -100,12 +104,16 @@ def session(master: str = "local[2]", app: str = "bookfs", *, tuned: bool = True
             progress: bool = False, conf: dict[str, str] | None = None):
     """A SparkSession with the configuration that works here (spark-notes.md): workers
     run this interpreter (``PYSPARK_PYTHON=sys.executable``), UI off, driver on
-    127.0.0.1, session time zone UTC, small-file settings from :func:`tune` unless
-    ``tuned=False``.  ``master`` may be ``local[N]``, ``local-cluster[W,C,MB]`` or a
-    ``spark://`` URL."""
+    ``$SPARK_LOCAL_IP`` (default 127.0.0.1: set it to an address the executors reach
+    when they run on other hosts), session time zone UTC, small-file settings from
+    :func:`tune` unless ``tuned=False``.  ``master`` may be ``local[N]``,
+    ``local-cluster[W,C,MB]`` or a ``spark://`` URL; with a master other than
+    ``local[N]`` the executors also get the directory this ``bookfs`` package is imported
+    from on their ``PYTHONPATH`` (so, like the mount, it must be at the same path on every
+    worker: docs/cluster.md)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    driver = os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if master.startswith("local-cluster"):
         # executors are launched with SPARK_HOME's scripts: pyspark's bundled tree has them
         import pyspark
@@ -117,12 +125,17 @@ def session(master: str = "local[2]", app: str = "bookfs", *, tuned: bool = True
          .config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "true" if progress else "false")
          .config("spark.sql.shuffle.partitions", "2")
-         .config("spark.driver.bindAddress", "127.0.0.1")
-         .config("spark.driver.host", "127.0.0.1")
+         .config("spark.driver.bindAddress", driver)
+         .config("spark.driver.host", driver)
          .config("spark.sql.session.timeZone", "UTC")
          # binaryFile holds each file whole in a row: room for a few segments/ files
          .config("spark.driver.memory", os.environ.get("BOOKFS_SPARK_MEMORY", "3g"))
          .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
+    if not (master == "local" or master.startswith("local[")):
+        # executors decode in Python workers that import bookfs.spark (mapInArrow)
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        b = b.config("spark.executorEnv.PYTHONPATH", os.pathsep.join(
+            [here] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     if tuned:
         b = tune(b)
     for key, value in (conf or {}).items():
@@ -478,3 +491,49 @@ def _read_bulk(spark, mnt: str, since, until, check_limit: bool):
         _check_lengths(spark, df, "segment")
     segs = df.select(F.col("num").alias("first"), "content")
     return segs.mapInArrow(_split_segments(lo, hi, starts or [0], stamps or [None]), SCHEMA)
+
+
+# --- writing -------------------------------------------------------------------------------
+
+#: The partition column :func:`write_parquet` adds: the UTC calendar day of ``date``.
+DAY = "day"
+#: The directory Spark names a partition whose value is null (``day`` of the lifecycle
+#: events, which have no ``date``); it reads back as a null ``day``.
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+#: Parquet's row-group size setting (bytes), a DataFrameWriter option.
+ROW_GROUP_KEY = "parquet.block.size"
+
+
+def day_column():
+    """``date``'s UTC calendar day as a DATE column (null where ``date`` is null).  Computed
+    from the microseconds since the epoch, so it does not depend on the session time zone."""
+    from pyspark.sql import functions as F
+
+    return F.expr("date_from_unix_date(CAST(floor(unix_micros(date) / 86400000000) AS INT))")
+
+
+def write_parquet(df, path: str, *, row_group_bytes: int | None = None) -> None:
+    """Write ``df`` (rows of :data:`SCHEMA`) as Parquet at ``path``, which must not exist,
+    laid out for readers that filter:
+
+    * partitioned by :data:`DAY` (``path/day=YYYY-MM-DD/``; events without a ``date``, the
+      lifecycle events, go to ``day=__HIVE_DEFAULT_PARTITION__``, which Spark reads back
+      as a null ``day``), so a filter on ``day`` prunes whole directories
+      (``PartitionFilters`` in the plan);
+    * one shuffle puts each day in one task (``repartition(day)``), which writes it as one
+      file sorted by ``event`` (``sortWithinPartitions(day, event)``: ``day`` leads because
+      the writer needs its input grouped by the partition column and would otherwise add a
+      sort of its own), so row groups hold disjoint, increasing ``event`` ranges and their
+      min/max statistics let a filter on ``event`` (or on ``date``, which grows with it)
+      skip row groups.
+
+    ``row_group_bytes`` sets Parquet's row-group size (default: Parquet's 128 MiB)."""
+    from pyspark.sql import functions as F
+
+    writer = (df.withColumn(DAY, day_column())
+              .repartition(F.col(DAY))
+              .sortWithinPartitions(DAY, "event")
+              .write.mode("error").partitionBy(DAY))
+    if row_group_bytes is not None:
+        writer = writer.option(ROW_GROUP_KEY, str(row_group_bytes))
+    writer.parquet(path)

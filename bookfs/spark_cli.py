@@ -2,25 +2,40 @@
 
 Output layout (under ``--out``)::
 
-    data/run=<first event, 12 digits>/event_bucket=<event // 100000>/part-*.parquet
-    data/run=.../_bookfs_run.json     what the run holds: first, last, events
-    state.json                         {"high_water": last event published, ...}
-    _staging/                          a run being written (discarded when found)
+    data/run=<NNNNNN>/day=<YYYY-MM-DD>/part-*.parquet
+    data/run=<NNNNNN>/day=__HIVE_DEFAULT_PARTITION__/part-*.parquet   (no date: lifecycle)
+    data/run=<NNNNNN>/_bookfs_run.json   what the run holds: first, last, events, ...
+    state.json                            {"high_water": last event published, ...}
+    _staging/                             a run being written (discarded when found)
 
-``spark.read.parquet(OUT + "/data")`` reads every run (``run`` and ``event_bucket`` become
-columns).  Each run is written to ``_staging/run=<first>``, published by one ``rename``
-into ``data/``, and only then is the high-water mark recorded in ``state.json`` (temp
-file + rename).  A run is named after the first event it may hold (the mark + 1), so:
+``spark.read.parquet(OUT + "/data")`` reads every run as one table with two partition
+columns: ``run`` (an int, 1, 2, ... in the order the runs were published) and ``day``
+(a DATE: the UTC day of the event's ``date``, null for events without one).  Within a run,
+each day is one file sorted by ``event`` (:func:`bookfs.spark.write_parquet`), so filters
+on ``day`` prune directories and filters on ``event`` or ``date`` skip row groups.
 
-* killed before the rename: the staging directory is discarded on restart and the run
-  redone from the recorded mark;
-* killed after the rename, before the mark: ``data/run=<mark+1>`` already exists, its
-  ``_bookfs_run.json`` says what it holds, and the restart records that mark (roll
-  forward) instead of writing it again.
+Write modes (``--mode``, as DataFrameWriter names them), for what is already in ``data/``:
 
-Either way no event is duplicated or skipped.  A lock file (``.lock``, ``flock``) keeps two
-runs on one ``--out`` apart.  Without ``--incremental`` the whole ``data/`` is replaced
-(again staged and renamed into place).
+* ``error`` (the default without ``--incremental``): refuse, before Spark starts, if
+  ``data/`` holds anything (one line, exit 2, nothing touched);
+* ``append`` (the only mode of ``--incremental``): add this run as the next ``run=``;
+* ``overwrite``: replace the whole of ``data/`` by this run (``run=000001``);
+* ``ignore``: do nothing (exit 0, Spark not started) if ``data/`` holds anything.
+
+Publishing is crash-safe.  A run is written to ``_staging/``, published by renames (one
+``rename`` into ``data/`` for a new run; for ``overwrite``, ``data/`` is moved aside to
+``_staging/old`` and the new one renamed into place), and only then is the high-water mark
+-- the largest ``last`` of the runs' ``_bookfs_run.json`` in ``data/`` -- recorded in
+``state.json`` (temp file + rename).  So ``data/`` is the truth and ``state.json`` what it
+held at the last recorded run:
+
+* killed before the renames: the staging directory is discarded on restart (and a
+  ``data/`` moved aside is put back), and the run redone;
+* killed after them, before the mark: the restart finds a published run the mark does not
+  match and records the mark from ``data/`` (roll forward) instead of writing it again.
+
+Either way no event is duplicated or skipped by ``--incremental``.  A lock file
+(``.lock``, ``flock``) keeps two runs on one ``--out`` apart.
 
 Failure injection for tests: ``BOOKFS_SPARK_FAIL=staged`` exits (status 75) after the
 staging directory is complete, ``BOOKFS_SPARK_FAIL=published`` after the rename and before
@@ -39,8 +54,13 @@ import sys
 import threading
 import time
 
-BUCKET = 100_000
 FAIL_ENV = "BOOKFS_SPARK_FAIL"
+#: ``--mode`` values (DataFrameWriter's names; ``errorifexists`` is ``error``).
+MODES = ("error", "errorifexists", "append", "overwrite", "ignore")
+#: Digits of a run's number in its directory name (``run=000001``).
+RUN_DIGITS = 6
+RUN_PREFIX = "run="
+MANIFEST = "_bookfs_run.json"
 
 
 def _status(msg: str) -> None:
@@ -83,6 +103,41 @@ def _read_state(out: str) -> dict:
         return {}
 
 
+def _runs(data: str) -> dict[int, dict]:
+    """The published runs under ``data``: run number -> its ``_bookfs_run.json``."""
+    runs = {}
+    for name in (os.listdir(data) if os.path.isdir(data) else []):
+        path = os.path.join(data, name, MANIFEST)
+        if name.startswith(RUN_PREFIX) and name[len(RUN_PREFIX):].isdigit() \
+                and os.path.exists(path):
+            with open(path) as f:
+                runs[int(name[len(RUN_PREFIX):])] = json.load(f)
+    return runs
+
+
+def _published_mark(out: str) -> int | None:
+    """The high-water mark ``data/`` holds: the largest ``last`` of its runs (None if it
+    holds no run)."""
+    lasts = [run["last"] for run in _runs(os.path.join(out, "data")).values()]
+    return max(lasts) if lasts else None
+
+
+def _mark(out: str) -> int | None:
+    """The high-water mark a run on ``out`` goes on from, read without changing anything:
+    what ``data/`` holds (:func:`_published_mark`), which :func:`_recover` records if
+    ``state.json`` lags behind it, else ``state.json``'s (None if neither says)."""
+    if not os.path.isdir(out):
+        return None
+    published = _published_mark(out)
+    return published if published is not None else _read_state(out).get("high_water")
+
+
+def _holds_data(out: str) -> bool:
+    """Whether ``OUT/data`` exists and is not empty (what ``--mode error|ignore`` test)."""
+    data = os.path.join(out, "data")
+    return os.path.isdir(data) and bool(os.listdir(data))
+
+
 def _recover(out: str, state: dict) -> dict:
     """Finish or discard what a killed run left behind; return the state to go on from."""
     staging = os.path.join(out, "_staging")
@@ -94,30 +149,12 @@ def _recover(out: str, state: dict) -> dict:
     if os.path.isdir(staging):
         _status("discarding the staging left by an interrupted run")
         shutil.rmtree(staging)
-    hw = state.get("high_water")
-    if hw is None:  # the first run may have been published but not recorded
-        runs = []
-        data = os.path.join(out, "data")
-        for name in (os.listdir(data) if os.path.isdir(data) else []):
-            path = os.path.join(data, name, "_bookfs_run.json")
-            if name.startswith("run=") and os.path.exists(path):
-                with open(path) as f:
-                    runs.append(json.load(f)["last"])
-        if not runs:
-            return state
-        _status("a published run was not recorded; recording it")
-        state = dict(state, high_water=max(runs))
+    published = _published_mark(out)
+    if published is not None and published != state.get("high_water"):
+        # published, mark not recorded: roll forward to what data/ holds
+        _status(f"a published run was not recorded; recording high-water mark {published}")
+        state = dict(state, high_water=published)
         _write_json(os.path.join(out, "state.json"), state)
-        return _recover(out, state)
-    nxt = os.path.join(out, "data", f"run={hw + 1:012d}")
-    manifest = os.path.join(nxt, "_bookfs_run.json")
-    if os.path.exists(manifest):  # published, mark not recorded: roll forward
-        with open(manifest) as f:
-            run = json.load(f)
-        _status(f"run from event {hw + 1} was published but not recorded; recording it")
-        state = dict(state, high_water=run["last"])
-        _write_json(os.path.join(out, "state.json"), state)
-        return _recover(out, state)
     return state
 
 
@@ -149,13 +186,6 @@ def render_summary(s: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(df, path: str) -> None:
-    from pyspark.sql import functions as F
-
-    (df.withColumn("event_bucket", (F.col("event") / BUCKET).cast("long"))
-     .write.mode("error").partitionBy("event_bucket").parquet(path))
-
-
 def _mount_info(mnt: str) -> dict[str, str]:
     """``key: value`` lines of the mount's ``info`` file (empty if unreadable)."""
     try:
@@ -175,15 +205,47 @@ def _number(text: str | None) -> int | None:
         return None
 
 
-def check_inputs(args) -> tuple[str, int, int | None]:
+def write_mode(args) -> str:
+    """The write mode of this run: ``--mode`` (``errorifexists`` read as ``error``), else
+    ``append`` with ``--incremental`` and ``error`` without.  ``--incremental`` with any
+    other mode raises :class:`bookfs.errors.UsageError`."""
+    from .errors import UsageError
+
+    mode = getattr(args, "mode", None)
+    mode = "error" if mode == "errorifexists" else mode
+    if args.incremental:
+        if mode not in (None, "append"):
+            raise UsageError(f"--incremental adds the events after the high-water mark as "
+                             f"a new run, so --mode {mode} does not apply; expected "
+                             "--mode append or no --mode")
+        return "append"
+    return mode or "error"
+
+
+def refuse_existing(out: str, mode: str, shown: str) -> None:
+    """With ``mode`` ``error``, raise :class:`bookfs.errors.UsageError` (one line) if
+    ``OUT/data`` already holds something; ``shown`` is ``--out`` as the user gave it."""
+    from .errors import UsageError
+
+    if mode == "error" and _holds_data(out):
+        raise UsageError(f"--out {shown}: {os.path.join(out, 'data')} already holds Parquet "
+                         "from an earlier run; expected --mode append (add this run), "
+                         "--mode overwrite (replace it), --mode ignore (leave it) or "
+                         "--incremental (only new events)")
+
+
+def check_inputs(args) -> tuple[str, int, int | None, str]:
     """Everything ``bookfs spark`` can refuse without Spark, checked in milliseconds
     before the 15-30 s Spark start-up (pyspark is not even imported): MOUNTPOINT is a
     bookfs mount, ``--bulk`` has a ``segments/`` to read (a plain UIP-layout log; not a
     pier, vere-layout or LMDB mount), ``--since`` <= ``--until``, ``--out`` is not a file
-    nor inside the mount.  Raises :class:`bookfs.errors.UsageError`.  Returns ``(out,
-    first, last)``: the absolute output directory, the first event this run would read
-    (after the recorded high-water mark with ``--incremental``) and the last event it
-    could read (the mount's last, capped by ``--until``; None if the mount does not say).
+    nor inside the mount, ``--mode`` fits ``--incremental`` and, with ``--mode error``
+    (the default without ``--incremental``), ``OUT/data`` holds nothing yet.  Raises
+    :class:`bookfs.errors.UsageError`.  Returns ``(out, first, last, mode)``: the
+    absolute output directory, the first event this run would read (after the recorded
+    high-water mark with ``--incremental``), the last event it could read (the mount's
+    last, capped by ``--until``; None if the mount does not say) and the write mode
+    (:func:`write_mode`).
     """
     from .errors import UsageError
 
@@ -204,6 +266,8 @@ def check_inputs(args) -> tuple[str, int, int | None]:
     if real_out == real_mnt or real_out.startswith(real_mnt + os.sep):
         raise UsageError(f"--out {args.out}: inside the mount {mnt}; expected a directory "
                          "outside it")
+    mode = write_mode(args)
+    refuse_existing(out, mode, args.out)
     info = _mount_info(mnt)
     if args.bulk and not os.path.isdir(os.path.join(mnt, "segments")):
         what = ("a pier (its epochs differ in layout)" if os.path.isdir(
@@ -218,10 +282,10 @@ def check_inputs(args) -> tuple[str, int, int | None]:
         last = min(last, args.until)
     first = args.since if args.since is not None else 1
     if args.incremental:
-        hw = _read_state(out).get("high_water") if os.path.isdir(out) else None
+        hw = _mark(out)
         if hw is not None:
             first = max(first, hw + 1)
-    return out, first, last
+    return out, first, last, mode
 
 
 class _DeferSigint:
@@ -251,8 +315,10 @@ class _Job:
     before publishing; :attr:`published` is the high-water mark it recorded, if it got
     that far.  ``result`` is the exit status, or ``error`` the exception to re-raise."""
 
-    def __init__(self, args, out: str, state: dict, since: int | None, own: bool):
+    def __init__(self, args, out: str, state: dict, since: int | None, own: bool,
+                 mode: str = "append"):
         self.args, self.out, self.state, self.since, self.own = args, out, state, since, own
+        self.mode = mode
         self.first = since if since is not None else 1
         self.staging = os.path.join(out, "_staging")
         self.abort = False
@@ -287,12 +353,17 @@ class _Job:
                 f"from event {first}" + (f" to {args.until}" if args.until else ""))
         df = bs.read_events(spark, args.mountpoint, since=self.since, until=args.until,
                             bulk=args.bulk)
-        name = f"run={first:012d}" if args.incremental else "data"
-        stage = os.path.join(self.staging, name)
-        os.makedirs(self.staging, exist_ok=True)
+        data = os.path.join(out, "data")
+        replace = self.mode == "overwrite"  # else a new run beside those in data/
+        number = 1 if replace else max(_runs(data), default=0) + 1
+        name = f"{RUN_PREFIX}{number:0{RUN_DIGITS}d}"
+        # overwrite stages a whole new data/ (_staging/data/run=000001), the rest one run
+        stage = os.path.join(self.staging, "data", name) if replace else os.path.join(
+            self.staging, name)
+        os.makedirs(os.path.dirname(stage), exist_ok=True)
         self._check_abort()
-        _status(f"writing Parquet to {stage}")
-        _write(df, stage)
+        _status(f"writing Parquet to {stage} (by day, sorted by event)")
+        bs.write_parquet(df, stage)
         import glob
 
         empty = not glob.glob(os.path.join(stage, "**", "*.parquet"), recursive=True)
@@ -302,24 +373,24 @@ class _Job:
             _status(f"no events from {first}: nothing to do")
             print(f"0 events (high-water mark {state.get('high_water')})")
             return 0
-        manifest = {"first": summary["first"], "last": summary["last"],
-                    "events": summary["events"], "since": first,
+        manifest = {"run": number, "first": summary["first"], "last": summary["last"],
+                    "events": summary["events"], "since": first, "mode": self.mode,
+                    "incremental": args.incremental,
                     "mountpoint": os.path.abspath(args.mountpoint), "bulk": args.bulk}
-        _write_json(os.path.join(stage, "_bookfs_run.json"), manifest)
+        _write_json(os.path.join(stage, MANIFEST), manifest)
         _fail_point("staged")
         self._check_abort()  # the last point where Ctrl-C leaves OUT as it was
-        data = os.path.join(out, "data")
-        if args.incremental:
+        if not replace:  # --incremental, append (and error/ignore into an empty data/)
             os.makedirs(data, exist_ok=True)
             os.rename(stage, os.path.join(data, name))
             _fsync_dir(data)
             _fail_point("published")
-            state = dict(state, high_water=summary["last"], updated=time.time())
+            state = dict(state, high_water=_published_mark(out), updated=time.time())
         else:
             old = os.path.join(self.staging, "old")
             if os.path.exists(data):
                 os.rename(data, old)
-            os.rename(stage, data)
+            os.rename(os.path.join(self.staging, "data"), data)
             _fsync_dir(out)
             _fail_point("published")
             state = {"high_water": summary["last"], "updated": time.time()}
@@ -328,10 +399,36 @@ class _Job:
         shutil.rmtree(self.staging, ignore_errors=True)
         secs = time.monotonic() - t1
         sys.stdout.write(render_summary(summary))
-        print(f"wrote {out}/data: Spark start-up {t1 - t0:.1f} s, then the pipeline "
+        print(f"wrote {out}/data/{name}: Spark start-up {t1 - t0:.1f} s, then the pipeline "
               f"{secs:.1f} s ({summary['events'] / secs:,.0f} events/s); "
               f"high-water mark {summary['last']}")
         return 0
+
+
+def _tidy(out: str) -> None:
+    """Before saying 'nothing to do' (no Spark): if an interrupted run left a staging
+    directory or an unrecorded mark, :func:`_recover` under the lock (unless another run
+    holds it: that run recovers)."""
+    if not os.path.isdir(out):
+        return
+    published = _published_mark(out)
+    if not os.path.exists(os.path.join(out, "_staging")) and (
+            published is None or published == _read_state(out).get("high_water")):
+        return
+    with open(os.path.join(out, ".lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        _recover(out, _read_state(out))
+
+
+def _ignored(out: str, state: dict) -> int:
+    """``--mode ignore`` and ``data/`` holds something: say so, change nothing."""
+    _status(f"--mode ignore: {out}/data already holds Parquet; nothing to do; Spark not "
+            "started")
+    print(f"0 events (high-water mark {state.get('high_water')})")
+    return 0
 
 
 def run(args) -> int:
@@ -341,9 +438,13 @@ def run(args) -> int:
     130); a run already being published is finished first and reported."""
     from .cliargs import EXIT_INTERRUPTED
 
-    out, first, last = check_inputs(args)
+    out, first, last, mode = check_inputs(args)
+    if mode == "ignore" and _holds_data(out):
+        _tidy(out)
+        return _ignored(out, _read_state(out))
     if last is not None and first > last:
-        hw = _read_state(out).get("high_water") if os.path.isdir(out) else None
+        _tidy(out)
+        hw = _mark(out)
         _status(f"no events from {first} (the mount's last is {last}): nothing to do; "
                 "Spark not started")
         print(f"0 events (high-water mark {hw})")
@@ -360,12 +461,20 @@ def run(args) -> int:
     except BlockingIOError:
         print(f"bookfs spark: another run holds {out}/.lock", file=sys.stderr)
         return 1
-    state = _recover(out, _read_state(out))
+    try:  # under the lock, after recovery (which may have put a data/ back): again
+        state = _recover(out, _read_state(out))
+        refuse_existing(out, mode, args.out)
+    except BaseException:
+        lock.close()
+        raise
+    if mode == "ignore" and _holds_data(out):
+        lock.close()
+        return _ignored(out, state)
     since = args.since
     if args.incremental and state.get("high_water") is not None:
         since = max(since or 0, state["high_water"] + 1)
     own = SparkSession.getActiveSession() is None  # else reuse it (tests) and keep it
-    job = _Job(args, out, state, since, own)
+    job = _Job(args, out, state, since, own, mode)
     _status(f"starting Spark ({args.master})")
     worker = threading.Thread(target=job, name="bookfs-spark", daemon=True)
     worker.start()
@@ -415,12 +524,14 @@ def register(subparsers) -> None:
     s = subparsers.add_parser(
         "spark", help="export a mount's events to Parquet with PySpark",
         description=("Read MOUNTPOINT/events (or, with --bulk, MOUNTPOINT/segments) with "
-                     "Spark's binaryFile source and write Parquet under OUT/data, "
-                     "partitioned by run and event_bucket (event // 100000).  Prints a "
-                     "summary.  --incremental processes only events after the last "
-                     "run's high-water mark (OUT/state.json), exactly once even across "
-                     "crashes.  Inputs are checked before Spark starts; Ctrl-C leaves OUT "
-                     "as it was."),
+                     "Spark's binaryFile source and write Parquet under "
+                     "OUT/data/run=N/day=YYYY-MM-DD/ (day: the UTC day of the event's "
+                     "date; events without one under day=__HIVE_DEFAULT_PARTITION__), "
+                     "each day one file sorted by event.  Prints a summary.  "
+                     "--incremental processes only events after the last run's "
+                     "high-water mark (OUT/state.json), exactly once even across crashes. "
+                     " Inputs are checked before Spark starts; Ctrl-C leaves OUT as it "
+                     "was."),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     from .cliargs import dir_to_create, event_number, existing_dir
 
@@ -433,6 +544,11 @@ def register(subparsers) -> None:
                    help="read segments/ (few large files) instead of events/")
     s.add_argument("--since", type=event_number, help="first event (inclusive)")
     s.add_argument("--until", type=event_number, help="last event (inclusive)")
+    s.add_argument("--mode", choices=MODES, default=None,
+                   help="what to do if OUT/data already holds Parquet: error (refuse; "
+                   "the default without --incremental), append (add this run; the only "
+                   "mode of --incremental), overwrite (replace data/), ignore (do "
+                   "nothing)")
     s.add_argument("--master", default="local[2]",
                    help="Spark master: local[N], local-cluster[W,C,MB] or spark://HOST:PORT")
     s.set_defaults(func=cmd_spark)

@@ -291,21 +291,29 @@ def _probed(tmp_path: Path) -> tuple[str, dict]:
     (f"spark {{mnt}} --out {{new}} --since {LOG_EVENTS + 1}", {0}, "nothing to do"),
     ("spark {mnt} --out {state} --incremental", {0}, "nothing to do"),
     ("spark {mnt} --out {state} --incremental --since 3", {0}, "nothing to do"),
+    ("spark {mnt} --out {state}", USAGE, "--mode overwrite"),  # data/ holds a run
+    ("spark {mnt} --out {state} --mode errorifexists", USAGE, "already holds Parquet"),
+    ("spark {mnt} --out {state} --mode ignore", {0}, "nothing to do"),
+    ("spark {mnt} --out {new} --incremental --mode overwrite", USAGE, "--mode append"),
+    ("spark {mnt} --out {new} --mode replace", USAGE, "invalid choice"),
 ])
 def test_spark_refuses_before_spark(tree, tmp_path, args, allowed, says):
     """Each refusal, and 'nothing new', comes back without pyspark ever being imported
     (so no JVM was started), in one line, with the tree untouched."""
     state = tmp_path / "out"
-    state.mkdir()
+    run = state / "data" / "run=000001"  # an earlier run's output (its bytes: not read)
+    run.mkdir(parents=True)
+    (run / "part-0.parquet").write_bytes(b"earlier run")
     (state / "state.json").write_text(json.dumps({"high_water": LOG_EVENTS}))
     cmd, env = _probed(tmp_path)
-    before = snapshot(tree)
+    before, out_before = snapshot(tree), snapshot(state)
     r = sh(f"{cmd} {_fill(args, tree, state=state)}", tree, env=env)
     _assert_clean(r, allowed, args)
     assert says in r.stderr, r.stderr
     assert (tmp_path / "probe.out").read_text() == "no pyspark"
     assert snapshot(tree) == before and not (tree / "new").exists()
     assert json.loads((state / "state.json").read_text()) == {"high_water": LOG_EVENTS}
+    assert snapshot(state) == out_before
 
 
 # --- sample: resume, --force, Ctrl-C ---------------------------------------------------------
@@ -480,11 +488,12 @@ def test_spark_restart_puts_back_data_a_killed_publish_moved_aside(tmp_path):
     from bookfs import spark_cli
 
     out = tmp_path / "out"
-    old = out / "_staging" / "old" / "event_bucket=0"
+    old = out / "_staging" / "old" / "run=000001" / "day=2024-01-01"
     old.mkdir(parents=True)
     (old / "part-0.parquet").write_bytes(b"previous run")
-    (out / "_staging" / "data").mkdir()  # the new run, never renamed into place
+    (out / "_staging" / "data" / "run=000001").mkdir(parents=True)  # never renamed in
     (out / "state.json").write_text(json.dumps({"high_water": 7}))
     state = spark_cli._recover(str(out), spark_cli._read_state(str(out)))
     assert state["high_water"] == 7 and not (out / "_staging").exists()
-    assert (out / "data" / "event_bucket=0" / "part-0.parquet").read_bytes() == b"previous run"
+    assert (out / "data" / "run=000001" / "day=2024-01-01" / "part-0.parquet"
+            ).read_bytes() == b"previous run"

@@ -141,7 +141,7 @@ def _event(i: int, size: int = 0) -> bytes:
 
 def _cli(out, *extra, since=None):
     args = argparse.Namespace(mountpoint=None, out=str(out), incremental=True, bulk=False,
-                              since=since, until=None, master="local[2]")
+                              since=since, until=None, master="local[2]", mode=None)
     for k, v in extra:
         setattr(args, k, v)
     return args
@@ -150,7 +150,7 @@ def _cli(out, *extra, since=None):
 def _published(out) -> list[int]:
     import pyarrow.parquet as pq
 
-    files = glob.glob(f"{out}/data/run=*/event_bucket=*/*.parquet")
+    files = glob.glob(f"{out}/data/run=*/{bs.DAY}=*/*.parquet")
     return sorted(e for f in files for e in pq.read_table(f, columns=["event"])["event"].to_pylist())
 
 

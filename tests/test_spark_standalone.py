@@ -1,0 +1,229 @@
+"""The Spark pipeline on a real Spark standalone cluster: a master and two workers started
+from the pyspark distribution (``bin/spark-class ...deploy.master.Master`` and
+``...deploy.worker.Worker``) as separate processes on free loopback ports, reading a real
+read-only mount.
+
+The daemons get neither ``PYTHONPATH`` nor ``PYSPARK_PYTHON``: that the executors run this
+venv's Python and import this ``bookfs`` is what :func:`bookfs.spark.session` arranges
+(``spark.executorEnv.*``), and the tests check it from inside the executors.  Each daemon
+is its own process group (its executors and their Python workers are in it too), killed
+whole at teardown, first politely, then with SIGKILL, whatever the tests did."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+from bookfs import spark as bs  # noqa: E402
+from bookfs.book import Book  # noqa: E402
+from tests.mounting import BOOKFS, mounted  # noqa: E402
+
+pytestmark = pytest.mark.spark
+EVENTS = 2000
+WORKERS = 2
+SPARK_HOME = os.path.dirname(pyspark.__file__)
+#: Small daemons: the machine has 2 cores; each worker offers 1 core and 1 GiB.
+DAEMON_ENV = {"SPARK_DAEMON_MEMORY": "256m", "SPARK_LOCAL_IP": "127.0.0.1",
+              "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def master_json(cluster) -> dict:
+    with urllib.request.urlopen(f"{cluster.ui}/json/", timeout=10) as r:
+        return json.load(r)
+
+
+def wait_for(what: str, test, timeout: float = 90):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got = test()
+        except OSError:  # the web UI is not up yet
+            got = None
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting for {what} after {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+def _pgid_alive(pgid: int) -> bool:
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def stop_daemons(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each daemon's process group (the JVM, its executors, their Python workers),
+    then SIGKILL what is left after 10 s, and reap."""
+    for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        for p in procs:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(_pgid_alive(p.pid) for p in procs):
+            time.sleep(0.2)
+    for p in procs:
+        p.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("standalone")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON")}
+    conf = root / "conf"  # an empty SPARK_CONF_DIR: nothing from the host's configuration
+    conf.mkdir()
+    env.update(DAEMON_ENV, SPARK_HOME=SPARK_HOME, SPARK_CONF_DIR=str(conf))
+    port, ui_port = free_port(), free_port()
+    procs: list[subprocess.Popen] = []
+
+    def daemon(name: str, *args: str) -> None:
+        log = open(root / f"{name}.log", "w")
+        procs.append(subprocess.Popen(
+            [os.path.join(SPARK_HOME, "bin", "spark-class"), *args], env=env, cwd=root,
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True))
+        log.close()
+
+    url = f"spark://127.0.0.1:{port}"
+    c = argparse.Namespace(root=root, url=url, ui=f"http://127.0.0.1:{ui_port}",
+                           work=[root / f"worker{i}" for i in range(WORKERS)])
+    try:
+        daemon("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+               "--port", str(port), "--webui-port", str(ui_port))
+        wait_for("the master", lambda: master_json(c)["status"] == "ALIVE")
+        for i, work in enumerate(c.work):
+            daemon(f"worker{i}", "org.apache.spark.deploy.worker.Worker", url,
+                   "--host", "127.0.0.1", "--port", str(free_port()),
+                   "--webui-port", str(free_port()), "--cores", "1", "--memory", "1g",
+                   "--work-dir", str(work))
+        wait_for(f"{WORKERS} workers",
+                 lambda: master_json(c)["aliveworkers"] == WORKERS)
+        yield c
+    except BaseException:
+        for log in sorted(root.glob("*.log")):  # what the daemons said, for the report
+            print(f"--- {log.name}\n{log.read_text()[-2000:]}")
+        raise
+    finally:
+        stop_daemons(procs)
+        assert not any(_pgid_alive(p.pid) for p in procs), "a Spark daemon survived"
+
+
+@pytest.fixture(scope="module")
+def mount(tmp_path_factory):
+    root = tmp_path_factory.mktemp("standalone_log")
+    src, mnt = root / "log", root / "mnt"
+    subprocess.run([*BOOKFS, "sample", str(src), "--events", str(EVENTS)], check=True,
+                   capture_output=True)
+    with mounted(src, mnt, "-o", "ro"):
+        yield argparse.Namespace(root=root, src=str(src), mnt=str(mnt))
+
+
+def engine_digest(src: str) -> tuple[int, int, int, str]:
+    """(count, first, last, sha256 over every event number and payload) by the engine."""
+    h = hashlib.sha256()
+    with Book.open(src) as book:
+        for e in range(1, book.count + 1):
+            h.update(e.to_bytes(8, "little") + book.read(e))
+        return book.count, 1, book.count, h.hexdigest()
+
+
+def test_read_events_on_two_workers(cluster, mount):
+    """A session on the standalone master reads the mount: every event, checksum equal to
+    the engine's; both workers run an executor, and the Python workers are this venv's
+    interpreter importing this bookfs."""
+    import bookfs
+
+    spark = bs.session(cluster.url, "bookfs standalone test",
+                       conf={"spark.executor.memory": "512m", "spark.cores.max": "2"})
+    try:
+        tracker = spark.sparkContext._jsc.sc().statusTracker()
+        wait_for("two executors", lambda: len(tracker.getExecutorInfos()) == WORKERS + 1)
+        state = master_json(cluster)
+        (app,) = state["activeapps"]
+        assert app["id"] == spark.sparkContext.applicationId and app["cores"] == WORKERS
+        assert [w["coresused"] for w in state["workers"]] == [1] * WORKERS
+
+        df = bs.read_events(spark, mount.mnt)
+        assert df.rdd.getNumPartitions() >= WORKERS
+
+        def where(rows):  # runs in the executors' Python workers
+            import os
+            import sys
+
+            import bookfs as b
+
+            events = [r["event"] for r in rows]
+            yield (os.getcwd(), sys.executable, b.__file__, len(events), events)
+
+        parts = df.select("event").rdd.mapPartitions(where).collect()
+        rows = {r["event"]: bytes(r["mug"].to_bytes(4, "little", signed=True)) + r["jam"]
+                for r in df.select("event", "mug", "jam").collect()}
+    finally:
+        spark.stop()
+    h = hashlib.sha256()
+    for e in sorted(rows):
+        h.update(e.to_bytes(8, "little") + rows[e])
+    assert (len(rows), min(rows), max(rows), h.hexdigest()) == engine_digest(mount.src)
+    assert sorted(e for p in parts for e in p[4]) == list(range(1, EVENTS + 1))
+    assert {p[1] for p in parts} == {sys.executable}
+    assert {p[2] for p in parts} == {bookfs.__file__}
+    used = {str(w) for w in cluster.work for p in parts
+            if p[0].startswith(str(w) + os.sep) and p[3]}
+    assert used == {str(w) for w in cluster.work}, [p[:4] for p in parts]
+
+
+def test_cli_on_the_cluster_equals_local_mode(cluster, mount):
+    """``bookfs spark MNT --out DIR --master spark://...`` writes the same table as the
+    same command in local mode, with executors on both workers."""
+    import pyarrow.parquet as pq
+
+    before = {str(w): set(os.listdir(w)) if w.exists() else set() for w in cluster.work}
+    outs = {}
+    for name, master in (("cluster", cluster.url), ("local", "local[2]")):
+        out = mount.root / name
+        res = subprocess.run([*BOOKFS, "spark", mount.mnt, "--out", str(out),
+                              "--master", master], capture_output=True, text=True,
+                             timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert f"events:  {EVENTS:,}" in res.stdout, res.stdout
+        outs[name] = out
+    apps = {w: set(os.listdir(w)) - before[w] for w in before}
+    assert all(len(a) == 1 for a in apps.values()), apps  # one new app on each worker
+    assert len(set.union(*apps.values())) == 1  # the same app: the CLI's
+
+    def table(out):
+        t = pq.read_table(str(out / "data")).select(bs.COLUMNS + ["run", bs.DAY])
+        return sorted(t.to_pylist(), key=lambda r: r["event"])
+
+    got, want = table(outs["cluster"]), table(outs["local"])
+    assert len(got) == EVENTS and got == want
+    days = {name: sorted(os.path.relpath(os.path.dirname(f), out) for f in glob.glob(
+        f"{out}/data/run=*/{bs.DAY}=*/*.parquet")) for name, out in outs.items()}
+    assert days["cluster"] == days["local"]  # the same files: one per day and run
