@@ -222,11 +222,36 @@ def write_mode(args) -> str:
     return mode or "error"
 
 
+#: The partition directory of the layout bookfs wrote before day partitions.
+OLD_LAYOUT = "event_bucket="
+
+
+def _old_layout(out: str) -> str | None:
+    """A directory of ``OUT/data`` in the layout of an earlier bookfs (``event_bucket=N``
+    at the top or under a ``run=``), if there is one."""
+    import glob
+
+    data = glob.escape(os.path.join(out, "data"))
+    for pattern in (OLD_LAYOUT + "*", "run=*/" + OLD_LAYOUT + "*"):
+        found = sorted(glob.glob(os.path.join(data, pattern)))
+        if found:
+            return found[0]
+    return None
+
+
 def refuse_existing(out: str, mode: str, shown: str) -> None:
     """With ``mode`` ``error``, raise :class:`bookfs.errors.UsageError` (one line) if
-    ``OUT/data`` already holds something; ``shown`` is ``--out`` as the user gave it."""
+    ``OUT/data`` already holds something; with ``append``, if what it holds is in an
+    earlier bookfs's layout (a run added beside it would make a table of two layouts).
+    ``shown`` is ``--out`` as the user gave it."""
     from .errors import UsageError
 
+    old = _old_layout(out) if mode == "append" else None
+    if old is not None:
+        raise UsageError(f"--out {shown}: {old} is in the layout of an earlier bookfs "
+                         f"({OLD_LAYOUT}N, not day=); a new run beside it would mix the two "
+                         "in one table; expected --mode overwrite (rewrite data/) or a new "
+                         "--out")
     if mode == "error" and _holds_data(out):
         raise UsageError(f"--out {shown}: {os.path.join(out, 'data')} already holds Parquet "
                          "from an earlier run; expected --mode append (add this run), "

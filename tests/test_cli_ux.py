@@ -316,6 +316,25 @@ def test_spark_refuses_before_spark(tree, tmp_path, args, allowed, says):
     assert snapshot(state) == out_before
 
 
+@pytest.mark.parametrize("args", ["--incremental", "--mode append"])
+def test_spark_refuses_to_append_to_an_earlier_layout(tree, tmp_path, args):
+    """An --out written by a bookfs before day partitions (data/run=.../event_bucket=N/):
+    appending would mix two layouts in one table, so it is refused before Spark starts,
+    in one line, with the output untouched."""
+    out = tmp_path / "out"
+    old = out / "data" / "run=000000000001" / "event_bucket=0"
+    old.mkdir(parents=True)
+    (old / "part-0.parquet").write_bytes(b"an old run")
+    (out / "state.json").write_text(json.dumps({"high_water": 3}))
+    cmd, env = _probed(tmp_path)
+    before = snapshot(out)
+    r = sh(f"{cmd} spark {tree / 'mnt'} --out {out} {args}", tree, env=env)
+    _assert_clean(r, USAGE, args)
+    assert "layout of an earlier bookfs" in r.stderr and "--mode overwrite" in r.stderr
+    assert (tmp_path / "probe.out").read_text() == "no pyspark"
+    assert snapshot(out) == before
+
+
 # --- sample: resume, --force, Ctrl-C ---------------------------------------------------------
 
 

@@ -132,3 +132,19 @@ def test_bad_paths_are_one_clear_line(env, tmp_path):
     with pytest.raises(Exception) as e:
         read.load([env.mnts[0], env.mnts[0]]).collect()
     one_line(e, f"is mounted twice, at {env.mnts[0]} and {env.mnts[0]}")
+
+
+def test_a_stream_over_a_pier_reads_its_events_files(env):
+    """A pier mount has no segments/: the stream reads events/ files, across the LMDB and
+    the vere epoch, in batches bounded by maxEventsPerTrigger, every event once."""
+    import json
+
+    out, ck = env.root / "pier_stream", env.root / "pier_ck"
+    q = (env.spark.readStream.format("bookfs").option("maxEventsPerTrigger", 30)
+         .load(env.pier).writeStream.format("parquet").option("path", str(out))
+         .option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
+    q.awaitTermination()
+    ends = [json.loads(p["sources"][0]["endOffset"])["event"] for p in q.recentProgress
+            if p["numInputRows"]]
+    assert ends == [30, 60, 65]
+    assert rows(env.spark.read.parquet(str(out))) == env.single[env.pier]
