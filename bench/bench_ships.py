@@ -31,11 +31,14 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bookfs import spark as bs  # noqa: E402
 from bookfs.book import Book  # noqa: E402
 from bookfs.layout import HEADER_SIZE, LOG_NAME, META_NAME  # noqa: E402
 from tests.mounting import BOOKFS, mounted  # noqa: E402
+
+import bench_spark  # noqa: E402
 
 
 def say(msg: str) -> None:
@@ -89,11 +92,7 @@ def make_logs(args) -> tuple[str, list[str], str]:
 
 
 def timed(label: str, fn, events: int) -> float:
-    t = time.monotonic()
-    fn()
-    secs = time.monotonic() - t
-    say(f"{label:<34} {secs:8.2f} s  {events / secs:10,.0f} events/s")
-    return secs
+    return bench_spark.timed(f"bench_ships: {label}", fn, events, sys.stderr)
 
 
 def job(spark, mnts: list[str]):
@@ -143,14 +142,8 @@ def main() -> int:
         jobs = {many: job(spark, mnts), one: job(spark, [big_mnt])}
         parts = {k: spark.read.format("bookfs").load(m).rdd.getNumPartitions()
                  for k, m in ((many, mnts), (one, [big_mnt]))}
-        secs: dict[str, list[float]] = {k: [] for k in jobs}
-        for k, fn in jobs.items():
-            timed(f"warm-up: {k}", fn, n)
-        for r in range(args.rounds):
-            for k in (list(jobs) if r % 2 == 0 else list(reversed(jobs))):
-                secs[k].append(timed(f"round {r + 1}: {k}", jobs[k], n))
-        med = {k: statistics.median(v) for k, v in secs.items()}
-        print(f"\n| read | partitions | median s | events/s | × one log |\n"
+        med = bench_spark.interleaved(jobs, args.rounds, n, sys.stderr)
+        print("\n| read | partitions | median s | events/s | × one log |\n"
               "|---|---:|---:|---:|---:|")
         for k in jobs:
             print(f"| {k} | {parts[k]} | {med[k]:.2f} | {n / med[k]:,.0f} | "

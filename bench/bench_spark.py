@@ -23,6 +23,7 @@ import argparse
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -33,12 +34,26 @@ from bookfs import spark as bs  # noqa: E402
 from tests.mounting import BOOKFS, mounted  # noqa: E402
 
 
-def timed(label, fn, events):
+def timed(label: str, fn, events: int, out=sys.stdout) -> float:
+    """Seconds ``fn()`` took, printed with its event rate."""
     t = time.monotonic()
     fn()
     secs = time.monotonic() - t
-    print(f"{label:<40} {secs:8.2f} s  {events / secs:10,.0f} events/s", flush=True)
+    print(f"{label:<40} {secs:8.2f} s  {events / secs:10,.0f} events/s", file=out,
+          flush=True)
     return secs
+
+
+def interleaved(jobs: dict, rounds: int, events: int, out=sys.stdout) -> dict[str, float]:
+    """A warm-up run of every job, then ``rounds`` rounds alternating their order; the
+    median seconds of each job."""
+    secs: dict[str, list[float]] = {k: [] for k in jobs}
+    for k, job in jobs.items():
+        timed(f"warm-up: {k}", job, events, out)
+    for r in range(rounds):
+        for k in (list(jobs) if r % 2 == 0 else list(reversed(jobs))):
+            secs[k].append(timed(f"round {r + 1}: {k}", jobs[k], events, out))
+    return {k: statistics.median(v) for k, v in secs.items()}
 
 
 def pipeline(spark, root, bulk=False):
@@ -145,8 +160,6 @@ def compare(spark, src, mnt, local, args) -> int:
 
 def sources(spark, src, mnt, args) -> int:
     """binaryFile per-event files, the bulk view and format("bookfs"), one ro mount."""
-    import statistics
-
     bs.register(spark)
     n = args.events
 
@@ -155,14 +168,8 @@ def sources(spark, src, mnt, args) -> int:
 
     jobs = {"per-event binaryFile": pipeline(spark, mnt), "bulk view (segments/)":
             pipeline(spark, mnt, bulk=True), 'format("bookfs")': source_job}
-    secs = {k: [] for k in jobs}
     with mounted(src, mnt, "-o", "ro"):
-        for k, job in jobs.items():
-            timed(f"warm-up: {k}", job, n)
-        for r in range(args.sources):
-            for k in (list(jobs) if r % 2 == 0 else list(reversed(jobs))):
-                secs[k].append(timed(f"round {r + 1}: {k}", jobs[k], n))
-    med = {k: statistics.median(v) for k, v in secs.items()}
+        med = interleaved(jobs, args.sources, n)
     base = med["per-event binaryFile"]
     print("| reader | median s | events/s | × per-event | × bulk |\n|---|---:|---:|---:|---:|")
     for k in jobs:

@@ -475,19 +475,18 @@ def write_sample(path: str, events: int, seed: int = 0, *, force: bool = False,
             # made by bookfs sample: marked, or this seed's meta and events
             ours = mark is not None or (_meta_or_zeros(old) == sample_meta(seed)
                                         and done == min(held, events))
-        if why_not is None:
-            pass  # this sample's beginning, or an empty log: resume
-        elif not force or not ours:
-            differs = (f"holds {held} events, more than --events {events}"
-                       if done == events and held > events else
-                       f"holds a log that is not the sample for --seed {seed} ({why_not})")
-            raise UsageError(
-                f"{path}: {differs}; " + (
-                    "--force replaces it" if ours else
-                    f"nothing marks it as a bookfs sample ({SAMPLE_MARK}), so it "
-                    "is left alone even with --force: choose another directory"))
-        else:
-            replaced = True
+        if why_not is not None:  # else: this sample's beginning, or empty: resume it
+            if not force or not ours:
+                differs = (f"holds {held} events, more than --events {events}"
+                           if done == events and held > events else
+                           f"holds a log that is not the sample for --seed {seed} "
+                           f"({why_not})")
+                raise UsageError(
+                    f"{path}: {differs}; " + (
+                        "--force replaces it" if ours else
+                        f"nothing marks it as a bookfs sample ({SAMPLE_MARK}), so it "
+                        "is left alone even with --force: choose another directory"))
+            replaced = True  # ours, and --force: start it again
             payloads, nxt, done = iter_sample_payloads(events, seed), None, 0
     os.makedirs(path, exist_ok=True)
     with WriterLock(lock_path_for(path)):

@@ -21,7 +21,7 @@ from bookfs import spark as bs  # noqa: E402
 from bookfs import spark_cli  # noqa: E402
 from bookfs.book import Book  # noqa: E402
 from bookfs.noun import cord, cue, da_to_datetime, datetime_to_da, jam, path, uncord, unpath  # noqa: E402
-from tests.mounting import BOOKFS, mounted  # noqa: E402
+from tests.mounting import BOOKFS, mounted, run_bookfs  # noqa: E402
 
 pytestmark = pytest.mark.spark
 EVENTS = 2000
@@ -31,8 +31,7 @@ EVENTS = 2000
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("spark")
     src, mnt = root / "log", root / "mnt"
-    subprocess.run([*BOOKFS, "sample", str(src), "--events", str(EVENTS)], check=True,
-                   capture_output=True)
+    run_bookfs("sample", str(src), "--events", str(EVENTS))
     with mounted(src, mnt):
         spark = bs.session()
         try:

@@ -11,7 +11,6 @@ import glob
 import hashlib
 import json
 import os
-import subprocess
 
 import pytest
 
@@ -22,7 +21,7 @@ from bookfs import spark_cli  # noqa: E402
 from bookfs.book import Book  # noqa: E402
 from bookfs.errors import UsageError  # noqa: E402
 from bookfs.noun import cord, datetime_to_da, jam, path  # noqa: E402
-from tests.mounting import BOOKFS, mounted  # noqa: E402
+from tests.mounting import mounted, run_bookfs  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -47,8 +46,7 @@ def dated_event(i: int) -> bytes:
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("spark_output")
     src, mnt = root / "log", root / "mnt"
-    subprocess.run([*BOOKFS, "sample", str(src), "--events", str(SAMPLE)], check=True,
-                   capture_output=True)
+    run_bookfs("sample", str(src), "--events", str(SAMPLE))
     with Book.open(str(src), writable=True) as book:
         book.save(SAMPLE + 1, [dated_event(i) for i in range(DAYS * PER_DAY)])
     with mounted(src, mnt, "-o", "ro"):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 
 import pytest
 
@@ -17,7 +16,7 @@ from bookfs.info import parse  # noqa: E402
 from bookfs.noun import patp  # noqa: E402
 from bookfs.spark_source import SHIP  # noqa: E402
 from tests.lmdb_fixtures import make_pier, meta_values  # noqa: E402
-from tests.mounting import BOOKFS, mounted  # noqa: E402
+from tests.mounting import mounted, run_bookfs  # noqa: E402
 from tests.test_formats_matrix import payloads  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -36,8 +35,7 @@ def env(tmp_path_factory):
     with contextlib.ExitStack() as stack:
         for seed, n in LOGS:
             src = root / f"log{seed}"
-            subprocess.run([*BOOKFS, "sample", str(src), "--events", str(n), "--seed",
-                            str(seed)], check=True, capture_output=True)
+            run_bookfs("sample", str(src), "--events", str(n), "--seed", str(seed))
             mnts.append(stack.enter_context(
                 mounted(src, ships / f"s{seed}", "-o", "ro,segment_mb=1")))
         pier = make_pier(root / "pier", [("lmdb", payloads(1, 40)), ("vere", payloads(41, 25))],

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 
 import pytest
 
@@ -14,7 +13,7 @@ pyspark = pytest.importorskip("pyspark")
 
 from bookfs import spark as bs  # noqa: E402
 from tests.lmdb_fixtures import make_pier, meta_values  # noqa: E402
-from tests.mounting import BOOKFS, mounted  # noqa: E402
+from tests.mounting import mounted, run_bookfs  # noqa: E402
 from tests.test_formats_matrix import payloads  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -25,8 +24,7 @@ EVENTS = 3000
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("spark_source")
     src, mnt = root / "log", root / "mnt"
-    subprocess.run([*BOOKFS, "sample", str(src), "--events", str(EVENTS)], check=True,
-                   capture_output=True)
+    run_bookfs("sample", str(src), "--events", str(EVENTS))
     # 1 MiB segments: the ~11 MB sample makes several, so partition pruning shows
     with mounted(src, mnt, "-o", "ro,segment_mb=1"):
         spark = bs.register(bs.session("local[2]"))

@@ -29,7 +29,7 @@ pyspark = pytest.importorskip("pyspark")
 
 from bookfs import spark as bs  # noqa: E402
 from bookfs.book import Book  # noqa: E402
-from tests.mounting import BOOKFS, mounted  # noqa: E402
+from tests.mounting import BOOKFS, mounted, run_bookfs  # noqa: E402
 
 pytestmark = pytest.mark.spark
 EVENTS = 2000
@@ -139,8 +139,7 @@ def cluster(tmp_path_factory):
 def mount(tmp_path_factory):
     root = tmp_path_factory.mktemp("standalone_log")
     src, mnt = root / "log", root / "mnt"
-    subprocess.run([*BOOKFS, "sample", str(src), "--events", str(EVENTS)], check=True,
-                   capture_output=True)
+    run_bookfs("sample", str(src), "--events", str(EVENTS))
     with mounted(src, mnt, "-o", "ro"):
         yield argparse.Namespace(root=root, src=str(src), mnt=str(mnt))
 

@@ -21,7 +21,7 @@ pyspark = pytest.importorskip("pyspark")
 
 from bookfs import spark as bs  # noqa: E402
 from bookfs.book import Book  # noqa: E402
-from tests.mounting import BOOKFS, mounted  # noqa: E402
+from tests.mounting import mounted, run_bookfs  # noqa: E402
 
 pytestmark = pytest.mark.spark
 INITIAL = 1000  # events in the log when the stream starts
@@ -74,8 +74,7 @@ def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("spark_stream")
     full, log = root / "full", root / "log"
     for src, n in ((full, TOTAL), (log, INITIAL)):
-        subprocess.run([*BOOKFS, "sample", str(src), "--events", str(n)], check=True,
-                       capture_output=True)
+        run_bookfs("sample", str(src), "--events", str(n))
     driver = root / "driver.py"
     driver.write_text(DRIVER)
     # the log is appended to through `rw` and followed (1 MiB segments) through `ro`;

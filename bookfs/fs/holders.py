@@ -189,15 +189,15 @@ class HolderScan:
             if names:
                 self._tables.add(pid)
             held = NOT_HELD
-            links = self._links
+            links = self._links  # a link is compared before fdinfo is read (cheaper)
             for name in names:
                 try:
                     if os.readlink(name, dir_fd=fd_dir) not in links:
                         continue
-                    ino, flags = _fdinfo(pid, name)
-                except (OSError, ValueError):
+                except OSError:
                     continue
-                if ino != self.inode or flags & os.O_ACCMODE not in _WRITABLE:
+                flags = self._writable_flags(pid, name)
+                if flags is None:
                     continue
                 if pid == self.creator:
                     self.fds.add(int(name))
@@ -220,32 +220,36 @@ class HolderScan:
         if self.fds:
             return
         fd = self._writing_fd()
-        if fd is not None:
-            try:
-                link = os.readlink(f"/proc/{self.creator}/fd/{fd}")
-                ino, flags = _fdinfo(self.creator, str(fd))
-            except (OSError, ValueError):
-                pass
-            else:
-                if (link in self._links and ino == self.inode
-                        and flags & os.O_ACCMODE in _WRITABLE):
-                    self.fds.add(fd)
-                    return
-        self._holds(self.creator)
+        if fd is not None and self._writable_flags(self.creator, str(fd), link=True) is not None:
+            self.fds.add(fd)
+        else:
+            self._holds(self.creator)
+
+    def _writable_flags(self, pid: int, name: str, link: bool = False) -> int | None:
+        """The open flags of descriptor ``name`` of ``pid`` if it is a writable descriptor
+        of this file (by fdinfo's inode; with ``link``, its link is checked first, which
+        callers that read the link themselves skip); None if not, or if it is gone."""
+        try:
+            if link and os.readlink(f"/proc/{pid}/fd/{name}") not in self._links:
+                return None
+            ino, flags = _fdinfo(pid, name)
+        except (OSError, ValueError):
+            return None
+        if ino != self.inode or flags & os.O_ACCMODE not in _WRITABLE:
+            return None
+        return flags
 
     def _writing_fd(self) -> int | None:
         """The descriptor the creating thread is writing to right now, if it is inside
         a write call."""
         if _WRITERS is None:
             return None
-        try:
-            with open(f"/proc/{self.creator}/task/{self.thread}/syscall", "rb") as f:
-                fields = f.read().split()
+        with contextlib.suppress(OSError, ValueError), \
+                open(f"/proc/{self.creator}/task/{self.thread}/syscall", "rb") as f:
+            fields = f.read().split()
             if len(fields) > 1 and fields[0].isdigit() and int(fields[0]) in _WRITERS:
                 return int(fields[1], 16)
-        except (OSError, ValueError):
-            pass
-        return None
+        return None  # not inside a write (or gone, or unreadable)
 
     def creator_waiting(self) -> bool:
         """True if a thread of the creating process may be closing this file right now:
