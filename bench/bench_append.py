@@ -1,6 +1,6 @@
-"""Appends through new/ against their floor, side by side in one run (issue 12, item 3).
+"""Appends through new/ against their floor, side by side in one run (issues 12 and 18).
 
-Three mounts, each on its own log file in the same directory (the same disk):
+Four mounts, each on its own log file in the same directory (the same disk):
 
 * **floor**: ``bench/constfs.py --log FILE``: pyfuse3 plus one ``fdatasync`` per append,
   done inline in the FLUSH handler (no ordering, no group commit, no last-close check);
@@ -8,7 +8,10 @@ Three mounts, each on its own log file in the same directory (the same disk):
   with nothing saved, the ceiling pyfuse3 itself puts on appends (its daemon CPU per
   append is printed too);
 * **bookfs**: ``bookfs mount`` of a Book log (this checkout), the full ``new/`` contract:
-  contiguity, the last-close check, one ordered group commit;
+  contiguity, the commit rule (``fs/closer.py``), one ordered group commit;
+* **bookfs-noprobe**: the same with ``BOOKFS_BENCH_SKIP_PROBE=1``: the writer's closes
+  commit without the rule's ``/proc`` probe (a benchmark-only setting), so the difference
+  to **bookfs** is what the rule costs (issue 18: at most 5 % of the floor's rate);
 * **direct**: the same 1 KB events written to files of a plain directory with
   ``fsync`` (what the disk does without FUSE; context only).
 
@@ -18,7 +21,7 @@ turn; ``--rounds`` rounds alternate the order.  Medians are printed as a Markdow
 with the ratios the issue names: bookfs 1 writer / floor 1 writer, bookfs N writers /
 bookfs 1 writer.
 
-    python bench/bench_append.py --seconds 3 --rounds 3
+    python bench/bench_append.py --seconds 3 --rounds 5
 
 Needs root and /dev/fuse.  Figures: docs/benchmarks.md, "Appends against their floor".
 """
@@ -78,6 +81,14 @@ def run_bookfs(work: Path, seconds: float, threads: int):
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
 
+def run_bookfs_noprobe(work: Path, seconds: float, threads: int):
+    os.environ["BOOKFS_BENCH_SKIP_PROBE"] = "1"  # the daemon inherits it
+    try:
+        return run_bookfs(work, seconds, threads)
+    finally:
+        os.environ.pop("BOOKFS_BENCH_SKIP_PROBE", None)
+
+
 def run_constfs(work: Path, seconds: float, threads: int, *args: str):
     mnt = work / "mnt-constfs"
     cmd = [sys.executable, str(HERE / "constfs.py"), str(mnt), "--count", "0", *args]
@@ -105,7 +116,7 @@ def run_direct(work: Path, seconds: float, threads: int):
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=3.0, help="seconds per run (default 3)")
-    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    p.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
     p.add_argument("--writers", type=int, default=8, help="concurrent writers (default 8)")
     p.add_argument("--dir", help="work directory (default: a new one under $TMPDIR)")
     a = p.parse_args()
@@ -114,10 +125,11 @@ def main() -> int:
     with Book.open(work / "log", writable=True, create=True) as b:
         b.save(1, [PAYLOAD])
     (work / "mnt-bookfs").mkdir(exist_ok=True)
-    runners = {"floor": run_floor, "bookfs": run_bookfs, "requests": run_requests,
-               "direct": run_direct}
+    runners = {"floor": run_floor, "bookfs": run_bookfs, "bookfs-noprobe": run_bookfs_noprobe,
+               "requests": run_requests, "direct": run_direct}
     rates: dict[tuple[str, int], list[float]] = {}
     cpus: dict[tuple[str, int], list[float]] = {}
+    load_before = os.getloadavg()
     for i in range(a.rounds):
         order = list(runners) if i % 2 == 0 else list(reversed(runners))
         for threads in (1, a.writers):
@@ -136,14 +148,23 @@ def main() -> int:
           f"| daemon CPU per append, 1 / {n} writers |")
     print("|---|---|---|---|---|")
     for name, label in (("floor", "floor: pyfuse3 + fdatasync per append"),
-                        ("bookfs", "bookfs new/"),
+                        ("bookfs", "bookfs new/ (the commit rule)"),
+                        ("bookfs-noprobe", "bookfs new/, the rule's /proc probe skipped"),
                         ("requests", "pyfuse3 answering the same requests, no I/O"),
                         ("direct", "plain files + fsync, no FUSE")):
         one, many = med[(name, 1)], med[(name, n)]
         c = (f"{cpu[(name, 1)]:,.0f} / {cpu[(name, n)]:,.0f} µs" if (name, 1) in cpu
              else "–")
-        print(f"| {label} | {one:,.0f}/s | {many:,.0f}/s | {many / one:.2f}× | {c} |")
+        spread = [f"{min(rates[(name, t)]):,.0f}–{max(rates[(name, t)]):,.0f}" for t in (1, n)]
+        print(f"| {label} | {one:,.0f}/s ({spread[0]}) | {many:,.0f}/s ({spread[1]}) "
+              f"| {many / one:.2f}× | {c} |")
     print()
+    print(f"medians of {a.rounds} interleaved rounds (min–max in brackets); 1-minute load "
+          f"{load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after")
+    for t in (1, n):
+        cost = (med[("bookfs-noprobe", t)] - med[("bookfs", t)]) / med[("floor", t)]
+        print(f"the commit rule's probe costs {cost:+.1%} of the floor's rate with {t} "
+              f"writer(s) (bookfs without the probe minus bookfs, over the floor)")
     print(f"bookfs 1 writer / floor 1 writer: {med[('bookfs', 1)] / med[('floor', 1)]:.2f}×; "
           f"bookfs {n} writers / bookfs 1 writer: "
           f"{med[('bookfs', n)] / med[('bookfs', 1)]:.2f}×; "

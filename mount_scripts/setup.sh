@@ -50,7 +50,7 @@ fi
 patch_file="$here/mount_scripts/pyfuse3-3.5.0-bookfs.patch"
 patch_stamp="$venv/.pyfuse3-patched-$(sha256sum "$patch_file" | cut -c1-16)"
 if [ ! -f "$patch_stamp" ] || ! "$venv/bin/python" -c \
-        "import pyfuse3, sys; sys.exit('read_inode' not in getattr(pyfuse3, 'FEATURES', ()))" \
+        "import pyfuse3, sys; sys.exit('request_owner' not in getattr(pyfuse3, 'FEATURES', ()))" \
         2>/dev/null; then
     echo "setup: building pyfuse3 3.5.0 with $(basename "$patch_file")" >&2
     build="$(mktemp -d)"
@@ -63,7 +63,7 @@ if [ ! -f "$patch_stamp" ] || ! "$venv/bin/python" -c \
         tar xzf "$build/pyfuse3-3.5.0.tar.gz" -C "$build" &&
         (cd "$build/pyfuse3-3.5.0" && patch -p1 <"$patch_file" && rm -f src/pyfuse3/__init__.c) &&
         "$venv/bin/python" -m pip install --no-deps --force-reinstall "$build/pyfuse3-3.5.0" &&
-        "$venv/bin/python" -c "import pyfuse3; assert 'read_inode' in pyfuse3.FEATURES"
+        "$venv/bin/python" -c "import pyfuse3; assert 'request_owner' in pyfuse3.FEATURES"
     } >"$build_log" 2>&1; then
         tail -30 "$build_log" >&2
         echo "setup: building the patched pyfuse3 failed; full log in $build_log" >&2

@@ -17,4 +17,5 @@ def test_soak_short(tmp_path, seed):
                   log=lambda m: None)
     assert totals.problems == []
     assert totals.lost == totals.invented == totals.wrong_bytes_served == 0
+    assert totals.spurious_close_errors == 0, totals.notes
     assert totals.acknowledged > 20 and totals.follower_reads > 0

@@ -4,13 +4,13 @@
   plus the reservations in flight.  Anything else is refused (EEXIST for a taken number,
   EINVAL for a gap or a name that is not a number).
 * ``commit`` (called from the **last** ``flush``, i.e. the close of the writer's last
-  descriptor; see ``holders.py``) returns only when the event is durable and visible, or
+  descriptor; see ``closer.py``) returns only when the event is durable and visible, or
   raises ``FUSEError``.  It freezes the staged bytes first, so what is saved is an
   immutable snapshot; a write that failed earlier (EFBIG, ENOSPC, EIO) has *poisoned* the
   reservation, and then commit fails with that errno and saves nothing.  Commits happen strictly in event order.  The
   writer at the head of the queue becomes the *leader*: it takes every consecutive ready
   reservation and saves them with one ``Book.save`` (one write, one fdatasync) on the
-  queue's own commit thread (:class:`SaveThread`), so reads go on meanwhile.  Writers that become ready while a save runs
+  queue's own commit thread (a :class:`WorkerThread`), so reads go on meanwhile.  Writers that become ready while a save runs
   are committed together by the next leader: that is the group commit.
 * A reservation that fails (write error, a killed writer, a stall) takes every later
   reservation with it (ECANCELED), so no gap is ever left; their numbers become free.
@@ -83,21 +83,18 @@ class Refusals:
     Bounded (a ``deque``), so a writer that is refused in a loop costs no memory; ``total``
     counts every refusal since the mount.  ``render`` is the info file's section."""
 
-    def __init__(self, keep: int = REFUSALS_KEPT, resolve_pid=None):
-        """``resolve_pid``: maps the ID FUSE gives (a thread's) to the one recorded (its
-        process's); called only when a refusal is noted."""
+    def __init__(self, keep: int = REFUSALS_KEPT):
         self._items: deque[Refusal] = deque(maxlen=keep)
-        self._resolve_pid = resolve_pid
         self.total = 0
 
     def note(self, path: str, err: int, reason: str, pid: int | None = None) -> None:
-        """Record a refusal (not logged: the caller logs it).  A reason that starts with
-        ``path: `` loses that prefix (the record names the path already)."""
+        """Record a refusal (not logged: the caller logs it).  ``pid`` is the writer's
+        ID as FUSE gives it: its thread's (the process's own, for a single-threaded
+        writer).  A reason that starts with ``path: `` loses that prefix (the record
+        names the path already)."""
         reason = " ".join(reason.split())  # one line, whatever the message held
         if reason.startswith(path + ": "):
             reason = reason[len(path) + 2:]
-        if pid is not None and self._resolve_pid is not None:
-            pid = self._resolve_pid(pid)
         self._items.append(Refusal(time.time_ns(), path, err, reason, pid))
         self.total += 1
 
@@ -124,8 +121,8 @@ class Refusals:
 
 
 def _creator(r: "Reservation") -> int | None:
-    """The process that created ``r``'s file, if the fs layer tracks it."""
-    return getattr(r.holders, "creator", None)
+    """The thread that created ``r``'s file, if the fs layer tracks it."""
+    return getattr(r.writer, "thread", None)
 
 
 @dataclass(eq=False)
@@ -136,9 +133,7 @@ class Reservation:
     state: str = OPEN
     error: int = 0
     poisoned: int = 0  # errno of a write that failed: the close fails with it
-    deferred: bool = False  # a flush saw other holders and left the commit to them
-    holders: object = None  # the fs layer's HolderScan for this file, if any
-    waiting: int = 0  # flushes waiting for transient copies to close (fs layer)
+    writer: object = None  # the fs layer's closer.Writer for this file, if any
     done: trio.Event = field(default_factory=trio.Event)
     #: Set when this reservation's own commit has something to look at again: it finished,
     #: or it became the head of the queue with no save running.  Only its waiters wake.
@@ -155,36 +150,53 @@ class Reservation:
             self.poisoned = err
 
 
-class SaveThread:
-    """One long-lived thread that runs the saves, handed each through a ``SimpleQueue``
-    and reporting back through the trio token: a commit is one queue put and one
-    ``run_sync_soon``, with no thread-cache hand-off or capacity limiter
-    (``trio.to_thread``'s per-call cost).  A save is never abandoned half-way: the
-    awaiting task is shielded, since the bytes go to disk whatever happens to the
-    request.  The thread starts on first use and stops with :meth:`close`."""
+class WorkerThread:
+    """One long-lived thread that runs blocking calls for the event loop, handed each
+    through a ``SimpleQueue`` and reporting back through the trio token: one queue put and
+    one ``run_sync_soon`` per call, with no thread-cache hand-off or capacity limiter
+    (``trio.to_thread``'s per-call cost).  The thread starts on first use and stops with
+    :meth:`close`.
 
-    def __init__(self):
+    The commit queue runs its saves on one (a save is never abandoned half-way: its caller
+    waits shielded, since the bytes go to disk whatever happens to the request); ``ops.py``
+    runs the commit rule's ``/proc`` probe on another, with a deadline (:meth:`run` with
+    ``deadline``): a call that overruns it is left to finish on its own and the thread is
+    replaced, so nothing ever waits on it again."""
+
+    def __init__(self, name: str):
+        self.name = name
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
-    async def run(self, fn, *args):
-        """``fn(*args)`` on the commit thread; its result, or its exception re-raised."""
+    async def run(self, fn, *args, deadline: float | None = None):
+        """``fn(*args)`` on the thread; its result, or its exception re-raised.  With a
+        ``deadline`` (seconds), :class:`TimeoutError` once it has passed."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._serve, name="bookfs-commit",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._serve, args=(self._jobs,),
+                                            name=self.name, daemon=True)
             self._thread.start()
         done = trio.Event()
         box: list = []
         self._jobs.put((fn, args, box, trio.lowlevel.current_trio_token(), done.set))
-        with trio.CancelScope(shield=True):
-            await done.wait()
+        if deadline is None:
+            with trio.CancelScope(shield=True):
+                await done.wait()
+        else:
+            with trio.move_on_after(deadline):
+                await done.wait()
+            if not box:  # stuck: abandon this thread (it ends after the call returns)
+                self._jobs.put(None)
+                self._jobs, self._thread = queue.SimpleQueue(), None
+                raise TimeoutError(f"{getattr(fn, '__name__', fn)} did not return within "
+                                   f"{deadline:g} s")
         ok, value = box[0]
         if not ok:
             raise value
         return value
 
-    def _serve(self) -> None:
-        while (job := self._jobs.get()) is not None:
+    @staticmethod
+    def _serve(jobs: queue.SimpleQueue) -> None:
+        while (job := jobs.get()) is not None:
             fn, args, box, token, wake = job
             try:
                 box.append((True, fn(*args)))
@@ -195,10 +207,13 @@ class SaveThread:
             except trio.RunFinishedError:
                 return
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Stop the thread once its current call returns (and wait for that, if
+        ``wait``)."""
         if self._thread is not None:
             self._jobs.put(None)
-            self._thread.join()
+            if wait:
+                self._thread.join()
             self._thread = None
 
 
@@ -219,7 +234,7 @@ class CommitQueue:
         self._closed = False
         self._leader = False
         self._on_commit = on_commit
-        self.saver = SaveThread()
+        self.saver = WorkerThread("bookfs-commit")
         self.batches = 0  # saves done (for tests and stats)
 
     def _head(self) -> int:

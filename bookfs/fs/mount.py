@@ -464,6 +464,8 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
         if opts.ignored:
             log.info("mount options accepted without effect: %s", ",".join(opts.ignored))
         _init_fuse(ops, mountpoint, opts.fuse_options(source, readonly))
+        here = mount_at(mountpoint, resolve=False)  # no stat: the mount is not served yet
+        ops.set_device(here.device if here is not None else None)
     except BaseException:
         book.close()
         raise
@@ -499,6 +501,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
             pyfuse3.close(unmount=True)
         finally:
             ops.queue.saver.close()  # no save runs now: the loop that awaited them is gone
+            ops.prober.close(wait=False)  # a probe past its deadline is not waited for
             book.close()
             log.info("unmounted %s; lock released", mountpoint)
     return 0

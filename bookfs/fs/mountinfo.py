@@ -30,13 +30,15 @@ def unescape(field: str) -> str:
 @dataclass(frozen=True)
 class Mount:
     """One line of mountinfo: the mount's ID, where it is, its per-mount options
-    (``ro``, ``nodev``...), its type and its source column."""
+    (``ro``, ``nodev``...), its type, its source column and its device
+    (``major:minor``, shared by every bind mount of one filesystem)."""
 
     mount_id: str
     point: str
     options: tuple[str, ...]
     fstype: str
     source: str
+    device: str = ""
 
     @property
     def readonly(self) -> bool:
@@ -66,8 +68,16 @@ def mount_at(path: str, *, resolve: bool = True) -> Mount | None:
             fields, rfields = left.split(), right.split()
             if len(fields) > 5 and unescape(fields[4]) == real and rfields:
                 found = Mount(fields[0], real, tuple(fields[5].split(",")), rfields[0],
-                              unescape(rfields[1]) if len(rfields) > 1 else "")
+                              unescape(rfields[1]) if len(rfields) > 1 else "", fields[2])
     return found
+
+
+def mount_ids(device: str) -> set[int]:
+    """The IDs of every mount of the filesystem with ``major:minor`` ``device`` (a mount
+    and its bind mounts) in this process's mount namespace."""
+    with open(MOUNTINFO) as f:
+        return {int(line.split(maxsplit=3)[0]) for line in f
+                if line.split(maxsplit=3)[2] == device}
 
 
 def bookfs_mount_at(path: str) -> Mount:

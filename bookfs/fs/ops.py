@@ -33,10 +33,14 @@ once, checked, in the daemon's bounded :class:`~.cache.EventCache` shared by eve
 large ones are served with ``pread`` per request, so memory never holds a whole large
 event and never grows with the number of open handles.
 
-``new/<N>`` and ``meta/<key>`` commit on the **last** close of the open file
-(``holders.py``): a FLUSH from a ``dup``, a forked child or an ``exec`` while the writer
-still holds the file commits nothing.  A write that fails poisons the file: its last close
-fails with that errno and nothing is saved.
+``new/<N>`` and ``meta/<key>`` commit on the writer's **last** close of the open file,
+told from the others by what the kernel sends with each FLUSH and WRITE (the commit rule:
+``closer.py`` and docs/reliability.md): the close of a ``dup``, a forked child's exit or
+an ``exec``'s copy commits nothing, and a writer killed by a signal commits nothing.
+Where the rule cannot tell, the append fails (EIO) with nothing committed.  A write that
+fails poisons the file: its last close fails with that errno and nothing is saved.  The
+rule needs the patched pyfuse3 (``request_owner``); on stock pyfuse3 ``new/`` and
+``meta/`` writes are refused (EROFS) with a line that says so.
 
 Permissions: the mount uses ``default_permissions``; owner, group and modes come from the
 source log file (and its directory's search bits), so only users who could write the log
@@ -91,8 +95,9 @@ from ..layout import META_FIELDS, META_KEYS
 from ..segments import DEFAULT_SPAN, Segment, Segments
 from . import inodes as I
 from .cache import EventCache
-from .commit import NEXT_KEY, CommitQueue, Refusals, Reservation, refuse
-from .holders import TRANSIENT, HolderScan, tgid
+from .commit import NEXT_KEY, CommitQueue, Refusals, Reservation, WorkerThread, refuse
+from . import closer
+from .closer import Writer
 from .staging import Staging
 
 log = logging.getLogger(__name__)
@@ -102,8 +107,11 @@ CHANGING = 1.0  # attribute timeout for things an append changes (seconds)
 GROWING = 0.0  # attribute timeout for files whose size an append changes
 SMALL_EVENT = 128 << 10  # events up to this size are read whole and cached
 FOLLOW_EVERY = 1.0  # seconds between a read-only mount's checks of the log
-HELD, LAST, KILLED, COPY, STUCK = "held", "last", "killed", "copy", "stuck"  # _closing
-TRANSIENT_WAIT = 2.0  # seconds a flush waits for fork-before-exec copies to go away
+PROBE_DEADLINE = 2.0  # seconds the commit rule's /proc probe may take (closer.probe)
+#: ``BOOKFS_BENCH_SKIP_PROBE=1`` (benchmarks only: bench/bench_append.py's "bookfs-noprobe"
+#: source) commits at every close of the writer's table without probing it, so the probe's
+#: cost can be measured; it gives up the dup and killed-writer checks.
+SKIP_PROBE = bool(os.environ.get("BOOKFS_BENCH_SKIP_PROBE"))
 PRETTY_KEPT = 64  # renderings of pretty/N kept for reads by inode (each at most ~64 KiB)
 
 #: What the pyfuse3 in use offers beyond stock (``read_inode``, ``noflush``,
@@ -220,15 +228,12 @@ class _MetaWriteHandle:
     """A meta field open for writing.  The buffer starts as the field's current bytes
     (empty after ``O_TRUNC``), so a partial write keeps the bytes it does not touch."""
 
-    __slots__ = ("key", "staging", "dirty", "poisoned", "deferred", "holders", "pid")
+    __slots__ = ("key", "staging", "dirty", "poisoned", "writer")
 
-    def __init__(self, key: str, current: bytes, holders: HolderScan | None,
-                 pid: int | None = None):
+    def __init__(self, key: str, current: bytes, writer: Writer | None):
         self.key, self.staging, self.dirty = key, Staging(4096), False
         self.poisoned = 0
-        self.deferred = False
-        self.holders = holders
-        self.pid = pid  # the process that opened it (for the refusal record)
+        self.writer = writer  # who opened it (its thread: the refusal record's pid)
         if current:
             self.staging.write(0, current)
 
@@ -264,7 +269,7 @@ class BookOperations(pyfuse3.Operations):
         self.mountpoint = mountpoint
         self.readonly = not book.writable
         self.debug = debug
-        self.refusals = Refusals(resolve_pid=tgid)  # refused appends, meta writes: in info
+        self.refusals = Refusals()  # refused appends and meta writes: in info
         self.queue = CommitQueue(book, stall_timeout=stall_timeout, spill_dir=spill_dir,
                                  refusals=self.refusals)
         self._handles: dict[int, object] = {}
@@ -281,6 +286,10 @@ class BookOperations(pyfuse3.Operations):
         self.no_open = self.readonly and "read_inode" in FEATURES
         self.noflush = "noflush" in FEATURES
         self.cache_dirs = "cache_readdir" in FEATURES
+        # the commit rule needs each FLUSH's and WRITE's caller (pyfuse3 then passes ctx)
+        self.request_owner = "request_owner" in FEATURES
+        self.mounts = closer.Mounts(None)  # set_device() once mounted
+        self.prober = WorkerThread("bookfs-probe")
         self._listed: dict[int, tuple] = {}  # directory inode -> log state at its opendir
         self._pretty: collections.OrderedDict[int, bytes] = collections.OrderedDict()
         self._content_mtime: dict[int, tuple[bytes, int]] = {}  # inode -> (content, mtime)
@@ -308,8 +317,9 @@ class BookOperations(pyfuse3.Operations):
             return "patched pyfuse3: no-open reads by inode, noflush, cached listings"
         if self.noflush:
             return "patched pyfuse3: noflush, cached listings (opens kept for new/ and meta/)"
-        return ("stock pyfuse3: a request for every open and close (mount_scripts/setup.sh "
-                "builds the patched one)")
+        refused = "" if self.readonly else "; appends and meta writes refused"
+        return (f"stock pyfuse3: a request for every open and close{refused} "
+                "(mount_scripts/setup.sh builds the patched one)")
 
     def _changed_mtime(self, ino: int, content: bytes, mtime_ns: int) -> int:
         """The mtime to report for a small file whose content changes (``info``): at least
@@ -855,10 +865,10 @@ class BookOperations(pyfuse3.Operations):
                 if flags & os.O_APPEND:
                     raise refused(path, errno.EINVAL, f"{path}: write the whole field, "
                                                       "not an append", ctx.pid)
+                self._need_rule(path, ctx)
                 truncated = bool(flags & os.O_TRUNC)
                 current = b"" if truncated else self.book.read_meta(key)
-                h = _MetaWriteHandle(key, current, self._holder_scan(path, inode, ctx),
-                                     ctx.pid)
+                h = _MetaWriteHandle(key, current, Writer(ctx.pid))
                 h.dirty = truncated  # emptied: judged (and refused, unless rewritten) at close
                 return pyfuse3.FileInfo(fh=self._new_fh(h), direct_io=True, keep_cache=False)
             return self._file_info(self._new_fh(_BytesHandle(self.book.read_meta(key))),
@@ -947,55 +957,41 @@ class BookOperations(pyfuse3.Operations):
 
     # --- writing -------------------------------------------------------------------------
 
-    def _holder_scan(self, rel: str, inode: int, ctx) -> HolderScan | None:
-        """How ``flush`` will tell the last close of ``MNT/rel`` (None when the
-        operations run without a mount, as in direct tests: every flush is the last)."""
-        if not self.mountpoint:
-            return None
-        return HolderScan(f"{self.mountpoint}/{rel}", inode, ctx.pid)
+    def set_device(self, device: str) -> None:
+        """The mount's ``major:minor`` (from mountinfo, once mounted): how the commit rule
+        knows this mount's descriptors in another process's table."""
+        self.mounts = closer.Mounts(device)
 
-    async def _closing(self, scan: HolderScan | None, h) -> str:
-        """What this close is (``h``: the reservation, or None for a meta file):
+    def _need_rule(self, path: str, ctx) -> None:
+        """Refuse a write to ``new/`` or ``meta/`` that the commit rule could not judge:
+        stock pyfuse3 does not say which process closes a file."""
+        if not self.request_owner and self.mountpoint:
+            raise self.refusals.refuse(
+                path, errno.EROFS, f"{path}: appends and meta writes need pyfuse3 built "
+                "with bookfs's patch (bash mount_scripts/setup.sh); stock pyfuse3 does not "
+                "say which process closes a file", ctx.pid)
 
-        * HELD: another process still holds a real copy of the file (not the last close);
-        * COPY: the close of a copy a fork made before its exec, while another close
-          waits for the outcome (see ``holders.py``); it returns at once;
-        * STUCK: the writer's close waited ``TRANSIENT_WAIT`` for such copies in vain;
-        * KILLED: the last holder is exiting because a signal killed it;
-        * LAST: the last close, or the commit has begun while this close waited."""
-        if scan is None:
-            return LAST
-        found, killed = scan.holders()
-        transient = bool(found) and all(how == TRANSIENT for how in found.values())
-        if transient and h is not None:
-            if h.waiting and not scan.creator_waiting():
-                return COPY
-            deadline = time.monotonic() + TRANSIENT_WAIT
-            h.waiting += 1
-            try:
-                while transient and h.state == "open" and time.monotonic() < deadline:
-                    await trio.sleep(0.002)
-                    found, killed = scan.holders()
-                    transient = bool(found) and all(how == TRANSIENT
-                                                    for how in found.values())
-            finally:
-                h.waiting -= 1
-            if h.state != "open":
-                return LAST  # a copy's close began the commit: this close waits for it
-            if transient:
-                return STUCK
-        elif transient:
-            return LAST  # a meta save waits on nothing: fork copies count as gone
-        if found:
-            return HELD
-        return KILLED if killed else LAST
+    async def _closing(self, writer: Writer | None, inode: int, ctx) -> tuple[str, str]:
+        """What this FLUSH is (the commit rule, ``closer.py``): ``(verdict, why)`` with
+        verdict COPY (another table: commit nothing), HELD (the writer's table holds
+        another descriptor), LAST (commit), KILLED or UNKNOWN (commit nothing; fail).
 
-    def _copy_closing(self, h: Reservation) -> bool:
-        """True if the flush being answered cannot be the writer's own close: another
-        close already waits for this reservation's outcome, or the commit has begun, and
-        no thread of the creator is inside a FUSE request."""
-        return bool((h.waiting or h.state != "open") and h.holders is not None
-                    and not h.holders.creator_waiting())
+        Decided from the request where it can be (a copy's close costs no probe); the
+        writer's closes are probed off the event loop, with ``PROBE_DEADLINE``.  Without
+        a mount (operations driven directly) or a caller (``ctx`` None), every close is
+        the last."""
+        if writer is None or ctx is None or not self.mountpoint:
+            return closer.LAST, ""
+        known = writer.closing(ctx)
+        if known is False:
+            return closer.COPY, ""
+        if SKIP_PROBE:
+            return closer.LAST, ""
+        try:
+            return await self.prober.run(closer.probe, ctx.pid, writer, inode, self.mounts,
+                                         known, deadline=PROBE_DEADLINE)
+        except TimeoutError as e:
+            return closer.UNKNOWN, f"the close could not be judged ({e})"
 
     @guarded
     async def create(self, parent_inode, name, mode, flags, ctx):
@@ -1016,29 +1012,33 @@ class BookOperations(pyfuse3.Operations):
             raise refuse(errno.EROFS if parent_inode == I.EVENTS else errno.EPERM,
                          f"cannot create {where}{name.decode('utf-8', 'replace')}: "
                          "append by creating new/<next event number>")
+        self._need_rule(f"new/{name.decode('utf-8', 'replace')}", ctx)
         r = self.queue.reserve(name, ctx.pid)
         fh = self._new_fh(r)
-        r.holders = self._holder_scan(f"new/{r.name}", I.staging_inode(fh), ctx)
+        r.writer = Writer(ctx.pid)
         attrs = await self._attrs_of(I.staging_inode(fh))
         return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False), attrs
 
     @guarded
-    async def write(self, fh, off, buf):
+    async def write(self, fh, off, buf, ctx=None):
         h = self._handles.get(fh)
         if isinstance(h, Reservation):
             if h.state != "open":
                 path = f"new/{h.name}"
                 raise self.refusals.refuse(path, errno.EBADF, f"{path}: write of {len(buf)} "
                                            f"bytes at {off} after the file was {h.state}; "
-                                           "nothing of it is saved")
-            if h.holders is not None and not h.holders.fds:
-                h.holders.note_creator_fds()
+                                           "nothing of it is saved",
+                                           None if ctx is None else ctx.pid)
+            if ctx is not None:
+                h.writer.saw(ctx)
             try:
                 return h.staging.write(off, buf)
             except (OSError, BookError) as e:
                 h.poison(getattr(e, "errno", None) or errno.EIO)
                 raise
         if isinstance(h, _MetaWriteHandle):
+            if ctx is not None:
+                h.writer.saw(ctx)
             try:
                 n = h.staging.write(off, buf)
             except (OSError, BookError) as e:
@@ -1049,98 +1049,86 @@ class BookOperations(pyfuse3.Operations):
         raise pyfuse3.FUSEError(errno.EBADF)
 
     @guarded
-    async def flush(self, fh):
+    async def flush(self, fh, ctx=None):
         if self.readonly:
             # nothing commits on a read-only mount; ENOSYS makes the kernel stop sending
             # FLUSH on every close
             raise pyfuse3.FUSEError(errno.ENOSYS)
         h = self._handles.get(fh)
         if isinstance(h, Reservation):
-            await self._flush_reservation(h)
+            await self._flush_reservation(h, fh, ctx)
         elif isinstance(h, _MetaWriteHandle):
-            await self._flush_meta(h)
+            await self._flush_meta(h, fh, ctx)
 
-    async def _flush_reservation(self, h: Reservation) -> None:
+    async def _flush_reservation(self, h: Reservation, fh: int, ctx) -> None:
+        """The commit rule for ``new/<N>``: a copy's close returns at once; the writer's
+        last close commits and returns the outcome; a killed writer, or a close that
+        cannot be judged, fails the append with nothing committed."""
         if h.state == "open":
-            closing = await self._closing(h.holders, h)
-            if closing == COPY:
-                return
-            if closing == HELD and h.state == "open":  # a dup, fork or exec: not the end
-                h.deferred = True
-                if h.poisoned:
-                    raise pyfuse3.FUSEError(h.poisoned)
-                return
-            h.deferred = False
-            if h.state == "open" and closing in (KILLED, STUCK):
-                why = ("its writer was killed before it closed the file" if closing == KILLED
-                       else f"a process forked while it was open still holds a copy after "
-                            f"{TRANSIENT_WAIT:g} s: {sorted(h.holders.last)}")
-                err = errno.EIO if closing == KILLED else errno.EBUSY
-                self.queue.abandon(h, why, err)
-                raise pyfuse3.FUSEError(err)
-            if h.waiting and self._copy_closing(h):
-                # A copy's close (a fork child at its exec) while the writer's close
-                # waits: start the commit and let the writer's close carry the outcome.
-                # Blocking here could deadlock: the child's parent may be the writer of a
-                # predecessor, waiting for this very child.
-                self.queue.ready(h)
-                return
-            await self.queue.commit(h)
+            verdict, why = await self._closing(h.writer, I.staging_inode(fh), ctx)
         elif h.state == "failed":
             raise pyfuse3.FUSEError(h.error)
-        elif not self._copy_closing(h):
-            await self.queue.commit(h)  # may be the writer's close: wait for the outcome
+        elif h.writer is not None and ctx is not None and h.writer.closing(ctx) is False:
+            return  # a copy's close after the commit began: it waits for nothing
+        else:
+            verdict, why = closer.LAST, ""  # the writer's: wait for the commit's outcome
+        if h.state == "failed":
+            raise pyfuse3.FUSEError(h.error)
+        if verdict == closer.COPY or h.state == "done":
+            return
+        if verdict == closer.HELD:  # a dup's close: the writer still holds the file
+            if h.poisoned:
+                raise pyfuse3.FUSEError(h.poisoned)
+            return
+        if verdict in (closer.KILLED, closer.UNKNOWN):
+            self.queue.abandon(h, why, errno.EIO)  # noted in the refusal record
+            raise pyfuse3.FUSEError(errno.EIO)
+        await self.queue.commit(h)
 
-    async def _flush_meta(self, h: _MetaWriteHandle) -> None:
+    async def _flush_meta(self, h: _MetaWriteHandle, fh: int, ctx) -> None:
+        """The commit rule for ``meta/<key>`` (as for ``new/``): the writer's last close
+        saves a changed field; a copy's or a dup's close saves nothing."""
         if not h.dirty and not h.poisoned:
             return
-        closing = await self._closing(h.holders, None)
-        if closing in (HELD, COPY, STUCK):
-            h.deferred = True
-            return
-        h.deferred = False
-        h.dirty = False
         path = f"meta/{h.key}"
-        if h.poisoned or closing == KILLED:
-            err, h.poisoned = h.poisoned or errno.EIO, 0
+        pid = h.writer.thread
+        verdict, why = await self._closing(h.writer, I.META_INODES[h.key], ctx)
+        if verdict in (closer.COPY, closer.HELD):
+            return
+        h.dirty = False
+        if verdict in (closer.KILLED, closer.UNKNOWN):
+            h.poisoned = 0
+            raise self.refusals.refuse(path, errno.EIO, f"{path}: not saved: {why}", pid)
+        if h.poisoned:
+            err, h.poisoned = h.poisoned, 0
             raise self.refusals.refuse(path, err, f"{path}: not saved, because a write to it "
-                                       "failed or its writer was killed", h.pid)
+                                       "failed", pid)
         value = h.staging.getvalue()
         size = META_FIELDS[h.key][1]
         if len(value) != size:
             raise self.refusals.refuse(path, errno.EINVAL, f"{path}: {len(value)} bytes "
                                        f"written, expected exactly {size}; the field is "
-                                       "unchanged", h.pid)
+                                       "unchanged", pid)
         await trio.to_thread.run_sync(self.book.save_meta, h.key, value)
 
     @guarded
-    async def release(self, fh):
+    async def release(self, fh, ctx=None):
         h = self._handles.pop(fh, None)
         if isinstance(h, Reservation):
             try:
-                if h.state == "open" and h.deferred and not h.poisoned:
-                    # A flush saw another holder, then the file was released with no
-                    # further flush (a descriptor passed over a socket and dropped): the
-                    # writer's close already returned 0, so honour it.
-                    log.warning("new/%d: last holder left without a close; committing",
-                                h.number)
-                    try:
-                        await self.queue.commit(h)
-                    except pyfuse3.FUSEError as e:
-                        log.error("new/%d: not committed (%s)", h.number,
-                                  errno.errorcode.get(e.errno, e.errno))
-                elif h.state in ("open", "ready"):
-                    self.queue.abandon(h, "closed without a flush")
+                if h.state in ("open", "ready"):
+                    # no close of the writer committed it (its last holder was a copy, or
+                    # the writer's last close came while a dup was open elsewhere): nobody
+                    # was told it was saved, so nothing is
+                    self.queue.abandon(h, "its last descriptor was closed by a process "
+                                          "other than its writer")
             finally:
                 h.staging.close()
         elif isinstance(h, _MetaWriteHandle):
-            try:
-                if h.dirty and h.deferred:
-                    h.holders = None
-                    with contextlib.suppress(pyfuse3.FUSEError):
-                        await self._flush_meta(h)
-            finally:
-                h.staging.close()
+            if h.dirty:
+                log.warning("meta/%s: not saved: its last descriptor was closed by a "
+                            "process other than its writer", h.key)
+            h.staging.close()
 
     @guarded
     async def fsync(self, fh, datasync):

@@ -1,0 +1,196 @@
+"""Which close of a ``new/`` or ``meta/`` file commits it: the commit rule.
+
+``docs/reliability.md`` ("The commit rule") states the rule and cites the kernel source
+for every fact used here.  In short, with the patched pyfuse3 every FLUSH and WRITE carries
+what the kernel sent with it: the calling thread's ID (``ctx.pid``) and a ``lock_owner``
+that names the caller's descriptor table (FLUSH always, WRITE for direct I/O).  Threads
+of a process share one table; a forked child has its own.
+
+* The **writer** of a file is the process that created it.  :class:`Writer` learns its
+  table from the first request of the creating thread that carries one (its first write,
+  or the first close of a shell's redirection), with no look at ``/proc``.
+* A FLUSH from any other table (a forked child's exit, the ``exec`` of a subprocess, a
+  descriptor passed to another process) is a **copy**'s close: it commits nothing and
+  returns at once.
+* A FLUSH from the writer's table commits, unless :func:`probe` finds that the closing
+  task's table still holds another descriptor of the file (a ``dup``), or that the closing
+  task is exiting because a signal killed it.
+
+:func:`probe` is the only place that reads ``/proc``, and it reads only the closing task
+itself, in files whose kernel code takes no lock the closer can hold (no ``exec``, cred
+or mmap lock: the citations are in ``docs/reliability.md``).  It still runs off the event
+loop with a deadline (``ops.py``).  Where it cannot tell, it answers UNKNOWN and the
+append fails loudly, with nothing committed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from .mountinfo import mount_ids
+
+#: probe verdicts
+COPY = "copy"  # the closing task is not the writer: a copy's close commits nothing
+HELD = "held"  # the writer's table still holds another descriptor of the file (a dup)
+LAST = "last"  # the writer's last descriptor: commit
+KILLED = "killed"  # the writer is exiting because a signal killed it: commit nothing
+UNKNOWN = "unknown"  # cannot be told (the closer's /proc unreadable): fail, commit nothing
+
+_NO_MM = b"0 0 0 0 0 0 0"  # /proc/<tid>/statm of a task with no mm (exiting, past exit_mm)
+_WRITABLE = (os.O_WRONLY, os.O_RDWR)
+
+
+class Writer:
+    """The writer of one open file: its creating thread and, once a request of that
+    thread has carried it, its descriptor table (the kernel's ``lock_owner``)."""
+
+    __slots__ = ("thread", "table")
+
+    def __init__(self, thread: int):
+        self.thread = thread
+        self.table = 0  # unknown until the creating thread sends a lock_owner
+
+    def saw(self, ctx) -> None:
+        """Learn the writer's table from a request of the creating thread (a direct-I/O
+        WRITE carries ``lock_owner``; 0 means the kernel sent none)."""
+        if not self.table and ctx.lock_owner and ctx.pid == self.thread:
+            self.table = ctx.lock_owner
+
+    def closing(self, ctx) -> bool | None:
+        """Is this FLUSH the writer's table closing?  True or False from the request
+        alone; None when the table is not known yet and another thread closes (a thread of
+        the writer or a forked child: :func:`probe` tells)."""
+        self.saw(ctx)
+        if self.table:
+            return ctx.lock_owner == self.table
+        return None
+
+
+class Mounts:
+    """The mount IDs under which the kernel shows this mount's files (the mount itself,
+    its bind mounts).  ``device`` is the mount's ``major:minor``; the IDs are read from
+    ``/proc/self/mountinfo`` (the daemon's own) when the mount is made, and again when a
+    descriptor shows an ID not seen yet.  IDs are never forgotten, so the mount itself,
+    and a bind mount seen before it was detached by ``umount -l``, still count."""
+
+    def __init__(self, device: str | None):
+        self.device = device
+        self.ids: set[int] = mount_ids(device) if device else set()
+
+    def ours(self, mnt_id: int) -> bool | None:
+        """True if ``mnt_id`` shows this mount, None if it cannot be told."""
+        if mnt_id in self.ids:
+            return True
+        if self.device is None:
+            return None
+        self.ids |= mount_ids(self.device)
+        return True if mnt_id in self.ids else None
+
+
+def _read(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
+def _same_process(tid: int, thread: int) -> bool | None:
+    """Is ``thread`` (the creator) a thread of ``tid``'s process?  ``/proc/<tid>/task``
+    lists exactly the closing task's thread group.  None if the creating thread has ended
+    (then nothing tells whether it was ``tid``'s)."""
+    try:
+        os.stat(f"/proc/{tid}/task/{thread}")
+        return True
+    except FileNotFoundError:
+        pass
+    try:
+        os.kill(thread, 0)  # a signal-0 check: no /proc, no waiting
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return False
+
+
+def _killed(tid: int) -> bool | None:
+    """For a closing task that is exiting: True if a signal killed it (the low 7 bits of
+    ``exit_code``, field 52 of ``/proc/<tid>/stat``), False for an ordinary exit."""
+    data = _read(f"/proc/{tid}/stat")
+    fields = data[data.rindex(b")") + 2:].split()
+    if len(fields) < 50:
+        return None  # a kernel too old to show exit_code
+    return (int(fields[49]) & 0x7F) != 0
+
+
+def _holds(tid: int, inode: int, mounts: Mounts) -> str:
+    """HELD if the closing task's table holds a writable descriptor of this file (by
+    ``/proc/<tid>/fdinfo``: inode and mount), LAST if not, UNKNOWN if a descriptor of the
+    same inode number shows a mount that cannot be told."""
+    verdict = LAST
+    fd_dir = os.open(f"/proc/{tid}/fdinfo", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in os.listdir(fd_dir):
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd_dir)
+            except FileNotFoundError:
+                continue  # closed meanwhile (another thread of the closer)
+            try:
+                info = os.read(fd, 4096)
+            finally:
+                os.close(fd)
+            ino = flags = mnt = None
+            for line in info.split(b"\n", 4)[:4]:
+                key, _, value = line.partition(b":")
+                if key == b"ino":
+                    ino = int(value)
+                elif key == b"flags":
+                    flags = int(value, 8)
+                elif key == b"mnt_id":
+                    mnt = int(value)
+            if ino != inode or flags is None or flags & os.O_ACCMODE not in _WRITABLE:
+                continue
+            ours = mounts.ours(mnt) if mnt is not None else None
+            if ours:
+                return HELD
+            verdict = UNKNOWN
+    finally:
+        os.close(fd_dir)
+    return verdict
+
+
+def probe(tid: int, writer: Writer, inode: int, mounts: Mounts,
+          known: bool | None) -> tuple[str, str]:
+    """``(verdict, why)`` for the FLUSH of thread ``tid`` on the file ``inode``.
+
+    ``known`` is :meth:`Writer.closing`'s answer (True: the writer's table; None: not yet
+    known).  Reads only the closing task's own ``/proc`` entries: ``task/<creator>``,
+    ``statm``, and, for a task that is exiting, ``stat``; otherwise ``fdinfo``.  Blocking
+    (run it in a worker thread with a deadline)."""
+    if tid <= 0:
+        return UNKNOWN, "the kernel did not say which process closed it"
+    try:
+        if known is None:
+            same = _same_process(tid, writer.thread)
+            if same is None:
+                return UNKNOWN, (f"the thread that created it ({writer.thread}) has ended, "
+                                 f"so whether thread {tid} is its writer cannot be told")
+            if not same:
+                return COPY, ""
+        if _read(f"/proc/{tid}/statm").startswith(_NO_MM):
+            # exiting (do_exit runs exit_mm before exit_files): its table is detached,
+            # so no other descriptor of it can remain; a signal's kill commits nothing
+            killed = _killed(tid)
+            if killed is None:
+                return UNKNOWN, "the kernel does not show why the writer exited"
+            return (KILLED, "its writer was killed before it closed the file") if killed \
+                else (LAST, "")
+        verdict = _holds(tid, inode, mounts)
+    except (OSError, ValueError) as e:
+        return UNKNOWN, (f"process {tid}'s /proc entries could not be read "
+                         f"({errno.errorcode.get(getattr(e, 'errno', 0) or 0, e)})")
+    if verdict == UNKNOWN:
+        return UNKNOWN, "a descriptor of it shows a mount this daemon cannot identify"
+    return verdict, ""
+

@@ -1,0 +1,101 @@
+"""bookfs.fs.closer on real processes and real descriptors, without a mount: the probe
+reads only ``/proc`` of the closing task, so a plain file, its inode and its filesystem's
+device stand in for a new/ file.  The mount-level behaviour is in test_commit_rule.py."""
+
+from __future__ import annotations
+
+import os
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from bookfs.fs import closer as C
+from mount_fixtures import wait_for
+
+
+def ctx(pid: int, lock_owner: int = 0):
+    return SimpleNamespace(pid=pid, lock_owner=lock_owner)
+
+
+def test_the_writer_table_is_learned_from_the_creating_thread_only():
+    w = C.Writer(thread=100)
+    w.saw(ctx(200, lock_owner=7))  # another thread (or a child) writing: not learned
+    assert w.table == 0 and w.closing(ctx(200, 7)) is None
+    w.saw(ctx(100, lock_owner=0))  # a write without lock_owner (not direct I/O)
+    assert w.table == 0
+    assert w.closing(ctx(100, 9)) is True  # the creating thread's close teaches it
+    assert w.table == 9
+    assert w.closing(ctx(300, 9)) is True  # any thread of that table
+    assert w.closing(ctx(100, 8)) is False  # another table: a copy's close
+
+
+@pytest.fixture
+def target(tmp_path):
+    path = tmp_path / "new-5"
+    path.write_bytes(b"")
+    st = os.stat(path)
+    device = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    return str(path), st.st_ino, C.Mounts(device)
+
+
+def probe(writer, ino, mounts, tid=None, known=True):
+    return C.probe(threading.get_native_id() if tid is None else tid, writer, ino, mounts,
+                   known)[0]
+
+
+def test_last_unless_the_table_holds_another_writable_descriptor(target):
+    path, ino, mounts = target
+    me = C.Writer(threading.get_native_id())
+    assert probe(me, ino, mounts) == C.LAST  # nothing of it is open
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        assert probe(me, ino, mounts) == C.HELD  # a dup's close: the writer still holds it
+        ro = os.open(path, os.O_RDONLY)
+        os.close(fd)
+        fd = ro
+        assert probe(me, ino, mounts) == C.LAST  # a read-only descriptor does not count
+    finally:
+        os.close(fd)
+
+
+def test_a_descriptor_on_an_unknown_mount_cannot_be_told(target):
+    path, ino, _ = target
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        other = C.Mounts("0:0")  # a device no mount has: its ID is never "ours"
+        assert probe(C.Writer(threading.get_native_id()), ino, other) == C.UNKNOWN
+    finally:
+        os.close(fd)
+
+
+def test_another_process_is_a_copy_and_an_ended_creator_is_unknown(target):
+    _, ino, mounts = target
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(w)
+        os.read(r, 1)
+        os._exit(0)
+    try:
+        os.close(r)
+        me = C.Writer(threading.get_native_id())
+        assert probe(me, ino, mounts, tid=pid, known=None) == C.COPY
+        # the closer's own thread group holds the creator: the writer
+        assert probe(C.Writer(pid), ino, mounts, tid=pid, known=None) == C.LAST
+    finally:
+        os.close(w)
+        os.waitpid(pid, 0)
+    t = threading.Thread(target=lambda: None)
+    t.start()
+    t.join()
+    assert wait_for(lambda: not os.path.exists(f"/proc/self/task/{t.native_id}"))
+    gone = C.Writer(t.native_id)  # its creating thread has ended: cannot be told
+    assert probe(gone, ino, mounts, known=None) == C.UNKNOWN
+
+
+def test_an_unnamed_or_unreadable_closer_is_unknown(target):
+    _, ino, mounts = target
+    me = C.Writer(threading.get_native_id())
+    assert probe(me, ino, mounts, tid=0) == C.UNKNOWN  # pid 0: not in our namespace
+    assert probe(me, ino, mounts, tid=2**22 + 12345) == C.UNKNOWN  # no such task
