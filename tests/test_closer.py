@@ -99,3 +99,27 @@ def test_an_unnamed_or_unreadable_closer_is_unknown(target):
     me = C.Writer(threading.get_native_id())
     assert probe(me, ino, mounts, tid=0) == C.UNKNOWN  # pid 0: not in our namespace
     assert probe(me, ino, mounts, tid=2**22 + 12345) == C.UNKNOWN  # no such task
+
+
+def test_descriptors_closing_during_the_probe_are_skipped(target, tmp_path):
+    """Other threads of the closer open and close descriptors while the probe reads its
+    fdinfo (8 appending threads do): a descriptor gone between listing and reading is
+    skipped, never an UNKNOWN that would fail the append (seen in bench_append.py)."""
+    _, ino, mounts = target
+    stop = threading.Event()
+
+    def churn():
+        while not stop.is_set():
+            os.close(os.open(tmp_path / "churn", os.O_WRONLY | os.O_CREAT))
+
+    threads = [threading.Thread(target=churn) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        me = C.Writer(threading.get_native_id())
+        verdicts = {probe(me, ino, mounts) for _ in range(3000)}
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert verdicts == {C.LAST}

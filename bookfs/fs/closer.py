@@ -134,12 +134,12 @@ def _holds(tid: int, inode: int, mounts: Mounts) -> str:
         for name in os.listdir(fd_dir):
             try:
                 fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd_dir)
+                try:
+                    info = os.read(fd, 4096)
+                finally:
+                    os.close(fd)
             except FileNotFoundError:
-                continue  # closed meanwhile (another thread of the closer)
-            try:
-                info = os.read(fd, 4096)
-            finally:
-                os.close(fd)
+                continue  # closed meanwhile (by another thread of the closer)
             ino = flags = mnt = None
             for line in info.split(b"\n", 4)[:4]:
                 key, _, value = line.partition(b":")
