@@ -339,3 +339,29 @@ def test_stock_pyfuse3_refuses_appends_and_meta_writes(small_src, tmp_path, monk
         assert "appends and meta writes refused" in info
         assert "need pyfuse3 built with bookfs's patch" in info
     assert NEXT not in engine_events(small_src)
+
+
+def test_a_thread_spawns_before_its_first_write(small_src, tmp_path):
+    """A writer thread (not its process's leader) creates new/N and starts a subprocess
+    before it writes anything: the child's close (its exec) comes before the writer's
+    table is known.  It is told a copy's (the creating thread is alive, in another
+    process) before anything is frozen, so the writer's writes go on."""
+    result: list = []
+
+    def writer(root):
+        try:
+            fd = os.open(f"{root}/new/{NEXT}", os.O_WRONLY | os.O_CREAT)
+            subprocess.run(["true"], check=True)
+            os.write(fd, b"\0\0\0\0after the child")
+            os.close(fd)
+            result.append("ok")
+        except OSError as e:
+            result.append(e)
+
+    with reached("direct", small_src, tmp_path) as root:
+        t = threading.Thread(target=writer, args=(root,))
+        t.start()
+        t.join(TIMEOUT)
+        assert result == ["ok"]
+        with open(f"{root}/events/{NEXT}", "rb") as f:
+            assert f.read() == b"\0\0\0\0after the child"

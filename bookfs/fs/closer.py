@@ -105,13 +105,25 @@ def _same_process(tid: int, thread: int) -> bool | None:
         return True
     except FileNotFoundError:
         pass
+    return False if _alive(thread) else None
+
+
+PIDFD_THREAD = os.O_EXCL  # pidfd_open(2): a pidfd for a thread, not only a leader (6.9)
+
+
+def _alive(thread: int) -> bool:
+    """Is thread ``thread`` alive?  ``pidfd_open(PIDFD_THREAD)``: a syscall on the thread
+    itself, no ``/proc``, no waiting.  Kernels before 6.9 take no ``PIDFD_THREAD``: there
+    the look-up of ``/proc/<thread>`` answers (RCU only)."""
     try:
-        os.kill(thread, 0)  # a signal-0 check: no /proc, no waiting
+        os.close(os.pidfd_open(thread, PIDFD_THREAD))
+        return True
     except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return False
+        return False
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise
+    return os.path.exists(f"/proc/{thread}")
 
 
 def _killed(tid: int) -> bool | None:

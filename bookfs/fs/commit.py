@@ -44,6 +44,7 @@ from .staging import Staging
 log = logging.getLogger(__name__)
 
 OPEN, READY, DONE, FAILED = "open", "ready", "done", "failed"
+SAVE, HOLD, FAIL = "save", "hold", "fail"  # a commit check's outcomes (HOLD: not the last)
 REFUSALS_KEPT = 20  # refused appends and meta writes remembered for the info file
 REFUSALS_HEADER = "last refusals"  # the info file's section (bookfs append reads it)
 NEXT_KEY = "next"  # the info file's line with the next free event number (read-write)
@@ -134,6 +135,12 @@ class Reservation:
     error: int = 0
     poisoned: int = 0  # errno of a write that failed: the close fails with it
     writer: object = None  # the fs layer's closer.Writer for this file, if any
+    #: the commit rule's check of the close that made it ready (run on the commit thread
+    #: just before the save; see CommitQueue.commit), None once passed
+    check: object = None
+    #: set once ``check`` has been judged (or the reservation finished): a write that
+    #: arrives while the check is pending waits for it (``ops.py``)
+    judged: trio.Event = field(default_factory=trio.Event)
     done: trio.Event = field(default_factory=trio.Event)
     #: Set when this reservation's own commit has something to look at again: it finished,
     #: or it became the head of the queue with no save running.  Only its waiters wake.
@@ -143,11 +150,19 @@ class Reservation:
         self.state, self.error = state, err
         self.done.set()
         self.kick.set()
+        self.judged.set()
 
     def poison(self, err: int) -> None:
         """A write failed: nothing of this reservation may be committed."""
         if not self.poisoned:
             self.poisoned = err
+
+
+def _unbox(box: list):
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
 
 
 class WorkerThread:
@@ -168,9 +183,9 @@ class WorkerThread:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
-    async def run(self, fn, *args, deadline: float | None = None):
-        """``fn(*args)`` on the thread; its result, or its exception re-raised.  With a
-        ``deadline`` (seconds), :class:`TimeoutError` once it has passed."""
+    def submit(self, fn, *args) -> tuple[trio.Event, list]:
+        """Hand ``fn(*args)`` to the thread: ``(done, box)``; ``done`` is set when
+        ``box`` holds ``(True, result)`` or ``(False, exception)``."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._serve, args=(self._jobs,),
                                             name=self.name, daemon=True)
@@ -178,21 +193,30 @@ class WorkerThread:
         done = trio.Event()
         box: list = []
         self._jobs.put((fn, args, box, trio.lowlevel.current_trio_token(), done.set))
+        return done, box
+
+    def abandon(self) -> None:
+        """Give up on the call in progress: the thread ends once it returns, and the next
+        call starts a new one."""
+        self._jobs.put(None)
+        self._jobs, self._thread = queue.SimpleQueue(), None
+
+    async def run(self, fn, *args, deadline: float | None = None):
+        """``fn(*args)`` on the thread; its result, or its exception re-raised.  With a
+        ``deadline`` (seconds), :class:`TimeoutError` once it has passed (the thread is
+        abandoned); without one the wait is shielded from cancellation."""
+        done, box = self.submit(fn, *args)
         if deadline is None:
             with trio.CancelScope(shield=True):
                 await done.wait()
         else:
             with trio.move_on_after(deadline):
                 await done.wait()
-            if not box:  # stuck: abandon this thread (it ends after the call returns)
-                self._jobs.put(None)
-                self._jobs, self._thread = queue.SimpleQueue(), None
+            if not box:
+                self.abandon()
                 raise TimeoutError(f"{getattr(fn, '__name__', fn)} did not return within "
                                    f"{deadline:g} s")
-        ok, value = box[0]
-        if not ok:
-            raise value
-        return value
+        return _unbox(box)
 
     @staticmethod
     def _serve(jobs: queue.SimpleQueue) -> None:
@@ -222,10 +246,12 @@ class CommitQueue:
 
     def __init__(self, book: EventLog, *, stall_timeout: float = 30.0,
                  spill_dir: str | None = None, on_commit=None,
-                 refusals: Refusals | None = None):
+                 refusals: Refusals | None = None, check_deadline: float = 2.0):
         """``on_commit(first, last)``: called after each save; ``refusals``: where refused
-        reservations are noted."""
+        reservations are noted; ``check_deadline``: seconds the checks of one batch may
+        take before the batch fails (EIO) unsaved."""
         self.book = book
+        self.check_deadline = check_deadline
         self.refusals = refusals if refusals is not None else Refusals()
         self.stall_timeout = stall_timeout
         self.spill_dir = spill_dir
@@ -313,29 +339,49 @@ class CommitQueue:
             log.warning("new/%d abandoned: %s", r.number, why)
             self._fail_from(r.number, err, why)
 
-    def ready(self, r: Reservation) -> None:
-        """Freeze ``r`` and queue it for the next save without waiting for it (another
-        caller's ``commit`` carries the outcome).  Raises FUSEError, having failed ``r``,
-        if a write poisoned it or it is too short."""
+    def _admit(self, r: Reservation) -> tuple[int, str] | None:
+        """``(errno, why)`` if ``r``'s bytes cannot be an event (a poisoning write, fewer
+        than ``MIN_PAYLOAD`` bytes); None if they can."""
+        if r.poisoned:
+            return r.poisoned, (f"not committed, because a write to it failed "
+                                f"({errno.errorcode.get(r.poisoned)})")
+        size = len(r.staging)
+        if size < MIN_PAYLOAD:
+            return errno.EINVAL, (f"{size} bytes written, expected at least {MIN_PAYLOAD} "
+                                  "(a 4-byte mug, then the jam)")
+        return None
+
+    def _judge(self, r: Reservation) -> tuple[str, int, str]:
+        """On the commit thread: ``(SAVE, 0, "")``, ``(HOLD, 0, "")`` (the close was not
+        the last: ``r`` goes back to being written) or ``(FAIL, errno, why)``."""
+        if r.check is not None:
+            verdict = r.check()
+            if verdict == HOLD:
+                return HOLD, 0, ""
+            if verdict is not None:
+                return FAIL, verdict[0], verdict[1]
+        bad = self._admit(r)
+        return (FAIL, *bad) if bad else (SAVE, 0, "")
+
+    async def commit(self, r: Reservation, check=None) -> bool:
+        """Freeze ``r`` and wait until it is durable and visible (True) or has failed
+        (FUSEError).
+
+        ``check`` (the commit rule's probe of the close, ``ops.py``) runs on the commit
+        thread in the same hand-off as the save, just before it: it returns None (this
+        close commits), ``HOLD`` (not the writer's last close: ``r`` is written on, and
+        this returns False) or ``(errno, why)`` (``r`` fails).  A batch whose checks take
+        longer than ``check_deadline`` fails unsaved (EIO)."""
         if r.state == OPEN:
+            r.check = check
+            if check is not None:
+                r.judged = trio.Event()
+            if check is None and (bad := self._admit(r)) is not None:
+                self._fail_from(r.number, *bad)
+                raise refuse(bad[0], f"new/{r.number}: {bad[1]}")
             r.staging.freeze()
-            size = len(r.staging)
-            if r.poisoned:
-                why = (f"not committed, because a write to it failed "
-                       f"({errno.errorcode.get(r.poisoned)})")
-                self._fail_from(r.number, r.poisoned, why)
-                raise refuse(r.poisoned, f"new/{r.number}: {why}")
-            if size < MIN_PAYLOAD:
-                why = (f"{size} bytes written, expected at least {MIN_PAYLOAD} "
-                       "(a 4-byte mug, then the jam)")
-                self._fail_from(r.number, errno.EINVAL, why)
-                raise refuse(errno.EINVAL, f"new/{r.number}: {why}")
             r.state = READY
             self._kick_head()
-
-    async def commit(self, r: Reservation) -> None:
-        """Wait until ``r`` is durable and visible (return) or has failed (FUSEError)."""
-        self.ready(r)
         waited, watched = 0.0, None
         while r.state == READY:
             head = self._live.get(self._head())
@@ -362,9 +408,31 @@ class CommitQueue:
                 self._fail_from(r.number, errno.ETIMEDOUT, why)
         if r.state == FAILED:
             raise pyfuse3.FUSEError(r.error)
+        return r.state == DONE
+
+    def _checked_save(self, first: int, batch: list[Reservation], payloads: list,
+                      gate: dict, token, checked) -> tuple[list, int]:
+        """The commit thread's half of :meth:`_lead`: judge the batch in order up to the
+        first that may not be saved, then save the ones before it, unless the loop gave
+        up on the checks meanwhile (``gate``)."""
+        verdicts = []
+        for r in batch:
+            verdicts.append(self._judge(r))
+            if verdicts[-1][0] != SAVE:
+                break
+        n = sum(1 for v in verdicts if v[0] == SAVE)
+        with gate["lock"]:
+            if gate["abandoned"]:
+                return verdicts, 0
+            gate["saving"] = True
+        token.run_sync_soon(checked.set)
+        if n:
+            self.book.save(first, payloads[:n], self._epoch())
+        return verdicts, n
 
     async def _lead(self) -> None:
-        """Save every consecutive ready reservation from the head, in one batch."""
+        """Check, then save, every consecutive ready reservation from the head, in one
+        batch and one hand-off to the commit thread."""
         self._leader = True
         try:
             first = self._head()
@@ -375,8 +443,26 @@ class CommitQueue:
                 n += 1
             payloads = [r.staging.payload() for r in batch]
             self._saving = {r.number for r in batch}
+            gate = {"lock": threading.Lock(), "abandoned": False, "saving": False}
+            checked = trio.Event()
+            done, box = self.saver.submit(self._checked_save, first, batch, payloads, gate,
+                                          trio.lowlevel.current_trio_token(), checked)
+            with trio.move_on_after(self.check_deadline):
+                await checked.wait()
+            if not checked.is_set() and not done.is_set():
+                with gate["lock"]:
+                    gate["abandoned"] = not gate["saving"]
+                if gate["abandoned"]:  # a check is stuck: nothing of the batch is saved
+                    self.saver.abandon()
+                    why = (f"the close could not be judged within "
+                           f"{self.check_deadline:g} s")
+                    log.error("new/%d..%d not committed: %s", first, n - 1, why)
+                    self._fail_from(first, errno.EIO, why)
+                    return
+            with trio.CancelScope(shield=True):  # bytes go to disk whatever happens
+                await done.wait()
             try:
-                await self.saver.run(self.book.save, first, payloads, self._epoch())
+                verdicts, saved = _unbox(box)
             except (OSError, BookError) as e:
                 err = getattr(e, "errno", None) or errno.EIO
                 log.error("commit of events %d..%d failed: %s", first, n - 1, e)
@@ -386,14 +472,28 @@ class CommitQueue:
                 log.exception("commit of events %d..%d failed unexpectedly", first, n - 1)
                 self._fail_from(first, errno.EIO, repr(e))
                 return
-            self.batches += 1
-            if len(batch) > 1:  # the group commit, visible in the daemon's log
-                log.info("group commit: events %d..%d in one save", first, n - 1)
-            for r in batch:
-                del self._live[r.number]
-                r.finish(DONE)
-            if self._on_commit is not None:
-                self._on_commit(first, n - 1)
+            if saved:
+                self.batches += 1
+                if saved > 1:  # the group commit, visible in the daemon's log
+                    log.info("group commit: events %d..%d in one save", first,
+                             first + saved - 1)
+                for r in batch[:saved]:
+                    del self._live[r.number]
+                    r.finish(DONE)
+                if self._on_commit is not None:
+                    self._on_commit(first, first + saved - 1)
+            for r in batch[saved:len(verdicts)]:
+                r.check = None  # judged; those after the first refused are judged later
+                r.judged.set()
+            if saved < len(verdicts):
+                r, (kind, err, why) = batch[saved], verdicts[saved]
+                if kind == HOLD:  # not its writer's last close: written on
+                    r.state = OPEN
+                    r.staging.frozen = False
+                    r.kick.set()
+                else:
+                    log.warning("new/%d abandoned: %s", r.number, why)
+                    self._fail_from(r.number, err, why)
         finally:
             self._saving = set()
             self._leader = False

@@ -95,7 +95,7 @@ from ..layout import META_FIELDS, META_KEYS
 from ..segments import DEFAULT_SPAN, Segment, Segments
 from . import inodes as I
 from .cache import EventCache
-from .commit import NEXT_KEY, CommitQueue, Refusals, Reservation, WorkerThread, refuse
+from .commit import HOLD, NEXT_KEY, CommitQueue, Refusals, Reservation, WorkerThread, refuse
 from . import closer
 from .closer import Writer
 from .staging import Staging
@@ -271,7 +271,7 @@ class BookOperations(pyfuse3.Operations):
         self.debug = debug
         self.refusals = Refusals()  # refused appends and meta writes: in info
         self.queue = CommitQueue(book, stall_timeout=stall_timeout, spill_dir=spill_dir,
-                                 refusals=self.refusals)
+                                 refusals=self.refusals, check_deadline=PROBE_DEADLINE)
         self._handles: dict[int, object] = {}
         self._next_fh = 1
         self._cache = EventCache()
@@ -1023,6 +1023,8 @@ class BookOperations(pyfuse3.Operations):
     async def write(self, fh, off, buf, ctx=None):
         h = self._handles.get(fh)
         if isinstance(h, Reservation):
+            if h.check is not None:
+                await h.judged.wait()  # a close of its writer's table is being judged
             if h.state != "open":
                 path = f"new/{h.name}"
                 raise self.refusals.refuse(path, errno.EBADF, f"{path}: write of {len(buf)} "
@@ -1063,27 +1065,43 @@ class BookOperations(pyfuse3.Operations):
     async def _flush_reservation(self, h: Reservation, fh: int, ctx) -> None:
         """The commit rule for ``new/<N>``: a copy's close returns at once; the writer's
         last close commits and returns the outcome; a killed writer, or a close that
-        cannot be judged, fails the append with nothing committed."""
-        if h.state == "open":
-            verdict, why = await self._closing(h.writer, I.staging_inode(fh), ctx)
-        elif h.state == "failed":
-            raise pyfuse3.FUSEError(h.error)
-        elif h.writer is not None and ctx is not None and h.writer.closing(ctx) is False:
-            return  # a copy's close after the commit began: it waits for nothing
-        else:
-            verdict, why = closer.LAST, ""  # the writer's: wait for the commit's outcome
+        cannot be judged, fails the append with nothing committed.  The writer's closes
+        are probed on the commit thread, in the hand-off of the save itself."""
         if h.state == "failed":
             raise pyfuse3.FUSEError(h.error)
-        if verdict == closer.COPY or h.state == "done":
-            return
-        if verdict == closer.HELD:  # a dup's close: the writer still holds the file
-            if h.poisoned:
-                raise pyfuse3.FUSEError(h.poisoned)
-            return
-        if verdict in (closer.KILLED, closer.UNKNOWN):
-            self.queue.abandon(h, why, errno.EIO)  # noted in the refusal record
-            raise pyfuse3.FUSEError(errno.EIO)
-        await self.queue.commit(h)
+        writer = h.writer
+        known = None if ctx is None else writer.closing(ctx)
+        if known is False or h.state == "done":
+            return  # a copy's close (another table): commits nothing, waits for nothing
+        check = None
+        if h.state == "open" and known is None and self.mountpoint:
+            # the writer's table is not known yet: another thread closes (the writer's,
+            # or a forked child's).  Judged before anything is frozen, since a child's
+            # close must not stop the writer's writes.
+            verdict, why = await self._closing(writer, I.staging_inode(fh), ctx)
+            if verdict in (closer.COPY, closer.HELD):
+                return
+            if verdict in (closer.KILLED, closer.UNKNOWN):
+                if h.state == "open":
+                    self.queue.abandon(h, why, errno.EIO)  # noted in the refusals
+                raise pyfuse3.FUSEError(errno.EIO)
+        elif h.state == "open" and ctx is not None and self.mountpoint and not SKIP_PROBE:
+            check = functools.partial(self._judge_close, ctx.pid, writer,
+                                      I.staging_inode(fh), known)
+        if h.state == "failed":
+            raise pyfuse3.FUSEError(h.error)
+        if not await self.queue.commit(h, check) and h.poisoned:
+            raise pyfuse3.FUSEError(h.poisoned)  # a dup's close: its write failed
+
+    def _judge_close(self, tid: int, writer: Writer, inode: int, known) -> object:
+        """The commit queue's check of a writer's close (on the commit thread): None to
+        commit, ``HOLD`` if it was not the last close, ``(EIO, why)`` to fail."""
+        verdict, why = closer.probe(tid, writer, inode, self.mounts, known)
+        if verdict == closer.LAST:
+            return None
+        if verdict in (closer.HELD, closer.COPY):
+            return HOLD
+        return errno.EIO, why
 
     async def _flush_meta(self, h: _MetaWriteHandle, fh: int, ctx) -> None:
         """The commit rule for ``meta/<key>`` (as for ``new/``): the writer's last close
