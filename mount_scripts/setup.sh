@@ -31,7 +31,8 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 stamp="$venv/.bookfs-installed"
-if [ ! -f "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ] ||
+        [ "$here/bookfs/fs/_fdscan.c" -nt "$stamp" ]; then
     echo "setup: installing bookfs and its dependencies into $venv" >&2
     pip_log="$venv/pip-install.log"
     if ! { "$venv/bin/python" -m pip install --upgrade pip &&

@@ -4,6 +4,7 @@ device stand in for a new/ file.  The mount-level behaviour is in test_commit_ru
 
 from __future__ import annotations
 
+import fcntl
 import os
 import threading
 from types import SimpleNamespace
@@ -123,3 +124,34 @@ def test_descriptors_closing_during_the_probe_are_skipped(target, tmp_path):
         for t in threads:
             t.join()
     assert verdicts == {C.LAST}
+
+
+@pytest.mark.skipif(C._c_holds is None, reason="bookfs/fs/_fdscan.c did not build")
+def test_the_c_scan_answers_as_the_python_scan(target, tmp_path):
+    """Seeded: tables of assorted descriptors (the file or others, read-only, write-only,
+    read-write, O_CLOEXEC or not): the C scan and the Python scan give the same verdict."""
+    import random
+
+    path, ino, mounts = target
+    others = [tmp_path / f"other-{i}" for i in range(3)]
+    for o in others:
+        o.write_bytes(b"")
+    rng = random.Random(18)
+    tid = threading.get_native_id()
+    for _ in range(200):
+        fds = []
+        try:
+            for _ in range(rng.randrange(0, 6)):
+                f = rng.choice([path, *others])
+                mode = rng.choice([os.O_RDONLY, os.O_WRONLY, os.O_RDWR])
+                fds.append(os.open(f, mode | rng.choice([0, os.O_CLOEXEC])))
+            c = C._holds(tid, ino, mounts)
+            py = C._scan(tid, ino, mounts)
+            assert c == py
+            writable = any(os.fstat(fd).st_ino == ino and
+                           fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
+                           for fd in fds)
+            assert py == (C.HELD if writable else C.LAST)
+        finally:
+            for fd in fds:
+                os.close(fd)

@@ -316,7 +316,8 @@ class BookOperations(pyfuse3.Operations):
         if self.no_open:
             return "patched pyfuse3: no-open reads by inode, noflush, cached listings"
         if self.noflush:
-            return "patched pyfuse3: noflush, cached listings (opens kept for new/ and meta/)"
+            return ("patched pyfuse3: noflush, cached listings (opens kept for new/ and "
+                    f"meta/); the commit rule's descriptor scan in {closer.SCAN}")
         refused = "" if self.readonly else "; appends and meta writes refused"
         return (f"stock pyfuse3: a request for every open and close{refused} "
                 "(mount_scripts/setup.sh builds the patched one)")
