@@ -1,10 +1,10 @@
 /* bookfs.fs._fdscan: the commit rule's descriptor scan (closer.py), in C.
  *
- * holds(tid, ino) reads /proc/<tid>/fdinfo/<fd> for every descriptor of task tid's
- * table and returns the mount ID of the first writable one whose inode number is ino,
- * or -1 if none is; an OSError if the table cannot be read.  The GIL is released for the
- * whole scan: the daemon's event loop goes on meanwhile.  closer._holds is the same scan
- * in Python (the fallback where this did not build); tests hold the two equal.
+ * writable(tid) reads /proc/<tid>/fdinfo/<fd> for every descriptor of task tid's table
+ * and returns the (inode, mount ID) of each writable one, as a list of pairs; an OSError
+ * if the table cannot be read.  The GIL is released for the whole scan: the daemon's
+ * event loop goes on meanwhile.  closer._writable_py is the same scan in Python (the
+ * fallback where this did not build); tests hold the two equal.
  *
  * The files read take only task_lock, the table's spinlock and RCU (fs/proc/fd.c:
  * seq_show, proc_readfd_common), never the task's exec, cred or mmap lock:
@@ -36,8 +36,14 @@ static const char *field(const char *text, const char *key)
     return NULL;
 }
 
-/* 0 and *mnt set if found, 1 if not found, -errno on error. */
-static int scan(long tid, unsigned long long ino, long *mnt)
+struct found {
+    unsigned long long ino;
+    long mnt;
+};
+
+/* The number of writable descriptors put in *out (malloc'd, grown as needed; the caller
+ * frees it), or -errno. */
+static long scan(long tid, struct found **out)
 {
     char path[64];
     snprintf(path, sizeof path, "/proc/%ld/fdinfo", tid);
@@ -50,9 +56,10 @@ static int scan(long tid, unsigned long long ino, long *mnt)
         close(dfd);
         return -e;
     }
-    int result = 1;
+    long count = 0, room = 0;
     struct dirent *d;
     char buf[4096];
+    *out = NULL;
     while ((d = readdir(dir)) != NULL) {
         if (d->d_name[0] < '0' || d->d_name[0] > '9')
             continue;
@@ -68,41 +75,57 @@ static int scan(long tid, unsigned long long ino, long *mnt)
         const char *f_mnt = field(buf, "mnt_id");
         if (!f_ino || !f_flags || !f_mnt)
             continue;
-        if (strtoull(f_ino, NULL, 10) != ino)
-            continue;
         long flags = strtol(f_flags, NULL, 8);
         if ((flags & O_ACCMODE) != O_WRONLY && (flags & O_ACCMODE) != O_RDWR)
             continue;
-        *mnt = strtol(f_mnt, NULL, 10);
-        result = 0;
-        break;
+        if (count == room) {
+            room = room ? 2 * room : 64;
+            struct found *more = realloc(*out, room * sizeof **out);
+            if (!more) {
+                closedir(dir);
+                return -ENOMEM;
+            }
+            *out = more;
+        }
+        (*out)[count].ino = strtoull(f_ino, NULL, 10);
+        (*out)[count].mnt = strtol(f_mnt, NULL, 10);
+        count++;
     }
     closedir(dir);
-    return result;
+    return count;
 }
 
-static PyObject *holds(PyObject *self, PyObject *args)
+static PyObject *writable(PyObject *self, PyObject *args)
 {
-    long tid;
-    unsigned long long ino;
-    long mnt = -1;
-    int r;
-    if (!PyArg_ParseTuple(args, "lK", &tid, &ino))
+    long tid, n;
+    struct found *found = NULL;
+    if (!PyArg_ParseTuple(args, "l", &tid))
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    r = scan(tid, ino, &mnt);
+    n = scan(tid, &found);
     Py_END_ALLOW_THREADS
-    if (r < 0) {
-        errno = -r;
+    if (n < 0) {
+        free(found);
+        errno = (int)-n;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
-    return PyLong_FromLong(r == 0 ? mnt : -1);
+    PyObject *list = PyList_New(n);
+    for (long i = 0; list && i < n; i++) {
+        PyObject *pair = Py_BuildValue("(Kl)", found[i].ino, found[i].mnt);
+        if (!pair) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, pair);
+    }
+    free(found);
+    return list;
 }
 
 static PyMethodDef methods[] = {
-    {"holds", holds, METH_VARARGS,
-     "holds(tid, ino) -> the mount ID of a writable descriptor of inode ino in task "
-     "tid's table, or -1"},
+    {"writable", writable, METH_VARARGS,
+     "writable(tid) -> [(inode, mount ID)] of the writable descriptors in task tid's "
+     "table"},
     {NULL, NULL, 0, NULL},
 };
 

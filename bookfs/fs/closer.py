@@ -136,32 +136,10 @@ def _killed(tid: int) -> bool | None:
     return (int(fields[49]) & 0x7F) != 0
 
 
-try:
-    from ._fdscan import holds as _c_holds  # the same scan in C, without the GIL
-except ImportError:  # not built (pyproject.toml marks it optional): the Python scan
-    _c_holds = None
-
-#: which descriptor scan this daemon uses (a mount's info file shows it)
-SCAN = "C" if _c_holds is not None else "Python (bookfs/fs/_fdscan.c did not build)"
-
-
-def _holds(tid: int, inode: int, mounts: Mounts) -> str:
-    """HELD if the closing task's table holds a writable descriptor of this file (by
-    ``/proc/<tid>/fdinfo``: inode and mount), LAST if not, UNKNOWN if a descriptor of the
-    same inode number shows a mount that cannot be told.  The C scan answers the common
-    cases; a match on a mount it cannot place is left to the Python scan."""
-    if _c_holds is not None:
-        mnt = _c_holds(tid, inode)
-        if mnt < 0:
-            return LAST
-        if mounts.ours(mnt):
-            return HELD
-    return _scan(tid, inode, mounts)
-
-
-def _scan(tid: int, inode: int, mounts: Mounts) -> str:
-    """:func:`_holds` in Python: every matching descriptor is looked at."""
-    verdict = LAST
+def _writable_py(tid: int) -> list[tuple[int, int]]:
+    """``(inode, mount ID)`` of every writable descriptor in the table of task ``tid``,
+    from ``/proc/<tid>/fdinfo`` (``_fdscan.writable`` does the same in C)."""
+    found = []
     fd_dir = os.open(f"/proc/{tid}/fdinfo", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for name in os.listdir(fd_dir):
@@ -173,34 +151,54 @@ def _scan(tid: int, inode: int, mounts: Mounts) -> str:
                     os.close(fd)
             except FileNotFoundError:
                 continue  # closed meanwhile (by another thread of the closer)
-            ino = flags = mnt = None
-            for line in info.split(b"\n", 4)[:4]:
-                key, _, value = line.partition(b":")
-                if key == b"ino":
-                    ino = int(value)
-                elif key == b"flags":
-                    flags = int(value, 8)
-                elif key == b"mnt_id":
-                    mnt = int(value)
-            if ino != inode or flags is None or flags & os.O_ACCMODE not in _WRITABLE:
+            fields = dict(line.partition(b":")[::2] for line in info.split(b"\n", 4)[:4])
+            try:
+                flags, ino, mnt = (int(fields[b"flags"], 8), int(fields[b"ino"]),
+                                   int(fields[b"mnt_id"]))
+            except (KeyError, ValueError):
                 continue
-            ours = mounts.ours(mnt) if mnt is not None else None
-            if ours:
-                return HELD
-            verdict = UNKNOWN
+            if flags & os.O_ACCMODE in _WRITABLE:
+                found.append((ino, mnt))
     finally:
         os.close(fd_dir)
+    return found
+
+
+try:
+    from ._fdscan import writable as _writable  # the same scan in C, without the GIL
+    #: which descriptor scan this daemon uses (a mount's info file shows it)
+    SCAN = "C"
+except ImportError:  # not built (pyproject.toml marks it optional): the Python scan
+    _writable = _writable_py
+    SCAN = "Python (bookfs/fs/_fdscan.c did not build)"
+
+
+def _holds(tid: int, inode: int, mounts: Mounts, writable=None) -> str:
+    """HELD if the closing task's table holds a writable descriptor of this file (its
+    inode on one of this mount's mount IDs), LAST if not, UNKNOWN if a descriptor of the
+    same inode number shows a mount that cannot be told.  ``writable``: the table's
+    writable descriptors if already scanned (:func:`probe`'s ``scans``)."""
+    verdict = LAST
+    for ino, mnt in _writable(tid) if writable is None else writable:
+        if ino == inode:
+            if mounts.ours(mnt):
+                return HELD
+            verdict = UNKNOWN
     return verdict
 
 
 def probe(tid: int, writer: Writer, inode: int, mounts: Mounts,
-          known: bool | None) -> tuple[str, str]:
+          known: bool | None, scans: dict | None = None) -> tuple[str, str]:
     """``(verdict, why)`` for the FLUSH of thread ``tid`` on the file ``inode``.
 
     ``known`` is :meth:`Writer.closing`'s answer (True: the writer's table; None: not yet
     known).  Reads only the closing task's own ``/proc`` entries: ``task/<creator>``,
     ``statm``, and, for a task that is exiting, ``stat``; otherwise ``fdinfo``.  Blocking
-    (run it in a worker thread with a deadline)."""
+    (run it in a worker thread with a deadline).
+
+    ``scans`` (table -> its writable descriptors) lets the closes of one batch share one
+    scan of a table: each closer is blocked in its close meanwhile, so a scan taken while
+    they all wait is as true for each of them."""
     if tid <= 0:
         return UNKNOWN, "the kernel did not say which process closed it"
     try:
@@ -219,7 +217,12 @@ def probe(tid: int, writer: Writer, inode: int, mounts: Mounts,
                 return UNKNOWN, "the kernel does not show why the writer exited"
             return (KILLED, "its writer was killed before it closed the file") if killed \
                 else (LAST, "")
-        verdict = _holds(tid, inode, mounts)
+        if scans is not None and known and writer.table:
+            if writer.table not in scans:
+                scans[writer.table] = _writable(tid)
+            verdict = _holds(tid, inode, mounts, scans[writer.table])
+        else:
+            verdict = _holds(tid, inode, mounts)
     except (OSError, ValueError) as e:
         return UNKNOWN, (f"process {tid}'s /proc entries could not be read "
                          f"({errno.errorcode.get(getattr(e, 'errno', 0) or 0, e)})")

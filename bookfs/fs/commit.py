@@ -351,11 +351,12 @@ class CommitQueue:
                                   "(a 4-byte mug, then the jam)")
         return None
 
-    def _judge(self, r: Reservation) -> tuple[str, int, str]:
+    def _judge(self, r: Reservation, shared: dict) -> tuple[str, int, str]:
         """On the commit thread: ``(SAVE, 0, "")``, ``(HOLD, 0, "")`` (the close was not
-        the last: ``r`` goes back to being written) or ``(FAIL, errno, why)``."""
+        the last: ``r`` goes back to being written) or ``(FAIL, errno, why)``.  ``shared``
+        is handed to every check of one batch (the checks may share what they read)."""
         if r.check is not None:
-            verdict = r.check()
+            verdict = r.check(shared)
             if verdict == HOLD:
                 return HOLD, 0, ""
             if verdict is not None:
@@ -367,8 +368,8 @@ class CommitQueue:
         """Freeze ``r`` and wait until it is durable and visible (True) or has failed
         (FUSEError).
 
-        ``check`` (the commit rule's probe of the close, ``ops.py``) runs on the commit
-        thread in the same hand-off as the save, just before it: it returns None (this
+        ``check(shared)`` (the commit rule's probe of the close, ``ops.py``) runs on the
+        commit thread in the same hand-off as the save, just before it: it returns None (this
         close commits), ``HOLD`` (not the writer's last close: ``r`` is written on, and
         this returns False) or ``(errno, why)`` (``r`` fails).  A batch whose checks take
         longer than ``check_deadline`` fails unsaved (EIO)."""
@@ -415,9 +416,9 @@ class CommitQueue:
         """The commit thread's half of :meth:`_lead`: judge the batch in order up to the
         first that may not be saved, then save the ones before it, unless the loop gave
         up on the checks meanwhile (``gate``)."""
-        verdicts = []
+        verdicts, shared = [], {}
         for r in batch:
-            verdicts.append(self._judge(r))
+            verdicts.append(self._judge(r, shared))
             if verdicts[-1][0] != SAVE:
                 break
         n = sum(1 for v in verdicts if v[0] == SAVE)

@@ -1094,10 +1094,12 @@ class BookOperations(pyfuse3.Operations):
         if not await self.queue.commit(h, check) and h.poisoned:
             raise pyfuse3.FUSEError(h.poisoned)  # a dup's close: its write failed
 
-    def _judge_close(self, tid: int, writer: Writer, inode: int, known) -> object:
-        """The commit queue's check of a writer's close (on the commit thread): None to
-        commit, ``HOLD`` if it was not the last close, ``(EIO, why)`` to fail."""
-        verdict, why = closer.probe(tid, writer, inode, self.mounts, known)
+    def _judge_close(self, tid: int, writer: Writer, inode: int, known,
+                     scans: dict) -> object:
+        """The commit queue's check of a writer's close (on the commit thread; ``scans``
+        shared by one batch): None to commit, ``HOLD`` if it was not the last close,
+        ``(EIO, why)`` to fail."""
+        verdict, why = closer.probe(tid, writer, inode, self.mounts, known, scans)
         if verdict == closer.LAST:
             return None
         if verdict in (closer.HELD, closer.COPY):
