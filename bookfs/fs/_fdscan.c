@@ -1,7 +1,8 @@
 /* bookfs.fs._fdscan: the commit rule's descriptor scan (closer.py), in C.
  *
- * writable(tid) reads /proc/<tid>/fdinfo/<fd> for every descriptor of task tid's table
- * and returns the (inode, mount ID) of each writable one, as a list of pairs; an OSError
+ * writable(tid) lists /proc/<tid>/fd, and reads /proc/<tid>/fdinfo/<fd> for each
+ * descriptor whose link shows it open for writing; it returns the (inode, mount ID) of
+ * each writable one, as a list of pairs; an OSError
  * if the table cannot be read.  The GIL is released for the whole scan: the daemon's
  * event loop goes on meanwhile.  closer._writable_py is the same scan in Python (the
  * fallback where this did not build); tests hold the two equal.
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The value after "key:\t" in an fdinfo text, or NULL. */
@@ -47,13 +49,21 @@ static long scan(long tid, struct found **out)
 {
     char path[64];
     snprintf(path, sizeof path, "/proc/%ld/fdinfo", tid);
-    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
+    int info_dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (info_dfd < 0)
         return -errno;
+    snprintf(path, sizeof path, "/proc/%ld/fd", tid);
+    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        int e = errno;
+        close(info_dfd);
+        return -e;
+    }
     DIR *dir = fdopendir(dfd);
     if (!dir) {
         int e = errno;
         close(dfd);
+        close(info_dfd);
         return -e;
     }
     long count = 0, room = 0;
@@ -63,7 +73,12 @@ static long scan(long tid, struct found **out)
     while ((d = readdir(dir)) != NULL) {
         if (d->d_name[0] < '0' || d->d_name[0] > '9')
             continue;
-        int fd = openat(dfd, d->d_name, O_RDONLY | O_CLOEXEC);
+        /* the link's mode has S_IWUSR exactly for a descriptor open for writing
+         * (fs/proc/fd.c, tid_fd_update_inode): one cheap look before fdinfo */
+        struct stat st;
+        if (fstatat(dfd, d->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !(st.st_mode & S_IWUSR))
+            continue;
+        int fd = openat(info_dfd, d->d_name, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
             continue; /* closed meanwhile by another thread of the task */
         ssize_t n = read(fd, buf, sizeof buf - 1);
@@ -83,6 +98,7 @@ static long scan(long tid, struct found **out)
             struct found *more = realloc(*out, room * sizeof **out);
             if (!more) {
                 closedir(dir);
+                close(info_dfd);
                 return -ENOMEM;
             }
             *out = more;
@@ -92,6 +108,7 @@ static long scan(long tid, struct found **out)
         count++;
     }
     closedir(dir);
+    close(info_dfd);
     return count;
 }
 
