@@ -11,6 +11,7 @@ import hashlib
 import os
 import random
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -65,6 +66,40 @@ def engine_events(src: Path) -> dict[int, bytes]:
     """Every committed event of the log at ``src``, read by the engine (read-only)."""
     with Book.open(src) as book:
         return dict(book.walk())
+
+
+def threaded_appends(root, first: int, threads: int, each: int, size, cut: int):
+    """``threads`` threads each append ``each`` events to ``root``/new/ (numbers taken in
+    order, and the file created, under one lock), writing ``cut`` bytes and then the rest
+    of :func:`payload` (``size(n)`` bytes); a thread stops at its first failed close.
+    Returns ``(acked, failed)``: ``{n: data}`` of the closes that returned 0, and
+    ``[(n, OSError)]``."""
+    lock = threading.Lock()
+    numbers = iter(range(first, first + threads * each))
+    acked: dict[int, bytes] = {}
+    failed: list = []
+
+    def writer():
+        for _ in range(each):
+            with lock:
+                n = next(numbers)
+                fd = os.open(f"{root}/new/{n}", os.O_WRONLY | os.O_CREAT)
+            data = payload(n, size(n))
+            os.write(fd, data[:cut])
+            os.write(fd, data[cut:])
+            try:
+                os.close(fd)
+            except OSError as e:
+                failed.append((n, e))
+                return
+            acked[n] = data
+
+    workers = [threading.Thread(target=writer) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return acked, failed
 
 
 def sh(cmd: str, **kw) -> subprocess.CompletedProcess:

@@ -32,6 +32,7 @@ from mount_fixtures import (  # noqa: F401  (fixtures)
     run_bookfs,
     sh,
     small_src,
+    threaded_appends,
     wait_for,
 )
 
@@ -173,33 +174,11 @@ def test_threads_forking_while_others_close(small_src, mnt):
         while not stop.is_set():
             subprocess.run(["true"])
 
-    lock = threading.Lock()
-    numbers = iter(range(NEXT, NEXT + 1000))
-    acked: dict[int, bytes] = {}
-    failed: list = []
-
-    def writer():
-        for _ in range(15):
-            with lock:
-                n = next(numbers)
-                fd = os.open(f"{mnt}/new/{n}", W)
-            data = payload(n, 4 + (n % 7) * 3000)
-            os.write(fd, data[:100])
-            os.write(fd, data[100:])
-            try:
-                os.close(fd)
-            except OSError as e:
-                failed.append((n, e))
-                return
-            acked[n] = data
-
     with mounted(small_src, mnt, log_file=str(mnt.parent / "daemon.log")):
         spawners = [threading.Thread(target=spawner) for _ in range(2)]
-        writers = [threading.Thread(target=writer) for _ in range(3)]
-        for t in spawners + writers:
+        for t in spawners:
             t.start()
-        for t in writers:
-            t.join()
+        acked, failed = threaded_appends(mnt, NEXT, 3, 15, lambda n: 4 + (n % 7) * 3000, 100)
         stop.set()
         for t in spawners:
             t.join()

@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from bookfs.book import Book
-from mount_fixtures import engine_events, mounted, payload, small_src, wait_for  # noqa: F401
+from mount_fixtures import engine_events, mounted, small_src, threaded_appends  # noqa: F401
 
 NEXT = 11  # small_src holds events 1..10
 TIMEOUT = 30  # seconds a writer may take; the old rule hung here for good
@@ -194,33 +194,9 @@ def test_tools_commit_exactly_the_bytes_written(small_src, tmp_path, tool):
 
 
 def test_eight_threads_appending(small_src, tmp_path):
-    lock = threading.Lock()
-    numbers = iter(range(NEXT, NEXT + 1000))
-    acked: dict[int, bytes] = {}
-    errors: list = []
-
-    def writer():
-        for _ in range(25):
-            with lock:
-                n = next(numbers)
-                fd = os.open(f"{root}/new/{n}", os.O_WRONLY | os.O_CREAT)
-            data = payload(n, 4 + n % 5000)
-            os.write(fd, data[:7])
-            os.write(fd, data[7:])
-            try:
-                os.close(fd)
-            except OSError as e:
-                errors.append((n, e))
-                return
-            acked[n] = data
-
     with reached("direct", small_src, tmp_path) as root:
-        threads = [threading.Thread(target=writer) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    assert not errors
+        acked, failed = threaded_appends(root, NEXT, 8, 25, lambda n: 4 + n % 5000, 7)
+    assert not failed
     got = engine_events(small_src)
     assert len(acked) == 200 and all(got[n] == data for n, data in acked.items())
 
