@@ -35,7 +35,13 @@ from pathlib import Path
 import pytest
 
 from bookfs.book import Book
-from mount_fixtures import engine_events, mounted, small_src, threaded_appends  # noqa: F401
+from mount_fixtures import (  # noqa: F401  (fixtures)
+    engine_events,
+    mounted,
+    small_src,
+    threaded_appends,
+    wait_for,
+)
 
 NEXT = 11  # small_src holds events 1..10
 TIMEOUT = 30  # seconds a writer may take; the old rule hung here for good
@@ -341,3 +347,55 @@ def test_a_thread_spawns_before_its_first_write(small_src, tmp_path):
         assert result == ["ok"]
         with open(f"{root}/events/{NEXT}", "rb") as f:
             assert f.read() == b"\0\0\0\0after the child"
+
+
+def test_created_in_one_thread_written_and_closed_in_another(small_src, tmp_path):
+    """A thread pool: one thread creates new/N, another writes it (with a subprocess
+    between its writes) and closes it.  The child's close is told a copy's and the
+    closing thread the writer's (the creating thread is alive, in that thread group),
+    and the close commits both parts."""
+    fds: list = []
+    done = threading.Event()
+
+    def pool_thread():
+        fds.append(os.open(f"{root}/new/{NEXT}", os.O_WRONLY | os.O_CREAT))
+        done.wait(TIMEOUT)  # the pool's thread lives on
+
+    with reached("direct", small_src, tmp_path) as root:
+        t = threading.Thread(target=pool_thread)
+        t.start()
+        try:
+            assert wait_for(lambda: fds)
+            os.write(fds[0], b"\0\0\0\0one;")
+            subprocess.run(["true"], check=True)
+            os.write(fds[0], b"two")
+            os.close(fds[0])
+        finally:
+            done.set()
+            t.join()
+        with open(f"{root}/events/{NEXT}", "rb") as f:
+            assert f.read() == b"\0\0\0\0one;two"
+
+
+def test_a_creating_thread_that_ended_fails_loudly(small_src, tmp_path):
+    """The limit, stated: the creating thread has ended before anything told its
+    process's table, and a forked child closes a copy.  Nothing tells whether the child
+    is the writer's, so the append fails: the writer's next write gets EBADF, nothing is
+    committed, the close fails with EIO, and info says why."""
+    fds: list = []
+    with reached("direct", small_src, tmp_path) as root:
+        t = threading.Thread(target=lambda: fds.append(
+            os.open(f"{root}/new/{NEXT}", os.O_WRONLY | os.O_CREAT)))
+        t.start()
+        t.join()
+        assert wait_for(lambda: not os.path.exists(f"/proc/self/task/{t.native_id}"))
+        subprocess.run(["true"], check=True)  # its exec closes a copy
+        with pytest.raises(OSError) as e:
+            os.write(fds[0], b"\0\0\0\0data")
+        assert e.value.errno == errno.EBADF
+        with pytest.raises(OSError) as e:
+            os.close(fds[0])  # the close says it too
+        assert e.value.errno == errno.EIO
+        assert not os.path.exists(f"{root}/events/{NEXT}")
+        with open(f"{root}/info") as f:
+            assert "has ended" in f.read()

@@ -1080,7 +1080,13 @@ class BookOperations(pyfuse3.Operations):
             # or a forked child's).  Judged before anything is frozen, since a child's
             # close must not stop the writer's writes.
             verdict, why = await self._closing(writer, I.staging_inode(fh), ctx)
-            if verdict in (closer.COPY, closer.HELD):
+            if verdict == closer.COPY:
+                return
+            if verdict != closer.UNKNOWN and not writer.table:
+                writer.table = ctx.lock_owner  # a thread of the writer: its table now
+            if verdict == closer.HELD:
+                if h.poisoned:
+                    raise pyfuse3.FUSEError(h.poisoned)
                 return
             if verdict in (closer.KILLED, closer.UNKNOWN):
                 if h.state == "open":
