@@ -399,3 +399,20 @@ def test_a_creating_thread_that_ended_fails_loudly(small_src, tmp_path):
         assert not os.path.exists(f"{root}/events/{NEXT}")
         with open(f"{root}/info") as f:
             assert "has ended" in f.read()
+
+
+def test_two_opens_of_a_meta_field_in_one_process(small_src, tmp_path):
+    """Every open of meta/life shares one inode, so a second open in the writer's table
+    looks like a dup: the close of the first, with the whole field written, still saves
+    it (its close returned 0), and the second's close saves its own value after it."""
+    with reached("direct", small_src, tmp_path) as root:
+        first = os.open(f"{root}/meta/life", os.O_WRONLY)
+        second = os.open(f"{root}/meta/life", os.O_WRONLY)
+        os.write(first, b"\x05\x00\x00\x00")
+        os.close(first)
+        with open(f"{root}/meta/life", "rb") as f:
+            assert f.read() == b"\x05\x00\x00\x00"
+        os.write(second, b"\x06\x00\x00\x00")
+        os.close(second)
+    with Book.open(small_src) as book:
+        assert book.read_meta("life") == b"\x06\x00\x00\x00"

@@ -1120,8 +1120,13 @@ class BookOperations(pyfuse3.Operations):
         path = f"meta/{h.key}"
         pid = h.writer.thread
         verdict, why = await self._closing(h.writer, I.META_INODES[h.key], ctx)
-        if verdict in (closer.COPY, closer.HELD):
-            return
+        size = META_FIELDS[h.key][1]
+        if verdict == closer.COPY or (verdict == closer.HELD and not h.poisoned
+                                      and len(h.staging) != size):
+            return  # a copy's close, or a dup's before the field is whole
+        # a dup's close of a whole field saves it: every open of a key shares its inode,
+        # so a second open in the writer's table looks like a dup, and its close must
+        # not be left unsaved
         h.dirty = False
         if verdict in (closer.KILLED, closer.UNKNOWN):
             h.poisoned = 0
@@ -1131,7 +1136,6 @@ class BookOperations(pyfuse3.Operations):
             raise self.refusals.refuse(path, err, f"{path}: not saved, because a write to it "
                                        "failed", pid)
         value = h.staging.getvalue()
-        size = META_FIELDS[h.key][1]
         if len(value) != size:
             raise self.refusals.refuse(path, errno.EINVAL, f"{path}: {len(value)} bytes "
                                        f"written, expected exactly {size}; the field is "
