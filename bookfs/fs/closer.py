@@ -100,11 +100,8 @@ def _same_process(tid: int, thread: int) -> bool | None:
     """Is ``thread`` (the creator) a thread of ``tid``'s process?  ``/proc/<tid>/task``
     lists exactly the closing task's thread group.  None if the creating thread has ended
     (then nothing tells whether it was ``tid``'s)."""
-    try:
-        os.stat(f"/proc/{tid}/task/{thread}")
+    if os.path.exists(f"/proc/{tid}/task/{thread}"):
         return True
-    except FileNotFoundError:
-        pass
     return False if _alive(thread) else None
 
 
