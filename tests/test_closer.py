@@ -60,12 +60,17 @@ def test_last_unless_the_table_holds_another_writable_descriptor(target):
         os.close(fd)
 
 
-def test_a_descriptor_on_an_unknown_mount_cannot_be_told(target):
-    path, ino, _ = target
+def test_another_filesystem_is_not_ours_and_an_unknown_mount_cannot_be_told(
+        target, monkeypatch):
+    path, ino, mounts = target
+    me = C.Writer(threading.get_native_id())
     fd = os.open(path, os.O_WRONLY)
     try:
-        other = C.Mounts("0:0")  # a device no mount has: its ID is never "ours"
-        assert probe(C.Writer(threading.get_native_id()), ino, other) == C.UNKNOWN
+        # the same inode number on another filesystem: not this mount's file
+        assert probe(me, ino, C.Mounts("0:0")) == C.LAST
+        # a mount ID that no table shows (a mount detached before it was seen)
+        monkeypatch.setattr(C, "mount_devices", lambda: {})
+        assert probe(me, ino, C.Mounts(mounts.device)) == C.UNKNOWN
     finally:
         os.close(fd)
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import errno
 import os
 
-from .mountinfo import mount_ids
+from .mountinfo import mount_devices
 
 #: probe verdicts
 COPY = "copy"  # the closing task is not the writer: a copy's close commits nothing
@@ -68,24 +68,24 @@ class Writer:
 
 
 class Mounts:
-    """The mount IDs under which the kernel shows this mount's files (the mount itself,
-    its bind mounts).  ``device`` is the mount's ``major:minor``; the IDs are read from
+    """Which mount IDs show this mount's files (the mount itself, its bind mounts).
+    ``device`` is the mount's ``major:minor``; every mount's ID and device are read from
     ``/proc/self/mountinfo`` (the daemon's own) when the mount is made, and again when a
     descriptor shows an ID not seen yet.  IDs are never forgotten, so the mount itself,
     and a bind mount seen before it was detached by ``umount -l``, still count."""
 
     def __init__(self, device: str | None):
         self.device = device
-        self.ids: set[int] = mount_ids(device) if device else set()
+        self.seen: dict[int, str] = mount_devices() if device else {}  # ID -> device
 
     def ours(self, mnt_id: int) -> bool | None:
-        """True if ``mnt_id`` shows this mount, None if it cannot be told."""
-        if mnt_id in self.ids:
-            return True
-        if self.device is None:
+        """True if ``mnt_id`` shows this mount, False if another filesystem, None if it
+        cannot be told (a mount ID never seen, gone from the table)."""
+        if mnt_id not in self.seen and self.device is not None:
+            self.seen.update(mount_devices())
+        if mnt_id not in self.seen:
             return None
-        self.ids |= mount_ids(self.device)
-        return True if mnt_id in self.ids else None
+        return self.seen[mnt_id] == self.device
 
 
 def _read(path: str) -> bytes:
@@ -178,9 +178,11 @@ def _holds(tid: int, inode: int, mounts: Mounts, writable=None) -> str:
     verdict = LAST
     for ino, mnt in _writable(tid) if writable is None else writable:
         if ino == inode:
-            if mounts.ours(mnt):
+            ours = mounts.ours(mnt)
+            if ours:
                 return HELD
-            verdict = UNKNOWN
+            if ours is None:
+                verdict = UNKNOWN
     return verdict
 
 

@@ -15,7 +15,8 @@ The u64 inode space is split by its top bit:
     16..           meta/<key>
     2^36 + 4k      epochs/<k-th>/   2^36 + 4k + 1  its events/   2^36 + 4k + 2  its info
     2^40 + k       segments/<k>     (k < 2^47: more segments than any log can have)
-    2^48 + h       new/<N> while handle h is open (h < 2^62 - 2^48)
+    2^48 + h       new/<N> while handle h is open (h < 2^62 - 2^48; handles start at
+                   a random point below 2^40 per mount, ops.py)
     2^62 + (N mod 2^62)   pretty/<N>: as for events, two numbers share an inode only if
                    they differ by a multiple of 2^62, and no log spans 2^61 events
 

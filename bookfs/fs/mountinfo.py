@@ -72,12 +72,11 @@ def mount_at(path: str, *, resolve: bool = True) -> Mount | None:
     return found
 
 
-def mount_ids(device: str) -> set[int]:
-    """The IDs of every mount of the filesystem with ``major:minor`` ``device`` (a mount
-    and its bind mounts) in this process's mount namespace."""
+def mount_devices() -> dict[int, str]:
+    """Every mount in this process's mount namespace: its ID -> its filesystem's
+    ``major:minor`` (a mount and its bind mounts share one)."""
     with open(MOUNTINFO) as f:
-        return {int(line.split(maxsplit=3)[0]) for line in f
-                if line.split(maxsplit=3)[2] == device}
+        return {int(fields[0]): fields[2] for fields in (line.split(maxsplit=3) for line in f)}
 
 
 def bookfs_mount_at(path: str) -> Mount:

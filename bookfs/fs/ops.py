@@ -80,6 +80,7 @@ import errno
 import functools
 import logging
 import os
+import secrets
 import stat
 import time
 from typing import NamedTuple
@@ -107,7 +108,7 @@ CHANGING = 1.0  # attribute timeout for things an append changes (seconds)
 GROWING = 0.0  # attribute timeout for files whose size an append changes
 SMALL_EVENT = 128 << 10  # events up to this size are read whole and cached
 FOLLOW_EVERY = 1.0  # seconds between a read-only mount's checks of the log
-PROBE_DEADLINE = 2.0  # seconds the commit rule's /proc probe may take (closer.probe)
+PROBE_DEADLINE = 10.0  # seconds the commit rule's /proc probe may take (closer.probe)
 #: ``BOOKFS_BENCH_SKIP_PROBE=1`` (benchmarks only: bench/bench_append.py's "bookfs-noprobe"
 #: source) commits at every close of the writer's table without probing it, so the probe's
 #: cost can be measured; it gives up the dup and killed-writer checks.
@@ -273,7 +274,10 @@ class BookOperations(pyfuse3.Operations):
         self.queue = CommitQueue(book, stall_timeout=stall_timeout, spill_dir=spill_dir,
                                  refusals=self.refusals, check_deadline=PROBE_DEADLINE)
         self._handles: dict[int, object] = {}
-        self._next_fh = 1
+        # handles start at a random point, so a new/ file's inode (2^48 + its handle)
+        # names it on this mount alone: the commit rule finds its descriptors in another
+        # process's table by inode, and another mount's leftovers must not look like it
+        self._next_fh = secrets.randbelow(1 << 40) + 1
         self._cache = EventCache()
         self._verified_large: set[int] = set()  # large events whose check passed (8 B each)
         self._generation = getattr(book, "generation", 0)
