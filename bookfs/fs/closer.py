@@ -98,29 +98,31 @@ def _read(path: str) -> bytes:
 
 def _same_process(tid: int, thread: int) -> bool | None:
     """Is ``thread`` (the creator) a thread of ``tid``'s process?  ``/proc/<tid>/task``
-    lists exactly the closing task's thread group.  None if the creating thread has ended
-    (then nothing tells whether it was ``tid``'s)."""
+    lists exactly the closing task's thread group.  None if that cannot be told: the
+    creating thread has ended, or this kernel cannot say whether it lives."""
     if os.path.exists(f"/proc/{tid}/task/{thread}"):
         return True
-    return False if _alive(thread) else None
+    return None if not _alive(thread) else False
 
 
 PIDFD_THREAD = os.O_EXCL  # pidfd_open(2): a pidfd for a thread, not only a leader (6.9)
 
 
-def _alive(thread: int) -> bool:
+def _alive(thread: int) -> bool | None:
     """Is thread ``thread`` alive?  ``pidfd_open(PIDFD_THREAD)``: a syscall on the thread
-    itself, no ``/proc``, no waiting.  Kernels before 6.9 take no ``PIDFD_THREAD``: there
-    the look-up of ``/proc/<thread>`` answers (RCU only)."""
-    try:
-        os.close(os.pidfd_open(thread, PIDFD_THREAD))
-        return True
-    except ProcessLookupError:
-        return False
-    except OSError as e:
-        if e.errno != errno.EINVAL:
-            raise
-    return os.path.exists(f"/proc/{thread}")
+    itself, no ``/proc``, no waiting.  A kernel before 6.9 takes no ``PIDFD_THREAD``;
+    there a thread that leads its process is asked without it, and any other cannot be
+    told (None): no other process's ``/proc`` is read."""
+    for flags in (PIDFD_THREAD, 0):
+        try:
+            os.close(os.pidfd_open(thread, flags))
+            return True
+        except ProcessLookupError:
+            return False
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+    return None
 
 
 def _killed(tid: int) -> bool | None:
