@@ -9,10 +9,10 @@
   immutable snapshot; a write that failed earlier (EFBIG, ENOSPC, EIO) has *poisoned* the
   reservation, and then commit fails with that errno and saves nothing.  Commits happen
   strictly in event order.  The writer at the head of the queue becomes the *leader*: it
-  takes every consecutive ready reservation and saves them with one ``Book.save`` (one write, one fdatasync) on the
-  queue's own commit thread (a :class:`WorkerThread`), so reads go on meanwhile.  Writers
-  that become ready while a save runs are committed together by the next leader: that is
-  the group commit.
+  takes every consecutive ready reservation and saves them with one ``Book.save`` (one
+  write, one fdatasync) on the queue's own commit thread (a :class:`WorkerThread`), so
+  reads go on meanwhile.  Writers that become ready while a save runs are committed
+  together by the next leader: that is the group commit.
 * A reservation that fails (write error, a killed writer, a stall) takes every later
   reservation with it (ECANCELED), so no gap is ever left; their numbers become free.
   A writer that waits longer than ``stall_timeout`` for a predecessor that is still being
