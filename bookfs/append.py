@@ -25,9 +25,18 @@ Contract:
   number taken or out of order is a refusal, and nothing is retried.
 * Only whole files are committed: if reading a FILE fails, or Ctrl-C interrupts, the
   half-written ``new/<N>`` is emptied before its close, so the daemon refuses it.
+* A close whose outcome nobody can know is not a refusal: when the daemon went away
+  during it (ENOTCONN, ECONNABORTED: killed after the whole deed was written, say) or
+  the close was interrupted (:data:`INDETERMINATE`), or it failed and the mount no longer
+  answers, the event may or may not be in the log.  It says so (``a.bin: outcome
+  unknown: ...``) and how to check: remount, then read ``next:`` in ``MNT/info`` (past
+  the number: the file is that event; compare it with ``MNT/events/<N>``).  Then it
+  stops, ``--keep-going`` or not, with the files after it not tried: appending again
+  before checking could append the same file twice.
 * Exit status: 0 if every file went in, 1 if any was refused, 2 for bad usage (MNT not a
   bookfs mount or mounted read-only, a FILE missing, unreadable or a directory, ``-``
-  twice), checked before anything is appended; 130 after Ctrl-C.
+  twice), checked before anything is appended; 3 if an outcome is unknown (above); 130
+  after Ctrl-C.
 * Events only: ``meta/`` fields are written with ``cp``/``printf`` and their refusals read
   in ``info``.
 """
@@ -49,6 +58,13 @@ from .fs.commit import NEXT_KEY, REFUSALS_HEADER
 from .fs.mountinfo import bookfs_mount_at
 
 CHUNK = 1 << 20  # bytes per write
+#: A close that fails with one of these has an unknown outcome: the daemon went away (or
+#: the connection to it was cut) while it committed, or the close was interrupted; the
+#: event may be durable.  Never a refusal, never retried.
+INDETERMINATE = frozenset({errno.ENOTCONN, errno.ECONNABORTED, errno.ECONNRESET,
+                           errno.EINTR, errno.ETIMEDOUT, errno.ENODEV, errno.ENXIO,
+                           errno.EPIPE})
+EXIT_UNKNOWN = 3
 MAX_TRIES = 100  # create attempts per file while other writers take the numbers
 STDIN = "-"
 _LINE = re.compile(r"^  (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}) (\S+) (\S+) "
@@ -147,6 +163,26 @@ class Appender:
         self.mnt = mnt
         self.at = at  # the number the next file must take, if insisted on
         self.progress = progress
+        self.unknown = False  # a close's outcome is unknown: append nothing more
+
+    def _answers(self) -> bool:
+        """Whether the mount still answers (its ``info`` can be read)."""
+        try:
+            read_info(self.mnt)
+        except OSError:
+            return False
+        return True
+
+    def _unknown(self, shown: str, n: int, err: int) -> str:
+        """The line for a close whose outcome is unknown, with how to check it."""
+        self.unknown = True
+        name = errno.errorcode.get(err, str(err))
+        return (f"{shown}: outcome unknown: new/{n}: the close failed with "
+                f"{os.strerror(err)} [{name}], which does not say whether the event was "
+                f"saved (the mount's daemon went away during the commit?); it may be "
+                f"event {n}.  To check: remount, then read 'next:' in {self.mnt}/info: "
+                f"if it is past {n}, {shown} is event {n} (compare it with "
+                f"{self.mnt}/events/{n}); do not append it again before checking")
 
     def _create(self) -> tuple[int, int] | tuple[None, str]:
         """``(number, fd)`` of a new ``new/<N>``, or ``(None, reason)`` if refused."""
@@ -196,7 +232,7 @@ class Appender:
             if n is None:
                 return None, f"{shown}: refused: {fd}", 0
             since = time.time()
-            written, err, whole, why = 0, 0, False, ""
+            written, err, whole, why, closing = 0, 0, False, "", False
             try:
                 while True:
                     try:
@@ -222,10 +258,13 @@ class Appender:
                 try:
                     os.close(fd)  # the commit: 0 means durable and visible
                 except OSError as e:
+                    closing = not err and whole  # only a whole file's close can commit
                     err = err or e.errno or errno.EIO
             self.progress.update(-written if err or not whole else 0)
             if why:
                 return None, why, 0
+            if closing and (err in INDETERMINATE or not self._answers()):
+                return None, self._unknown(shown, n, err), err
             if err:
                 reason = refusal_reason(self.mnt, f"new/{n}", err, since)
                 return None, f"{shown}: refused: new/{n}: {reason}", err
@@ -257,7 +296,7 @@ def run(args) -> int:
     refused = 0
     with _progress_bar(total, "append") as bar:
         appender = Appender(args.mountpoint, args.at, bar)
-        for name in args.files:
+        for i, name in enumerate(args.files):
             try:
                 n, line = appender.append(name)
             except UsageError as e:
@@ -270,6 +309,12 @@ def run(args) -> int:
             if n is None:
                 refused += 1
                 print(line, file=sys.stderr, flush=True)
+                if appender.unknown:  # never on after an unknown outcome, --keep-going or not
+                    rest = args.files[i + 1:]
+                    if rest:
+                        print(f"bookfs append: stopped after an unknown outcome; not tried: "
+                              f"{' '.join(rest)}", file=sys.stderr, flush=True)
+                    return EXIT_UNKNOWN
                 if not args.keep_going:
                     break  # with --at, the next file would insist on the same number
             else:

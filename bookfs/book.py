@@ -28,6 +28,7 @@ import errno
 import logging
 import os
 import struct
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -43,7 +44,14 @@ from .errors import (
     TooShort,
     UnsupportedLayout,
 )
-from .index import OffsetIndex, discard_index, load_index, save_index, scan_framing
+from .index import (
+    FileStamp,
+    OffsetIndex,
+    discard_index,
+    load_index,
+    save_index,
+    scan_framing,
+)
 from .layout import (
     DEED_LEN,
     DEED_OVERHEAD,
@@ -94,6 +102,12 @@ class Book(SingleFileLog):
         self.recovery = recovery.RecoveryReport()
         self._index_dirty = False
         self._index_untrusted = False  # a read found the index wrong: never persist it
+        #: The log as it was when every deed below ``verified_end`` was last known good
+        #: (``index.FileStamp``); ``None``: persist no stamp, so no later writable open
+        #: trusts the mark.
+        self._vstamp: FileStamp | None = None
+        #: Held by ``save`` and by a rebuild after an index was found to lie.
+        self._mutex = threading.RLock()
         #: ``offsets[0 .. _chain_ok]`` are confirmed deed starts: built by a framing scan,
         #: or walked (each ``len_d`` spans exactly to the next offset) from the header.
         #: A persisted index is only a hint until this walk reaches the event read.
@@ -152,6 +166,10 @@ class Book(SingleFileLog):
                                  (meta_path, bytes(META_SIZE))])
 
     def _read_header(self, size: int) -> int:
+        if size <= 48:  # too short for a whole vere slot: only identification may decide
+            from .vere import _identify_fd, epoch_says_vere
+
+            _identify_fd(self._fd, self.log_path, epoch_says_vere(self.directory))
         if size < HEADER_SIZE:
             raise TooShort(f"{self.log_path}: {size} bytes, under the {HEADER_SIZE}-byte header")
         head = os.pread(self._fd, 48, 0)
@@ -202,6 +220,13 @@ class Book(SingleFileLog):
         cached = load_index(self.log_path, fd, size) if use_cache else None
         if cached is not None and cached.first != fir and cached.count:
             cached = None
+        if cached is not None and self.writable and cached.stamp is None:
+            # A writer appends behind every deed: it trusts no mark and no offsets that do
+            # not speak of this file's current contents (index.FileStamp), so the log was
+            # written since (or the stamp was racy): check it all, as a first open does.
+            log.info("%s: changed since its index was saved (size, mtime or ctime); a "
+                     "writable open checks every deed again", self.log_path)
+            cached = None
         while True:
             index = cached or OffsetIndex(first=fir)
             if cached is None:
@@ -245,6 +270,9 @@ class Book(SingleFileLog):
             self._handle_bad_region(good_end, size)
         if self.writable:
             index.verified_end = index.end
+            self._vstamp = FileStamp.of(os.fstat(fd))
+        else:
+            self._vstamp = cached.stamp if cached is not None else None
         self._seen_size = os.fstat(fd).st_size
         self._publish()
         if index.count != before or index.end != self._seen_size:
@@ -277,7 +305,7 @@ class Book(SingleFileLog):
 
     def _persist_index(self) -> None:
         if not self._index_untrusted:
-            save_index(self.log_path, self._fd, self._index)
+            save_index(self.log_path, self._fd, self._index, self._vstamp)
         self._index_dirty = False
 
     def _publish(self) -> None:
@@ -324,7 +352,8 @@ class Book(SingleFileLog):
         Holds the whole payload in memory: use :meth:`read_slice` for large events.
         """
         off, n = self._locate(event)
-        self._confirm_offset(event, event - self._view[0])
+        if self._confirm_offset(event, event - self._view[0]):
+            off, n = self._locate(event)  # the index was rebuilt
         buf = os.pread(self._fd, n + DEED_OVERHEAD, off)
         if len(buf) != n + DEED_OVERHEAD:  # the file was cut under us
             self._corrupt(event, off, "framing (the deed runs past the end of the file)")
@@ -342,42 +371,104 @@ class Book(SingleFileLog):
         log.error("%s", msg)
         raise CorruptDeed(msg, event=event, offset=off)
 
-    def _confirm_offset(self, event: int, i: int) -> None:
-        """Walk the chain of deeds from the last confirmed offset to ``offsets[i]`` (one
-        8-byte ``pread`` per deed, once per log open), so an index loaded from the cache
-        can never point a read at another event's deed.  A break means the persisted
-        index is wrong: it is logged, deleted (the next open rebuilds it) and the read
-        fails with :class:`CorruptDeed`."""
+    def _confirm_offset(self, event: int, i: int) -> bool:
+        """Walk the chain of deeds from the last confirmed offset through deed ``i`` (one
+        8-byte ``pread`` per deed, once per log open): each ``len_d`` must span exactly
+        to the next indexed offset (the last deed's, to the published end), so an index
+        loaded from the cache can never point a read at another event's deed, nor give
+        an event another's size.  A break means the persisted index lied: it is
+        discarded, in memory and on disk, the log is indexed again from its header
+        (:meth:`_index_lied`), and True is returned: the caller locates ``event`` again
+        and serves it from the rebuilt index."""
         k = self._chain_ok
-        if i <= k:
-            return
-        fd, offsets = self._fd, self._index.offsets
-        while k < i:
+        if i < k:
+            return False
+        seen = self._index
+        fd, offsets = self._fd, seen.offsets
+        count, end = self._view[1], self._view[2]
+        while k <= i:
+            nxt = offsets[k + 1] if k + 1 < count else end
             head = os.pread(fd, 8, offsets[k])
-            if len(head) != 8 or DEED_LEN.unpack(head)[0] + DEED_OVERHEAD != (
-                    offsets[k + 1] - offsets[k]):
+            if len(head) != 8 or DEED_LEN.unpack(head)[0] + DEED_OVERHEAD != nxt - offsets[k]:
                 self._chain_ok = k
-                discard_index(self.log_path, fd)
-                self._index_dirty = False
-                self._index_untrusted = True
-                self._corrupt(event, offsets[i], "index",
-                              f"the persisted index disagrees with the log's framing at "
-                              f"offset {offsets[k]}; discarded, the next open rebuilds it")
+                self._index_lied(event, offsets[k], seen)
+                return True
             k += 1
         self._chain_ok = k
+        return False
+
+    def _index_lied(self, event: int, at: int, seen: OffsetIndex) -> None:
+        """The persisted index this log was opened with disagrees with the log's framing
+        at offset ``at``: delete its file, throw the in-memory index away and index the
+        log's published bytes again from the header, as a first open does (a writer also
+        checks every CRC again: it trusted the same index's mark).  The new index takes
+        the old one's place in one assignment.  ``generation`` stays: every event served
+        so far (its size or its bytes) lies in the confirmed chain, which the new index
+        repeats offset for offset, so nothing a mount cached changes (only the count may
+        grow, which a mount follows as growth).  If the bytes do not index cleanly
+        (damage the lying index hid), the log is reloaded as by a first open
+        (:meth:`_rebuild`, which does bump ``generation``).  Raises
+        :class:`CorruptDeed` only if that fails too.  ``seen``: the index found lying (if
+        another thread has replaced it meanwhile, nothing is left to do)."""
+        if self._index is not seen:
+            return
+        log.warning("%s: its persisted index disagrees with the log's framing at offset %d "
+                    "(read of event %d); discarding it and indexing the log again",
+                    self.log_path, at, event)
+        discard_index(self.log_path, self._fd)
+        with self._mutex:  # never beside a save: a writer's rebuild rereads the end
+            if self._index is not seen:
+                return  # another thread rebuilt it first
+            old = self._index
+            end = self._view[2]
+            fresh = OffsetIndex(first=old.first, times=list(old.times))
+            scan_framing(self._fd, fresh, end)
+            clean = fresh.end == end and (not self.writable or recovery.first_bad_deed(
+                self._fd, fresh.offsets, 0, fresh.end) is None)
+            try:
+                if not clean:
+                    self._rebuild(f"has a persisted index that hid damage at offset {at}")
+                    return
+            except BookError as e:
+                self._index_dirty = False
+                self._index_untrusted = True
+                self._corrupt(event, at, "index", f"the persisted index disagrees with the "
+                              f"log's framing and the log could not be indexed again: {e}")
+            fresh.verified_end = fresh.end if self.writable else HEADER_SIZE
+            self._index = fresh
+            self._chain_ok = fresh.count
+            self._publish()
+            self._index_untrusted = False
+            self._index_dirty = True
+            if self.writable:
+                self._vstamp = FileStamp.of(os.fstat(self._fd))
+            self._persist_index()
+
+    def payload_size(self, event: int) -> int:
+        """Bytes of ``event``'s payload (mug + jam), from the index, once the chain of deeds
+        up to it is confirmed (:meth:`_confirm_offset`): what a mount answers as the
+        event's size must be the deed's, or the kernel would cut or pad its reads."""
+        self._locate(event)
+        self._confirm_offset(event, event - self._view[0])
+        return self._locate(event)[1]
 
     def verify_event(self, event: int) -> None:
         """Check ``event``'s framing (``len_d``, ``let_d``: the deed is the one the index
         names) and its CRC by streaming its deed (constant memory), or raise
         :class:`CorruptDeed`.  A later :meth:`read_slice` of it is then safe."""
         off, n = self._locate(event)
-        self._confirm_offset(event, event - self._view[0])
+        if self._confirm_offset(event, event - self._view[0]):
+            off, n = self._locate(event)  # the index was rebuilt
         self._check_len(event, off, n, os.pread(self._fd, 8, off))
         if not recovery.deed_crc_ok(self._fd, off, n):
             self._corrupt(event, off)
 
     def verify(self, *, progress: Progress | None = None) -> list[tuple[int, int]]:
-        """Check every deed's CRC.  Returns ``(event, offset)`` of each bad deed."""
+        """Check every deed's CRC.  Returns ``(event, offset)`` of each bad deed.  The chain
+        of deeds is confirmed first (:meth:`_confirm_offset`), so an index that lied is
+        rebuilt rather than reported as damage."""
+        if self.count:
+            self._confirm_offset(self.last, self.count - 1)
         ix = self._index
         bad = []
         i = 0
@@ -437,6 +528,10 @@ class Book(SingleFileLog):
         On a write or sync error the file is cut back to exactly its state before the call
         and the ``OSError`` is raised.
         """
+        with self._mutex:
+            self._save(first_event, payloads, epoch)
+
+    def _save(self, first_event: int, payloads: Iterable[bytes], epoch: int) -> None:
         payloads = self._checked_payloads(first_event, payloads)
         if not payloads:
             return
@@ -450,6 +545,9 @@ class Book(SingleFileLog):
         fd = self._fd
         start = ix.end
         was_empty = not ix.offsets
+        # only a log nobody else wrote since it was known good stays vouched for
+        known = self._vstamp is not None and FileStamp.of(os.fstat(fd)) == self._vstamp
+        self._vstamp = None
         try:
             if was_empty:
                 os.pwrite(fd, struct.pack("<Q", first_event), FIR_OFFSET)
@@ -468,6 +566,8 @@ class Book(SingleFileLog):
             offsets.append(off)
             off += len(p) + DEED_OVERHEAD
         ix.end = ix.verified_end = off
+        if known:
+            self._vstamp = FileStamp.of(os.fstat(fd))
         self._publish()
         self._seen_size = off
         ix.note_growth(first_event, time.time_ns())
@@ -564,7 +664,9 @@ class BookRecovery(recovery.Recovery):
       ``meta.bin``; nothing else.  It holds ``book.lock`` unless the pier's lock is held.
     * ``salvage`` rescans damaged regions at every byte offset for valid deeds (length
       trailer and CRC agree) and writes every recoverable event, in log order, to a new
-      UIP log, numbered from the original first event; the report lists the gaps.
+      UIP log, numbered from the original first event; the report lists the gaps, and
+      the damaged bytes (deeds whose CRC fails, regions that do not frame, a torn tail)
+      are kept aside in ``salvage-left-out.bin``, never as events.
     """
 
     kind = "uip"
@@ -678,27 +780,30 @@ class BookRecovery(recovery.Recovery):
                 lock.release()
         return done
 
-    def salvage(self, report: recovery.CheckReport, out: str, *, progress=None) -> dict:
+    def salvage_into(self, report: recovery.CheckReport, out: str, *, progress=None) -> dict:
         """Write every recoverable event of the checked log to a new UIP log in ``out``, in
-        log order; each deed is re-checked here and only valid ones are copied."""
+        log order; each deed is re-checked here and only valid ones are copied.  The bytes
+        of every deed that fails its CRC, of every region that does not frame and of a
+        torn or garbage tail are copied to ``salvage-left-out.bin`` (``left_out`` in the
+        report), never as events."""
         from .layout import META_FIELDS
 
         st: UipFindings = report.state
         log_path = self.log_path
         first = report.first or 1
         gaps: list[dict] = []
-        os.makedirs(out, exist_ok=True)
         fd = open_regular(log_path, os.O_RDONLY, follow=True)
         try:
             size = os.fstat(fd).st_size
-            with Book.open(out, writable=True, create=True) as dst:
+            with Book.open(out, writable=True, create=True) as dst, \
+                    recovery.LeftOut(out) as left:
                 meta_src = os.path.join(self.path, META_NAME)
                 if os.path.exists(meta_src) and os.path.getsize(meta_src) == META_SIZE:
                     with open(meta_src, "rb") as f:
                         raw = f.read()
                     for key, (o, n) in META_FIELDS.items():
                         dst.save_meta(key, raw[o : o + n])
-                batch = SalvageBatch(dst, first, epoch=first - 1)
+                batch = SalvageBatch(dst, first, epoch=first - 1, left_out=left, gaps=gaps)
                 original_known = True
                 prev_end = HEADER_SIZE
                 for i, off in enumerate(st.offsets):
@@ -706,53 +811,86 @@ class BookRecovery(recovery.Recovery):
                         gaps.append({"offset": prev_end, "bytes": off - prev_end,
                                      "after_new_event": batch.next_event - 1,
                                      "events_lost": "unknown"})
+                        left.copy(fd, prev_end, off - prev_end, kind=recovery.DAMAGED,
+                                  why="bytes that do not frame a deed")
                         original_known = False
                     (n,) = DEED_LEN.unpack(os.pread(fd, 8, off))
                     prev_end = off + n + DEED_OVERHEAD
+                    original = first + i if original_known else None
                     if not recovery.deed_crc_ok(fd, off, n):
                         gaps.append({"offset": off, "bytes": n + DEED_OVERHEAD,
                                      "after_new_event": batch.next_event - 1,
-                                     "events_lost": 1,
-                                     "original_event": first + i if original_known else None})
+                                     "events_lost": 1, "original_event": original})
+                        left.copy(fd, off, n + DEED_OVERHEAD, kind=recovery.DAMAGED,
+                                  why="a deed whose CRC fails", deeds=1,
+                                  original_event=original)
                         continue  # framing is intact: later original numbers stay known
-                    batch.add(os.pread(fd, n, off + 8))
+                    batch.add(os.pread(fd, n, off + 8), offset=off, original_event=original)
                     if progress is not None:
                         progress(n + DEED_OVERHEAD)
                 batch.flush()
                 if prev_end < size:
+                    torn = st.torn_tail is not None and st.torn_tail[0] == prev_end
                     gaps.append({"offset": prev_end, "bytes": size - prev_end,
                                  "after_new_event": batch.next_event - 1,
-                                 "events_lost": "unknown"})
+                                 "events_lost": 0 if torn else "unknown"})
+                    left.copy(fd, prev_end, size - prev_end, kind=recovery.DAMAGED,
+                              why=("a torn tail: an incomplete final deed" if torn else
+                                   "bytes after the last valid deed that do not frame one"))
                 result = {
                     "source": log_path, "out": os.path.abspath(out), "layout": "uip",
                     "recovered": dst.count, "first": dst.first, "last": dst.last,
-                    "gaps": gaps,
+                    "gaps": gaps, "left_out": left.records,
                     "note": ("a Book log is contiguous, so recovered events are numbered in "
                              "log order from the original first event; after the first gap "
                              "their original numbers are higher than their new ones"),
                 }
         finally:
             os.close(fd)
-        return recovery.write_salvage_report(out, result)
+        return result
 
 
 class SalvageBatch:
     """Payloads appended to a new log ``dst`` in batches (at most 4096 events or 16 MiB
-    each, one ``save`` per batch), numbered from ``first``."""
+    each, one ``save`` per batch), numbered from ``first``.
 
-    def __init__(self, dst, first: int, epoch: int):
+    A payload under 4 bytes (no room for a mug; vere's API and LMDB can hold one) is no
+    event bookfs writes: :meth:`add` copies it to ``left_out`` instead, records a gap of
+    one event in ``gaps`` (the events after it get lower numbers) and returns False."""
+
+    def __init__(self, dst, first: int, epoch: int, *, left_out=None,
+                 gaps: list | None = None):
         self.dst = dst
         self.next_event = first
         self.epoch = epoch
+        self.left_out = left_out
+        self.gaps = gaps if gaps is not None else []
+        self.skipped = 0
         self._batch: list[bytes] = []
         self._bytes = 0
 
-    def add(self, payload: bytes) -> None:
+    def add(self, payload: bytes, *, offset: int | None = None,
+            original_event: int | None = None) -> bool:
+        """Queue ``payload`` as the next event, or leave it out (see the class); ``offset``
+        and ``original_event`` say where it came from, for the report."""
+        if len(payload) < MIN_PAYLOAD:
+            why = (f"a {len(payload)}-byte payload, under the {MIN_PAYLOAD} bytes of a mug: "
+                   "not an event bookfs writes")
+            where = {"source_offset": offset} if offset is not None else {}
+            if self.left_out is not None:
+                self.left_out.add(payload, kind=recovery.SHORT_PAYLOAD, why=why, deeds=1,
+                                  original_event=original_event, **where)
+            self.gaps.append({"offset": offset, "bytes": len(payload),
+                              "after_new_event": self.next_event - 1, "events_lost": 1,
+                              "original_event": original_event, "why": why})
+            self.skipped += 1
+            return False
         self._batch.append(payload)
         self._bytes += len(payload)
         self.next_event += 1
         if len(self._batch) >= 4096 or self._bytes >= 16 << 20:
             self.flush()
+        return True
 
     def flush(self) -> None:
         if self._batch:

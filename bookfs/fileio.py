@@ -124,3 +124,14 @@ def fsync_dir(path: str) -> None:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def publish_dir(staged: str, dest: str) -> None:
+    """Move the finished directory ``staged`` to ``dest`` (absent, or an empty directory)
+    with one ``rename``, then fsync ``dest``'s parent: a reader finds either nothing at
+    ``dest`` or the whole result, never part of it.  The caller has made ``staged``'s
+    contents durable, and it lies on ``dest``'s filesystem (beside it)."""
+    if os.path.isdir(dest) and not os.path.islink(dest):
+        os.rmdir(dest)  # empty, or this raises: nothing is ever overwritten
+    os.rename(staged, dest)
+    fsync_dir(os.path.dirname(os.path.abspath(dest)))

@@ -16,9 +16,14 @@ check      read-only: every problem with its byte offset (headers, meta.bin, fra
            bytes).  Both: create a missing meta.bin zero-filled.  LMDB: refused (bookfs
            never writes LMDB).  A pier: its .vere.lock is taken, each Book epoch repaired.
 --salvage OUT  every recoverable event into a new log in OUT (a pier: OUT/0iN/ per
-           epoch), with salvage-report.json listing the gaps.  A log is contiguous, so
-           events after a gap get lower numbers than they had: a warning on stderr says
-           so, for each log where it happened.
+           epoch), with salvage-report.json listing the gaps.  Only committed events become
+           events of the new log: deeds past the committed end (a batch the format's
+           recovery rolls back), damaged bytes and payloads under 4 bytes are copied byte
+           for byte to salvage-left-out.bin beside it, and the summary line says what was
+           left out and why.  OUT is built in OUT.salvage-partial and renamed into place:
+           a killed salvage leaves OUT as it was, and running it again starts over.  A log
+           is contiguous, so events after a gap get lower numbers than they had: a warning
+           on stderr says so, for each log where it happened.
 
 Exit status (like e2fsck): 0 no problem; 1 problems found and all repaired; 4 problems
 left; 8 the source could not be checked at all (not a log, unreadable); 2 bad usage (no
@@ -54,7 +59,9 @@ def repair(path: str, rep: CheckReport) -> list[str]:
 
 
 def salvage(path: str, rep: CheckReport, out: str, *, progress=None) -> dict:
-    """Every recoverable event of a checked source into a new log at ``out``."""
+    """Every recoverable event of a checked source into a new log at ``out`` (the
+    format's ``Recovery.salvage``: only committed events become events; the rest is kept
+    in ``out/salvage-left-out.bin``; published by rename)."""
     from .pier import recovery_for
 
     return recovery_for(path).salvage(rep, out, progress=progress)
@@ -74,6 +81,37 @@ def _print_report(rep: CheckReport) -> None:
             else "")
     print(f"{rep.path} ({rep.format}): events {rep.first}..{rep.last} ({rep.events}), "
           f"{len(rep.all_problems())} problem(s){mugs}")
+
+
+def left_out_line(res: dict) -> str:
+    """What a salvage left out of the new log and why, in one clause for its summary line
+    (``res`` is what ``salvage`` returned): deeds never committed, payloads under 4 bytes,
+    damaged bytes, and the file(s) holding them byte for byte."""
+    from .recovery import DAMAGED, NOT_COMMITTED, SHORT_PAYLOAD, left_out_summary
+
+    records = res.get("left_out") or []
+    if not records:
+        return "nothing left out"
+    by = left_out_summary(records)
+    parts = []
+    if NOT_COMMITTED in by:
+        k = by[NOT_COMMITTED]
+        first = next(r for r in records if r["kind"] == NOT_COMMITTED)
+        more = f" (and {k['ranges'] - 1} more range(s))" if k["ranges"] > 1 else ""
+        where = f"{first['epoch']}: " if "epoch" in first else ""
+        parts.append(f"{k['deeds']} deed(s) never committed ({k['bytes']} bytes; "
+                     f"{where}{first['why']}{more})")
+    if SHORT_PAYLOAD in by:
+        events = [str(r.get("original_event")) for r in records if r["kind"] == SHORT_PAYLOAD]
+        parts.append(f"{by[SHORT_PAYLOAD]['ranges']} payload(s) under 4 bytes, no room for "
+                     f"a mug (event(s) {', '.join(events[:5])}"
+                     f"{', ...' if len(events) > 5 else ''})")
+    if DAMAGED in by:
+        parts.append(f"{by[DAMAGED]['bytes']} damaged byte(s) (deeds that fail their CRC or "
+                     "do not frame)")
+    files = sorted({os.path.join(res["out"], r["file"]) for r in records})
+    return (f"left out, not as events: {'; '.join(parts)}; kept byte for byte in "
+            f"{', '.join(files)}")
 
 
 def renumbering(res: dict) -> list[str]:
@@ -153,10 +191,15 @@ def run(args) -> int:
                         print(f"  {p.kind}: {p.message}")
                 rep = after
     if args.salvage:
-        with _progress_bar(rec.size(), "salvage") as bar:
-            res = rec.salvage(rep, args.salvage, progress=bar.update)
+        try:
+            with _progress_bar(rec.size(), "salvage") as bar:
+                res = rec.salvage(rep, args.salvage, progress=bar.update)
+        except (BookError, OSError) as e:
+            print(f"bookfs fsck: salvage failed, {args.salvage} was not written: {e}",
+                  file=sys.stderr)
+            return EXIT_ERROR
         print(f"salvaged {res['recovered']} events into {res['out']} "
-              f"({len(res['gaps'])} gap(s); see salvage-report.json)")
+              f"({len(res['gaps'])} gap(s); {left_out_line(res)}; see salvage-report.json)")
         for line in renumbering(res):
             print(f"bookfs fsck: warning: {line}", file=sys.stderr)
     return code

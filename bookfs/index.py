@@ -56,6 +56,11 @@ _FILE_MAGIC = b"BFSIDX02"
 # magic, dev, ino, first, count, end, verified_end, ntimes, header16, tail12
 _FILE_HEAD = struct.Struct("<8sQQQQQQQ16s12s")
 _TIME = struct.Struct("<QQ")
+#: The optional trailer that vouches for ``verified_end`` (see :class:`FileStamp`):
+#: tag, the log's size, mtime_ns and ctime_ns when its contents were known, and when that
+#: was recorded (wall clock, ns).
+_STAMP = struct.Struct("<8sQQQQ")
+_STAMP_TAG = b"VSTAMP01"
 _SAMPLE = 64  # deeds (len_d, let_d) re-checked against the log when a persisted index is loaded
 _CHUNK = 4 << 20  # bytes read at a time while scanning framing
 
@@ -150,6 +155,9 @@ class OffsetIndex:
     end: int = HEADER_SIZE
     verified_end: int = HEADER_SIZE
     times: list[tuple[int, int]] = field(default_factory=list)
+    #: Set by :func:`load_index`: the persisted stamp matched the log as it is now, so
+    #: ``verified_end`` speaks of the file's current contents (else it was reset).
+    stamp: "FileStamp | None" = None
 
     @property
     def count(self) -> int:
@@ -192,6 +200,68 @@ class OffsetIndex:
     def memory_bytes(self) -> int:
         """Bytes this index holds per its arrays (8 per event plus the timeline)."""
         return self.offsets.itemsize * self.offsets.buffer_info()[1] + 16 * len(self.times)
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """What a persisted ``verified_end`` is worth: the log's ``(size, mtime_ns, ctime_ns)``
+    at a moment its writer knew every deed below the mark to be good (it had checked their
+    CRCs, or written them itself); the device and inode are in the index's own head.
+
+    Why this evidence, and not a hash.  A CRC pass over the log is what the mark saves; a
+    hash of every page behind it costs the same reads (the CRC is as fast as any hash
+    here), so it would save nothing.  A *sampled* hash is not sound: one flipped byte in a
+    damaged copy lands in a sample with the probability of the sampled fraction.  The
+    kernel's ctime is: every write, truncate or ``cp`` over the file (which keeps the
+    inode), any ``touch`` or ``utime`` that sets mtime back, sets ctime to the current
+    time, and no system call lets a program choose it.  So equal ``(dev, ino, size,
+    mtime, ctime)`` means nobody wrote the file since, with one exception, the racy
+    window (git's "racily clean" index): a filesystem stamps times with a coarse clock
+    (a kernel tick, a second on some filesystems), so a write in the same tick as the
+    stamp's ctime leaves ctime unchanged.  A stamp is therefore recorded only once the
+    clock has moved past that tick (:func:`settle_stamp`), and a load trusts it only if
+    it was (``taken_ns - ctime_ns`` at least :func:`racy_margin`).  What remains is a
+    write by another program within one tick of the writer's own last write, under the
+    writer's lock, keeping the size: not something a stamp can see, nor a sample.
+
+    Cost: one ``fstat`` per open and per save, and at a writer's close a wait of at most
+    :func:`racy_margin` (20 ms) when the log changed within it.  A stamp that does not
+    match makes a writable open check every CRC again, as a first open does."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> "FileStamp":
+        return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def racy_margin(ctime_ns: int) -> int:
+    """How long after a change its ctime may still be shared by a later change: two ticks
+    of a 100 Hz kernel clock on a filesystem with sub-millisecond times, 2 s on one that
+    keeps whole seconds or milliseconds (FAT keeps 2 s mtimes)."""
+    return 2_000_000_000 if ctime_ns % 1_000_000 == 0 else 20_000_000
+
+
+def settle_stamp(fd: int, stamp: FileStamp | None, *, wait: bool = True) -> int | None:
+    """``taken_ns`` for ``stamp`` if the log open at ``fd`` still matches it and the clock
+    has left its ctime's tick (waiting up to :func:`racy_margin` for that when ``wait``
+    and the margin is short), else ``None``: the stamp is not worth recording."""
+    if stamp is None:
+        return None
+    for _ in range(2):
+        if FileStamp.of(os.fstat(fd)) != stamp:
+            return None
+        now = time.time_ns()
+        margin = racy_margin(stamp.ctime_ns)
+        late = stamp.ctime_ns + margin - now
+        if late <= 0:
+            return now
+        if not wait or margin > 100_000_000:
+            return now  # recorded as racy: a load will not trust it
+        time.sleep(late / 1e9)
+    return None
 
 
 def u64_views(mv: memoryview) -> list[memoryview]:
@@ -275,13 +345,24 @@ def discard_index(log_path: str, fd: int) -> None:
         log.warning("could not discard the index of %s: %s", log_path, e)
 
 
-def save_index(log_path: str, fd: int, index: OffsetIndex) -> None:
+def save_index(log_path: str, fd: int, index: OffsetIndex,
+               stamp: FileStamp | None = None) -> None:
     """Persist ``index`` atomically (temp file + rename).  Failure is logged, not raised:
     the index is only a cache.  Nothing is written when the cache is off
-    (:func:`configure_cache`); the first save of a process prunes the directory."""
+    (:func:`configure_cache`); the first save of a process prunes the directory.
+
+    ``stamp``: the log as it was when every deed below ``index.verified_end`` was known
+    good (:class:`FileStamp`).  It is recorded only if the log still matches it
+    (:func:`settle_stamp`); without it a later load keeps the offsets but not the mark."""
     if not _settings.enabled:
         return
     try:
+        taken = settle_stamp(fd, stamp)
+        if taken is None:  # a reader beside a writer: never replace a stamped index of
+            # this very file that covers as much (the writer's next open would re-check)
+            have = load_index(log_path, fd, os.fstat(fd).st_size)
+            if have is not None and have.stamp is not None and have.end >= index.end:
+                return
         st = os.fstat(fd)
         path = _index_path(log_path, st)
         private_dir(os.path.dirname(path), "index cache directory")
@@ -296,6 +377,9 @@ def save_index(log_path: str, fd: int, index: OffsetIndex) -> None:
             offs = array("Q", offs)
             offs.byteswap()
         times = b"".join(_TIME.pack(e, t) for e, t in index.times)
+        if taken is not None:
+            times += _STAMP.pack(_STAMP_TAG, stamp.size, stamp.mtime_ns, stamp.ctime_ns,
+                                 taken)
         crc = crc32(times, crc32(offs, crc32(head)))
         fd_tmp, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
         try:
@@ -355,7 +439,8 @@ def _validate(raw: bytes, fd: int, st: os.stat_result, size: int):
     (magic, dev, ino, first, count, end, verified_end, ntimes, header16, tail12) = (
         _FILE_HEAD.unpack_from(raw)
     )
-    if len(raw) != hs + 8 * count + 16 * ntimes + 4:
+    body = hs + 8 * count + 16 * ntimes
+    if len(raw) not in (body + 4, body + _STAMP.size + 4):
         return "wrong size"
     (crc,) = struct.unpack_from("<I", raw, len(raw) - 4)
     if crc32(memoryview(raw)[:-4]) != crc:
@@ -390,4 +475,13 @@ def _validate(raw: bytes, fd: int, st: os.stat_result, size: int):
     times = [
         _TIME.unpack_from(raw, hs + 8 * count + 16 * k) for k in range(ntimes)
     ]
-    return OffsetIndex(first, offsets, end, min(verified_end, end), times)
+    stamp = None
+    if len(raw) == body + _STAMP.size + 4:
+        tag, ssize, mtime, ctime, taken = _STAMP.unpack_from(raw, body)
+        here = FileStamp.of(st)
+        if (tag == _STAMP_TAG and here == FileStamp(ssize, mtime, ctime)
+                and taken - ctime >= racy_margin(ctime)):
+            stamp = here
+    # the mark speaks of the file only while nobody has written it since (FileStamp)
+    mark = min(verified_end, end) if stamp is not None else HEADER_SIZE
+    return OffsetIndex(first, offsets, end, mark, times, stamp)

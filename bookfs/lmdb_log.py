@@ -436,7 +436,10 @@ class LmdbRecovery(recovery.Recovery):
                        "by bookfs, so fsck checks them but never repairs them (copy the "
                        "readable events with --salvage OUT, or convert with bookfs migrate)")
 
-    def salvage(self, report: recovery.CheckReport, out: str, *, progress=None) -> dict:
+    def salvage_into(self, report: recovery.CheckReport, out: str, *, progress=None) -> dict:
+        """Every event that reads, in key order, into a new vere-layout log in ``out`` with
+        the epoch base.  A value under 4 bytes is no event bookfs writes: it is kept in
+        ``salvage-left-out.bin`` and recorded (a gap of one event), never copied as one."""
         from .book import SalvageBatch
         from .vere import VereBook
 
@@ -444,25 +447,25 @@ class LmdbRecovery(recovery.Recovery):
 
         with self.open_log() as lg:
             base = lg.base if lg.base is not None else (lg.first - 1 if lg.count else 0)
-            os.makedirs(out, exist_ok=True)
             lost = None
-            with VereBook.open(out, writable=True, create=True, epoch=base) as dst:
+            gaps: list[dict] = []
+            with VereBook.open(out, writable=True, create=True, epoch=base) as dst, \
+                    recovery.LeftOut(out) as left:
                 for key, value in lg.meta().items():
                     dst.save_meta(key, value)
-                batch = SalvageBatch(dst, base + 1, epoch=base)
+                batch = SalvageBatch(dst, base + 1, epoch=base, left_out=left, gaps=gaps)
                 try:
-                    for _, value in lg.iter_buffers():
-                        batch.add(bytes(value))
+                    for event, value in lg.iter_buffers():
+                        batch.add(bytes(value), original_event=event)
                         if progress is not None:
                             progress(len(value))
                 except (lmdb.Error, BookError) as e:
                     lost = f"reading stopped after event {batch.next_event - 1}: {e}"
                 batch.flush()
+                if lost is not None:
+                    gaps.append({"after_new_event": batch.next_event - 1,
+                                 "events_lost": "unknown", "why": lost})
                 result = {"source": lg.data_path, "out": os.path.abspath(out),
                           "layout": "vere", "recovered": dst.count, "first": dst.first,
-                          "last": dst.last,
-                          "gaps": [] if lost is None else [{"after_new_event":
-                                                           batch.next_event - 1,
-                                                           "events_lost": "unknown",
-                                                           "why": lost}]}
-        return recovery.write_salvage_report(out, result)
+                          "last": dst.last, "gaps": gaps, "left_out": left.records}
+        return result

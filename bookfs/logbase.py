@@ -269,10 +269,12 @@ class SingleFileLog(PublishedView):
         """When ``event`` arrived, as far as the index knows (see ``index.py``)."""
         return self._index.mtime_ns(event)
 
-    def _confirm_offset(self, event: int, i: int) -> None:
+    def _confirm_offset(self, event: int, i: int) -> bool:
         """Hook: make sure ``offsets[i]`` really is where event ``event`` starts (an index
-        loaded from a cache is only a hint), else raise :class:`CorruptDeed`.  The formats
-        whose index is always built from the log itself need nothing here."""
+        loaded from a cache is only a hint); True when the index had to be rebuilt (the
+        caller locates ``event`` again).  The formats whose index is always built from
+        the log itself need nothing here."""
+        return False
 
     def _check_len(self, event: int, off: int, n: int, len_bytes: bytes) -> None:
         """The deed at ``off`` must announce the ``n`` payload bytes the index gives it."""
@@ -289,7 +291,8 @@ class SingleFileLog(PublishedView):
         the payload check (the FUSE layer does so on open).  :class:`CorruptDeed` if the
         framing does not hold."""
         off, n = self._locate(event)
-        self._confirm_offset(event, event - self._view[0])
+        if self._confirm_offset(event, event - self._view[0]):
+            off, n = self._locate(event)  # the index was rebuilt
         self._check_len(event, off, n, os.pread(self._fd, 8, off))
         if offset >= n:
             return b""

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import BookError, ContiguityError, CorruptDeed, LockHeld, MetaAbsent
-from .fileio import fsync_dir
+from .fileio import fsync_dir, publish_dir
 from .layout import META_FIELDS
 
 #: A batch is written once it holds this many payload bytes ...
@@ -222,10 +222,7 @@ def migrate(source: str | os.PathLike, dest: str | os.PathLike, layout: str | No
             single.close()
 
     # Everything is verified and durable: move it into place, then tidy up.
-    if os.path.isdir(dst):
-        os.rmdir(dst)  # empty (checked above)
-    os.rename(root, dst)
-    fsync_dir(os.path.dirname(dst))
+    publish_dir(root, dst)
     shutil.rmtree(staging)
     return report
 

@@ -510,19 +510,31 @@ class PierRecovery:
         return done
 
     def salvage(self, report, out: str, *, progress=None) -> dict:
-        from .recovery import write_salvage_report
+        """Each epoch salvaged by its format (``Recovery.salvage_into``) into
+        ``OUT/0iN/``, with what each left out (``0iN/salvage-left-out.bin``, listed under
+        ``left_out`` with its epoch), the whole built beside ``OUT`` and published by one
+        rename (:func:`bookfs.recovery.publish_salvage`)."""
+        from .recovery import publish_salvage
 
-        os.makedirs(out, exist_ok=True)
-        epochs, gaps = {}, []
+        return publish_salvage(self.path, out, lambda root: self._salvage_into(
+            report, root, progress=progress))
+
+    def _salvage_into(self, report, out: str, *, progress=None) -> dict:
+        epochs, gaps, left_out = {}, [], []
         for (name, rec), part in zip(report.state, report.parts):
             target = os.path.join(out, name)
-            res = rec.salvage(part, target, progress=progress)
+            os.mkdir(target)
+            res = rec.salvage_into(part, target, progress=progress)
             if res.get("layout") == "vere":  # never epoc.txt 3 beside a UIP-layout log
                 with open(os.path.join(target, EPOC_NAME), "w") as f:
                     f.write("3")
-            epochs[name] = {k: res[k] for k in ("recovered", "first", "last", "layout")}
+            epochs[name] = {k: res.get(k) for k in ("recovered", "first", "last", "layout",
+                                                    "past_committed_end") if k in res}
             gaps += [{"epoch": name, **g} for g in res["gaps"]]
-        result = {"source": self.log_dir, "out": os.path.abspath(out),
-                  "recovered": sum(e["recovered"] for e in epochs.values()),
-                  "epochs": epochs, "gaps": gaps}
-        return write_salvage_report(out, result)
+            left_out += [{"epoch": name, **r, "file": os.path.join(name, r["file"])}
+                         for r in res.get("left_out", [])]
+        return {"source": self.log_dir, "out": os.path.abspath(out),
+                "recovered": sum(e["recovered"] for e in epochs.values()),
+                "past_committed_end": sum(e.get("past_committed_end", 0)
+                                          for e in epochs.values()),
+                "epochs": epochs, "gaps": gaps, "left_out": left_out}

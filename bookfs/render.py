@@ -29,7 +29,12 @@ Notation (what :func:`render` writes):
 * With limits (the default), cells nested deeper than ``depth`` and list elements after
   ``width`` are ``...``, text is cut after ``text`` characters (``'abc'...``), atoms wider
   than ``atom_bytes`` show their ends and size (``0x1234abcd...89abcdef (4.1 MiB)``), and
-  rendering stops after ``nodes`` nodes or ``chars`` characters (so its size is bounded).  Without limits (``--full``) everything is shown,
+  rendering stops after ``nodes`` nodes or ``chars`` characters (so its size is bounded).
+  Every rendering is bounded in time too: a :class:`Budget` of CPU seconds
+  (:data:`RENDER_CPU`, :data:`FULL_RENDER_CPU` without limits); past it the rest is ``...``
+  and the budget says where the rendering stopped (:meth:`Budget.said`), which
+  ``bookfs show`` and ``pretty/N`` print as a final ``stopped:`` line.
+  Without limits (``--full``) everything is shown,
   up to :data:`FULL_MAX_NODES` nodes (a noun that shares subtrees can be exponentially
   large as a tree).
 
@@ -44,6 +49,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import re
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -66,6 +72,9 @@ SHIP_MIN = 1 << 16  # only planets and above are recognised as ships from contex
 DATE_YEARS = (1970, 2200)  # 128-bit atoms whose seconds fall in these years are @da
 SKIP_NODES = 100_000  # nodes a JamView walks to skip elided parts before giving up
 FULL_MAX_NODES = 10_000_000  # even --full stops here (shared subtrees multiply)
+RENDER_CPU = 1.0  # seconds of CPU one abbreviated rendering may spend (pretty/N, show)
+FULL_RENDER_CPU = 10.0  # ... and one rendering without limits (show --full)
+CPU_CHECK_EVERY = 256  # a JamView's skip walk looks at the clock once per this many nodes
 JSON_SAFE = 1 << 53  # JSON numbers above this lose precision in most readers
 BLOCK = 1 << 16  # JamView reads its source in blocks of this size ...
 BLOCKS = 16  # ... and keeps this many
@@ -92,6 +101,48 @@ DEFAULT = Limits()
 
 class Exhausted(Exception):
     """A :class:`JamView` used up its skip budget: what follows is not known."""
+
+
+class OutOfTime(Exception):
+    """A rendering used up its :class:`Budget` of CPU time."""
+
+
+class Budget:
+    """The CPU time one rendering may spend (this thread's own CPU time, from creation)
+    and, once it has stopped early, where: ``seconds`` None is no time limit.
+
+    :func:`render` counts the nodes it renders here and records why it stopped when a
+    limit cut the rendering short (CPU time, its node or character budget);
+    :meth:`said` is the ``stopped:`` line for the reader (None if nothing stopped it)."""
+
+    def __init__(self, seconds: float | None = RENDER_CPU):
+        self.seconds = seconds
+        self.start = time.thread_time()
+        self.nodes = 0  # nodes rendered
+        self.why: str | None = None  # the limit that stopped the rendering
+        self.at: int | None = None  # the jam's bit where it stopped (a JamView's)
+
+    def spent(self) -> float:
+        return time.thread_time() - self.start
+
+    def check(self) -> None:
+        """:class:`OutOfTime` once the CPU time is spent."""
+        if self.seconds is not None and self.spent() > self.seconds:
+            raise OutOfTime
+
+    def stop(self, why: str, at=None) -> None:
+        if self.why is None:
+            self.why = why
+            self.at = at if isinstance(at, int) and not isinstance(at, bool) else None
+
+    def said(self) -> str | None:
+        """``stopped: ...``: which limit cut the rendering, after how many nodes, where."""
+        if self.why is None:
+            return None
+        where = f" (at bit {self.at:,} of the jam)" if self.at is not None else ""
+        nodes = f"{self.nodes:,} node" + ("" if self.nodes == 1 else "s")
+        return (f"stopped: {self.why} after {nodes}{where}; "
+                "what follows is shown as ...")
 
 
 @dataclass(frozen=True)
@@ -254,9 +305,10 @@ class JamView:
     root = 0
 
     def __init__(self, size: int, pread: Callable[[int, int], bytes],
-                 skip_nodes: int = SKIP_NODES):
+                 skip_nodes: int = SKIP_NODES, budget: Budget | None = None):
         if size <= 0:
             raise CueError("cannot read an empty jam")
+        self.budget = budget  # CPU time: the skip walk looks at it (render sets it too)
         self.total = size * 8
         self._size = size
         self._pread = pread
@@ -321,12 +373,14 @@ class JamView:
         return start, b, start + b
 
     def _resolve(self, raw: int) -> int:
-        """The position of the noun written (or referred to) at ``raw``."""
+        """The position of the noun written (or referred to) at ``raw``.  As in ``cue``, a
+        back-reference names a position where an atom or a cell is written, never another
+        back-reference: one hop (a chain of them was followed hop by hop, for minutes)."""
         self._starts.add(raw)
-        while self._kind(raw) == 2:
+        if self._kind(raw) == 2:
             start, width, _ = self._mat(raw + 2)
             target = self._bits(start, width)
-            if target >= raw or target not in self._starts:
+            if target >= raw or target not in self._starts or self._kind(target) == 2:
                 raise CueError(f"back-reference at bit {raw} to unknown position {target}")
             raw = target
         return raw
@@ -337,10 +391,13 @@ class JamView:
     def _walk(self, raw: int) -> int:
         """End of the encoding at ``raw`` found by walking it (spends the skip budget)."""
         pos, need = raw, 1
+        budget = self.budget
         while need:
             self._skip -= 1
             if self._skip < 0:
                 raise Exhausted
+            if budget is not None and not self._skip % CPU_CHECK_EVERY:
+                budget.check()
             self._starts.add(pos)
             kind = self._kind(pos)
             if kind == 1:
@@ -452,14 +509,27 @@ def _byte(atom: int | BigAtom) -> bool:
 
 
 def render(view: View, node, limits: Limits | None = DEFAULT,
-           ships: Iterable[int] = (), as_json: bool = False) -> Iterator[str]:
+           ships: Iterable[int] = (), as_json: bool = False,
+           cpu: Budget | None = None) -> Iterator[str]:
     """The text of ``node`` (module docstring), in pieces.  Iterative: any depth is fine.
 
     A :class:`CueError` from a :class:`JamView` (malformed jam) propagates; running out of
-    the view's skip budget shows the rest as ``...``.
+    the view's skip budget shows the rest as ``...``.  ``cpu``: the time budget (default:
+    :data:`RENDER_CPU`, :data:`FULL_RENDER_CPU` without limits); past it the rest is
+    ``...`` and ``cpu`` records where the rendering stopped.
     """
+    if cpu is None:
+        cpu = Budget(RENDER_CPU if limits is not None else FULL_RENDER_CPU)
+    jam = isinstance(view, JamView)
+    if jam and view.budget is None:
+        view.budget = cpu
+
+    def at(item: tuple) -> int | None:  # the jam's bit a node is written at
+        return item[1] if jam and item[0] in (_NODE, _TERMINAL) else None
+
     ships = frozenset(ships)
-    budget = FULL_MAX_NODES if limits is None else limits.nodes
+    nodes = FULL_MAX_NODES if limits is None else limits.nodes
+    budget = nodes
     chars = None if limits is None else limits.chars
     take = None if limits is None else max(limits.width, limits.text if not as_json else 0)
     sep = ", " if as_json else " "
@@ -478,8 +548,17 @@ def render(view: View, node, limits: Limits | None = DEFAULT,
             pending = last_elided = False
             yield item[1]
             continue
-        if chars is not None and used >= chars:
+        if budget > 0 and chars is not None and used >= chars:
             budget = 0
+            cpu.stop(f"the rendering's limit of {chars:,} characters", at(item))
+        elif budget > 0 and kind != _ELIDED:
+            try:
+                cpu.check()
+            except OutOfTime:
+                budget = 0
+                cpu.stop(f"the rendering's {cpu.seconds:g} s of CPU ran out", at(item))
+        if budget <= 0 and kind != _ELIDED and cpu.why is None:
+            cpu.stop(f"the rendering's limit of {nodes:,} nodes", at(item))
         if budget <= 0 or kind == _ELIDED:
             if not last_elided:
                 yield (sep if pending else "") + elided
@@ -487,6 +566,7 @@ def render(view: View, node, limits: Limits | None = DEFAULT,
             pending = False
             continue
         budget -= 1
+        cpu.nodes += 1
         if pending:
             out.append(sep)
             pending = False
@@ -494,8 +574,15 @@ def render(view: View, node, limits: Limits | None = DEFAULT,
         if kind == _WORD:
             out.append(item[1])
         else:
-            last_elided = _render_node(view, item, limits, ships, as_json, take, elided,
-                                       out, stack)
+            try:
+                last_elided = _render_node(view, item, limits, ships, as_json, take,
+                                           elided, out, stack)
+            except OutOfTime:  # in a skip walk: this node is not shown, nor the rest
+                del out[1 if out and out[0] == sep else 0:]
+                out.append(elided)
+                last_elided = True
+                budget = 0
+                cpu.stop(f"the rendering's {cpu.seconds:g} s of CPU ran out", at(item))
         for piece in out:
             used += len(piece)
             yield piece
@@ -560,6 +647,7 @@ def _render_node(view: View, item: tuple, limits: Limits | None, ships: frozense
 
 
 def render_text(view: View, node, limits: Limits | None = DEFAULT,
-                ships: Iterable[int] = (), as_json: bool = False) -> str:
+                ships: Iterable[int] = (), as_json: bool = False,
+                cpu: Budget | None = None) -> str:
     """:func:`render` joined into one string."""
-    return "".join(render(view, node, limits, ships, as_json))
+    return "".join(render(view, node, limits, ships, as_json, cpu))

@@ -28,8 +28,9 @@ from collections.abc import Callable, Iterator
 
 from .info import parse as parse_info
 from .noun import CueError, cue, da_to_datetime, format_da, parse_patp
-from .render import (DEFAULT, SHIP_MIN, Exhausted, JamView, Limits, NounView, human_size,
-                     knot_text, render, render_text)
+from .render import (DEFAULT, FULL_RENDER_CPU, RENDER_CPU, SHIP_MIN, Budget, Exhausted,
+                     JamView, Limits, NounView, OutOfTime, human_size, knot_text, render,
+                     render_text)
 
 MAX_WIRE_KNOTS = 256  # a longer list is not read as a wire
 MUG_BYTES = 4  # a payload is a 4-byte mug, then the jam
@@ -48,7 +49,7 @@ class ShapeOf:
         self.ships: set[int] = set()
         try:
             self._read(view, root)
-        except (Exhausted, CueError):
+        except (Exhausted, CueError, OutOfTime):
             self.date = self.wire = self.tag = self.card = None
 
     def _read(self, view, root) -> None:
@@ -90,21 +91,31 @@ def _when(date: int) -> str:
 
 
 def event_text(event: int, size: int, pread: Pread, *, limits: Limits | None = DEFAULT,
-               who: int | None = None, as_json: bool = False) -> Iterator[str]:
+               who: int | None = None, as_json: bool = False,
+               cpu: float | None = None) -> Iterator[str]:
     """The rendering of one event, in pieces ending with a newline: ``key: value`` lines
     (or one JSON object).  ``pread`` reads the event's payload (already checked by the
     caller); ``limits=None`` cues the whole event and shows everything; ``who`` (the log's
     ship) is shown as an @p where it appears.  A payload that is not ``mug ++ jam`` is
-    said so in the output (``error`` line), never raised."""
+    said so in the output (``error`` line), never raised.
+
+    Bounded in time as well as in size: one :class:`~bookfs.render.Budget` of CPU
+    (:data:`~bookfs.render.RENDER_CPU`, :data:`~bookfs.render.FULL_RENDER_CPU` with
+    ``limits=None``; ``cpu`` seconds if given) covers reading the event's shape and
+    rendering it; a rendering that a limit cut short ends with a ``stopped:`` line saying
+    which, and where (a ``stopped`` field in JSON)."""
     mug = int.from_bytes(pread(0, MUG_BYTES), "little") if size >= MUG_BYTES else None
     fields: dict = {"event": event, "size": size, "mug": mug}
+    cpu = Budget(cpu if cpu is not None else
+                 RENDER_CPU if limits is not None else FULL_RENDER_CPU)
     try:
         if size <= MUG_BYTES:
             raise CueError(f"a payload of {size} bytes holds no jam after its 4-byte mug")
         if limits is None:
             view, root = NounView(), cue(pread(MUG_BYTES, size - MUG_BYTES))
         else:
-            view = JamView(size - MUG_BYTES, lambda off, n: pread(MUG_BYTES + off, n))
+            view = JamView(size - MUG_BYTES, lambda off, n: pread(MUG_BYTES + off, n),
+                           budget=cpu)
             root = view.root
         shape = ShapeOf(view, root)
         ships = set(shape.ships)
@@ -116,8 +127,10 @@ def event_text(event: int, size: int, pread: Pread, *, limits: Limits | None = D
                 "date": None if shape.date is None else format_da(shape.date),
                 "time": None if shape.date is None else da_to_datetime(shape.date).isoformat(),
                 "wire": shape.wire, "card": shape.tag})
-            fields["noun"] = render_text(view, noun, limits, as_json=True)
-            fields["text"] = render_text(view, noun, limits, ships)
+            fields["noun"] = render_text(view, noun, limits, as_json=True, cpu=cpu)
+            fields["text"] = render_text(view, noun, limits, ships, cpu=cpu)
+            if cpu.said() is not None:
+                fields["stopped"] = cpu.said()
         else:
             yield f"event: {event}\n"
             if shape.date is None:
@@ -128,8 +141,10 @@ def event_text(event: int, size: int, pread: Pread, *, limits: Limits | None = D
                 yield f"card:  {'%' + shape.tag if shape.tag else '(no tag)'}\n"
             yield f"size:  {human_size(size)}, mug 0x{mug:08x}\n"
             yield "noun:  "
-            yield from render(view, noun, limits, ships)
-            yield "\n\n"
+            yield from render(view, noun, limits, ships, cpu=cpu)
+            stopped = cpu.said()
+            yield "\n" if stopped is None else f"\n{stopped}\n"
+            yield "\n"
             return
     except CueError as e:
         if as_json:

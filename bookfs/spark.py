@@ -148,9 +148,12 @@ def session(master: str = "local[2]", app: str = "bookfs", *, tuned: bool = True
 def register(spark):
     """Make ``spark.read.format("bookfs").load(MOUNTPOINT)`` available in ``spark``
     (:mod:`bookfs.spark_source`), with Python data source filter pushdown on so that
-    ``event`` comparisons narrow what is read.  Returns ``spark``."""
+    ``event`` comparisons narrow what is read, where that is safe
+    (:data:`bookfs.spark_source.PUSHDOWN_SAFE`; not on Spark 4.3).  Returns ``spark``."""
     from .spark_source import PUSHDOWN_KEY, BookfsDataSource
 
+    # on even where the reader pushes nothing: Spark refuses a reader with pushFilters
+    # while it is off
     spark.conf.set(PUSHDOWN_KEY, "true")
     spark.dataSource.register(BookfsDataSource)
     return spark

@@ -16,9 +16,16 @@ planned for (a stale view of the mount fails the task, never drops a row).
 **Batch** options: ``since`` and ``until`` (inclusive event bounds), ``eventsPerPartition``
 (the ``events/`` fallback).  Comparisons of ``event`` with an integer (``=``, ``<``,
 ``<=``, ``>``, ``>=``, ``between``, ``in``) are pushed down (``pushFilters``, which needs
-``spark.sql.python.filterPushdown.enabled``; :func:`bookfs.spark.register` sets it): they
-narrow the planned event range, so segments outside it are never opened.  ``in`` is also
-re-checked by Spark (the range covers more than its values); the others are exact.
+``spark.sql.python.filterPushdown.enabled``; :func:`bookfs.spark.register` sets it) where
+that is safe, :data:`PUSHDOWN_SAFE`: they narrow the planned event range, so segments
+outside it are never opened.  ``in`` is also re-checked by Spark (the range covers more
+than its values); the others are exact.  A pushed filter must never change what a later
+query of the same DataFrame sees, and Spark 4.3 keeps the read planned by the last
+pushdown (partitions and reader) on the DataFrame's data source and reuses it for every
+later query that pushes nothing (``df.count()`` after ``df.where("event < 100").count()``
+counted 99, issue 19).  So on a Spark whose readers have no ``pushLimit`` (the release that
+scopes a pushdown's read to its own scan) nothing is pushed: Spark applies every filter,
+every segment is read, and the ``since``/``until`` options are the way to read a part.
 Spark 4.3's Python data source API has no column pruning: every column is decoded.
 
 **Many ships**: ``load("/srv/ships/*")`` (a glob) or ``load([MNT1, MNT2, ...])`` reads
@@ -62,6 +69,13 @@ NAME = "bookfs"
 EVENTS_PER_PARTITION = 5000
 #: Spark's setting that lets a Python data source take filters (off by default).
 PUSHDOWN_KEY = "spark.sql.python.filterPushdown.enabled"
+#: Whether a pushed filter may narrow the planned read: only where Spark keeps a pushdown's
+#: planned read to its own scan.  Spark 4.3 shares it with every later query of the
+#: DataFrame (module docstring); the Spark that scopes it also brought limit pushdown, so
+#: a reader API with ``pushLimit`` is taken as the sign
+#: (test_spark_source.test_pushdown_never_changes_a_later_query_of_the_same_dataframe
+#: checks the outcome on the Spark installed, whichever it is).
+PUSHDOWN_SAFE = hasattr(DataSourceReader, "pushLimit")
 #: The column a load of several mounts adds: the ship's @p.
 SHIP = "ship"
 #: :data:`bookfs.spark.SCHEMA` with the :data:`SHIP` column (a load of several mounts).
@@ -336,7 +350,11 @@ class BookfsReader(DataSourceReader):
         """Take comparisons of ``event`` with integers into the planned range, and
         ``ship = '~x'`` / ``ship in (...)`` into the mounts read; return the rest (and
         ``in``, whose values the range only bounds, and the ship filters) for Spark to
-        apply."""
+        apply.  Where a narrowed plan would outlive its query (not :data:`PUSHDOWN_SAFE`)
+        every filter is returned and nothing changes."""
+        if not PUSHDOWN_SAFE:
+            yield from filters
+            return
         for f in filters:
             value = getattr(f, "value", None)
             if f.attribute == (SHIP,) and self.mounts and self.mounts[0].ship is not None:

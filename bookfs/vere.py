@@ -49,7 +49,9 @@ Contract (the same as :class:`bookfs.book.Book`'s, where the format allows)
   that rolled back rewrites a slot so the next open agrees; a read-only open modifies
   nothing and reports the bytes it ignored.  A writable open of a file shorter than the
   8192-byte header region is refused (``TooShort``), never grown: ``bookfs fsck --repair``
-  rebuilds it.
+  rebuilds it.  A committed 0-byte payload (vere's API can write one; the reference
+  keeps it) is never rolled back: the open is refused (:class:`EmptyPayload`), nothing
+  changed.
 * **Index**: offsets of every committed deed, 8 bytes per event (``array('Q')``), built by
   a forward framing scan on open (not persisted: see the report in ``docs``).  Event access
   is O(1).
@@ -71,6 +73,7 @@ from dataclasses import dataclass, field
 from . import recovery
 from .errors import (
     BadMagic,
+    BadVersion,
     BookError,
     ContiguityError,
     CorruptDeed,
@@ -88,6 +91,7 @@ from .layout import (
     MAX_PAYLOAD,
     META_NAME,
     META_SIZE,
+    MIN_PAYLOAD,
     VERE_DEED_OVERHEAD,
     VERE_DEEDS_START,
     VERE_MIN_LEN,
@@ -116,6 +120,15 @@ _CHUNK = 4 << 20  # bytes read at a time while scanning framing
 _CRC_CHUNK = 8 << 20  # bytes per pread when computing a batch CRC
 _SALVAGE_WINDOW = 64 << 20  # bytes examined at a time when looking for framed deeds
 _EPOCH_DIR = re.compile(r"0i(\d+)")
+
+
+class EmptyPayload(FormatError):
+    """A committed event of a vere log has a 0-byte payload (see :meth:`VereBook.open`)."""
+
+    def __init__(self, message: str, *, event: int, offset: int):
+        super().__init__(message)
+        self.event = event
+        self.offset = offset
 
 
 # --- header slots ----------------------------------------------------------------------------
@@ -216,18 +229,20 @@ class VereRecoveryReport(recovery.RecoveryReport):
 
 
 def scan_vere_framing(fd: int, index: OffsetIndex, size: int, limit: int, *,
-                      progress: Progress | None = None) -> int:
+                      progress: Progress | None = None, min_len: int = VERE_MIN_LEN) -> int:
     """Extend ``index`` with deeds whose framing is sound, from ``index.end`` up to ``size``
-    and at most ``limit`` deeds in all: ``1 <= len_d <= 2^32``, the deed (``len_d + 16``
-    bytes) fits in the file, and ``let_d == len_d``.  Returns where the scan stopped
-    (== ``index.end``).  Reads in large chunks with ``pread``; constant memory."""
+    and at most ``limit`` deeds in all: ``min_len <= len_d <= 2^32`` (``min_len`` 1, or 0
+    where a batch CRC is to decide: 16 zero bytes frame a 0-byte deed), the deed
+    (``len_d + 16`` bytes) fits in the file, and ``let_d == len_d``.  Returns where the
+    scan stopped (== ``index.end``).  Reads in large chunks with ``pread``; constant
+    memory."""
     if sys.byteorder != "little":  # pragma: no cover - the views below assume LE
         raise NotImplementedError("bookfs indexes logs on little-endian machines only")
     offsets = index.offsets
     append = offsets.append
     off = index.end
     reported = off
-    lo, hi = VERE_MIN_LEN, MAX_PAYLOAD
+    lo, hi = min_len, MAX_PAYLOAD
     scratch = bytearray(_CHUNK)
     while len(offsets) < limit and off + VERE_DEED_OVERHEAD + lo <= size:
         buf = pread_into(fd, scratch, min(_CHUNK, size - off), off)
@@ -327,6 +342,8 @@ class VereBook(SingleFileLog):
     ``logbase.py``."""
 
     DEED_OVERHEAD = VERE_DEED_OVERHEAD
+    #: keep committed 0-byte payloads (``open(empty_payloads=True)``) instead of refusing
+    _empty_ok = False
 
     def __init__(self, directory: str, fd: int, meta_fd: int | None, writable: bool,
                  lock: WriterLock | None):
@@ -346,7 +363,7 @@ class VereBook(SingleFileLog):
     @classmethod
     def open(cls, path: str | os.PathLike, writable: bool = False, create: bool = False,
              epoch: int | None = None, *, lock: bool = True,
-             progress: Progress | None = None) -> "VereBook":
+             progress: Progress | None = None, empty_payloads: bool = False) -> "VereBook":
         """Open the vere-layout log in directory ``path``.
 
         ``create=True`` (needs ``writable``) makes ``book.log`` (both slots with
@@ -359,9 +376,14 @@ class VereBook(SingleFileLog):
         :class:`FormatError` subclass for a file that is not a vere-layout log,
         :class:`LockHeld` if another writer holds the lock, :class:`PathEscape` for a file
         that resolves outside ``path``.  ``progress`` is called with byte counts during
-        long scans.
+        long scans.  A log whose committed events include a 0-byte payload (vere's API can
+        write one; the reference keeps it) is refused with :class:`EmptyPayload`, nothing
+        changed, unless ``empty_payloads=True`` (read-only: ``bookfs fsck``), which keeps
+        those events as the reference does.
         """
         directory = os.fspath(path)
+        if empty_payloads and writable:
+            raise ValueError("empty_payloads=True is for read-only opens")
         if create and not writable:
             raise ValueError("create=True needs writable=True")
         if not os.path.isdir(directory):
@@ -388,6 +410,7 @@ class VereBook(SingleFileLog):
             if held:
                 held.release()
             raise
+        book._empty_ok = empty_payloads
         try:
             book._check_meta_file()
             book._load(progress)
@@ -515,6 +538,9 @@ class VereBook(SingleFileLog):
         report = self.recovery
         if self._batch_ok(index, best):
             return best.las - fir, best
+        empty = self._empty_payloads(index, cands)
+        if empty is not None:
+            return empty
         report.notes.append(f"slot {best.name} (seq {best.seq}, las {best.las}): its last "
                             f"batch of {best.bat} deeds is missing or fails its CRC; that "
                             "save was never acknowledged, so it is rolled back")
@@ -529,6 +555,50 @@ class VereBook(SingleFileLog):
             if c.las - fir == k and self._batch_ok(index, c):
                 return k, c
         return k, None
+
+    def _empty_payloads(self, index: OffsetIndex, cands: list[Slot]
+                        ) -> tuple[int, Slot] | None:
+        """The framing scan stopped at a deed of ``len_d = 0`` (16 zero bytes) inside what a
+        valid slot claims.  vere's API can write such a 0-byte payload, and the reference
+        keeps it when the batch CRC holds.  If, with 0-byte deeds allowed, a slot's
+        committed state is on disk (its deed count and its batch CRC), that is what the
+        reference keeps: an open made with ``empty_payloads=True`` (``bookfs fsck``) keeps
+        it too, ``index`` extended and ``(count, slot)`` returned; any other open is refused
+        with :class:`EmptyPayload` before anything is changed, never rolled back.  ``None``
+        when no 0-byte deed explains the failed check (damage or a crash)."""
+        fir = self._fir
+        if index.count >= max(c.las - fir for c in cands) or os.pread(
+                self._fd, 16, index.end) != bytes(16):
+            return None
+        for c in cands:
+            k = c.las - fir
+            if k <= index.count:
+                continue
+            trial = OffsetIndex(first=index.first, end=index.end, verified_end=index.end)
+            trial.offsets.extend(index.offsets)
+            scan_vere_framing(self._fd, trial, os.fstat(self._fd).st_size, k, min_len=0)
+            if trial.count != k or not self._batch_ok(trial, c):
+                continue
+            ends = list(trial.offsets[1:]) + [trial.end]
+            empty = [(fir + 1 + i, off) for i, (off, nxt) in enumerate(zip(trial.offsets, ends))
+                     if nxt - off == VERE_DEED_OVERHEAD]
+            event, off = empty[0]
+            if not self._empty_ok:
+                raise EmptyPayload(
+                    f"{self.log_path}: event {event} at offset {off} has a 0-byte payload, "
+                    f"in a batch whose CRC header slot {c.name} vouches for ({len(empty)} "
+                    "such event(s)); the reference keeps it, but bookfs expects every event "
+                    "to start with a 4-byte mug: refusing this log, nothing was changed "
+                    "(`bookfs fsck --salvage OUT` copies every other event and keeps it "
+                    "aside)",
+                    event=event, offset=off)
+            self.recovery.notes.append(
+                f"events {', '.join(str(e) for e, _ in empty)} have 0-byte payloads, kept as "
+                f"the reference keeps them (slot {c.name}'s batch CRC holds)")
+            index.offsets = trial.offsets
+            index.end = trial.end
+            return k, c
+        return None
 
     def _batch_ok(self, index: OffsetIndex, c: Slot) -> bool:
         """Slot ``c``'s committed state is on disk: its ``las_d - fir_d`` deeds are framed
@@ -682,8 +752,10 @@ class VereBook(SingleFileLog):
         checks).  Deeds written but not yet committed by a header are left for a later call.
         Returns how many events were added.  If the log was rewritten under us (it shrank,
         a newer header's batch covers events already published, or, for a reader, a rename
-        replaced the file) the view is rebuilt from scratch and ``generation`` grows.  Cheap
-        (an ``fstat``, a ``stat`` and two 48-byte reads) when nothing changed."""
+        replaced the file) the view is rebuilt from scratch and ``generation`` grows.  A
+        newly committed batch holding a 0-byte payload raises :class:`EmptyPayload` (see
+        :meth:`open`) rather than being waited on forever.  Cheap (an ``fstat``, a
+        ``stat`` and two 48-byte reads) when nothing changed."""
         if self._reopen_if_replaced():
             log.warning("%s was replaced (a new file at its path); re-indexing", self.log_path)
             return self._reindex()
@@ -718,6 +790,16 @@ class VereBook(SingleFileLog):
                 chosen = c
                 break
         else:
+            chosen = None
+        if chosen is not best:  # a 0-byte payload the batch CRC vouches for is refused
+            scanned = ix.count  # (EmptyPayload), never waited on forever
+            try:
+                kept = self._empty_payloads(ix, cands)
+            finally:
+                ix.truncate(scanned)
+            if kept is not None:
+                return self._reindex()
+        if chosen is None:
             ix.truncate(before)  # not yet readable as committed: look again later
             return 0
         k = chosen.las - self._fir
@@ -854,52 +936,123 @@ class VereBook(SingleFileLog):
 # --- telling the two Book layouts apart, without guessing ---------------------------------
 
 
+def epoch_says_vere(directory: str | os.PathLike) -> bool:
+    """True when ``directory`` is a pier's epoch whose ``epoc.txt`` is ``3``: vere opens
+    such an epoch only in its own two-slot layout, so that is the layout its ``book.log``
+    was written in (bookfs never writes a UIP-layout log beside ``epoc.txt`` 3).  An
+    unreadable or absent ``epoc.txt`` says nothing."""
+    try:
+        fd = open_regular(os.path.join(os.fspath(directory), "epoc.txt"), os.O_RDONLY,
+                          follow=True)
+    except (OSError, BookError):
+        return False
+    try:
+        return os.pread(fd, 64, 0).strip() == b"3"
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def detect_layout(log_path: str | os.PathLike) -> str:
     """``"vere"`` or ``"uip"`` for the ``book.log`` at ``log_path``, or a
     :class:`FormatError` saying why it is neither (nothing is parsed as a layout it has not
     been identified as).  Missing file: :class:`BookError`.
 
+    Identification never guesses; a file is refused (untouched, one line saying why and
+    what to do) unless its bytes decide, or bytes that are not decisive meet a context
+    that is (``epoc.txt`` 3 beside it: :func:`epoch_says_vere`):
+
     * a header slot whose CRC holds and whose magic is Book's: vere's layout;
-    * else the Book magic and version 1 at offset 0: the UIP layout, unless the file looks
-      like vere's layout with *both* slots damaged (a UIP deed does not frame at 16, and
-      bytes 48..4095 are vere's zero padding), which is refused: neither reading would be
-      safe to repair;
-    * else (or under 16 bytes): refused."""
+    * under 16 bytes: refused (no Book header of either layout);
+    * the Book magic and version 1 at offset 0, and a whole UIP deed at offset 16 whose
+      CRC holds: the UIP layout (a vere slot cannot hold one: its CRC would have to hold
+      by chance);
+    * otherwise the bytes after the 16-byte header are either a UIP log's torn first
+      deed or the rest of a vere slot that lost its CRC, whose cutting would destroy
+      vere's ``las_d``/``seq_d``: refused when the file is too short to hold a whole vere
+      slot (16 < size <= 48), when vere's zero padding follows (both slots damaged), and
+      whenever ``epoc.txt`` 3 says the file is vere's;
+    * exactly the 16-byte header and nothing else, with no ``epoc.txt`` 3: the UIP layout
+      (an empty UIP log is exactly this; a vere log is never shorter than 8192 bytes, so
+      such a file holds no vere event, and appending after it cuts nothing);
+    * longer files with non-zero bytes where vere keeps zeros: the UIP layout (a UIP log
+      whose first deed is damaged, which its recovery quarantines before cutting)."""
     path = os.fspath(log_path)
     try:  # a FIFO or directory is refused here (NotRegularFile), never waited on
         fd = open_regular(path, os.O_RDONLY, follow=True)
     except FileNotFoundError:
         raise BookError(f"{path}: no such file (expected a Book log)") from None
     try:
-        size = os.fstat(fd).st_size
-        for off in VERE_SLOT_OFFSETS:
-            raw = os.pread(fd, VERE_SLOT_SIZE, off)
-            if _slot_crc_ok(raw) and struct.unpack_from("<I", raw)[0] == MAGIC:
-                return "vere"
-        head = os.pread(fd, 16, 0)
-        if len(head) < 16:
-            raise TooShort(f"{path}: {size} bytes, under the 16-byte header of either Book "
-                           "layout")
-        magic, version, _ = HEADER.unpack(head)
-        if magic != MAGIC:
-            raise BadMagic(f"{path}: magic {magic:#010x}, expected {MAGIC:#010x} (BOOK); not "
-                           "a Book log in either layout")
-        if version != VERSION:
-            raise FormatError(f"{path}: version {version}, expected {VERSION}")
-        if size > VERE_SLOT_SIZE:
-            pad = os.pread(fd, min(size, VERE_SLOT_OFFSETS[1]) - VERE_SLOT_SIZE, VERE_SLOT_SIZE)
-            (n,) = DEED_LEN.unpack(os.pread(fd, 8, 16).ljust(8, b"\0"))
-            uip_deed = 4 <= n <= MAX_PAYLOAD and recovery.deed_crc_ok(fd, 16, n)
-            if not uip_deed and not any(pad):
-                raise FormatError(f"{path}: looks like vere's two-slot layout with both "
-                                  "header slots damaged (no slot CRC holds); refusing to "
-                                  "guess the committed state, nothing was changed")
-        return "uip"
+        return _identify_fd(fd, path, epoch_says_vere(os.path.dirname(path) or "."))
     finally:
         os.close(fd)
 
 
+_REFUSED = ("refused, nothing was changed; if it is a UIP log whose first append was torn, "
+            "copy it aside and `truncate -s 16` it, else restore book.log from a backup")
+
+
+_REFUSED_VERE = "refused, nothing was changed: restore book.log from a backup"
+
+
+def _identify_fd(fd: int, path: str, vere_context: bool) -> str:
+    """:func:`detect_layout` on an open descriptor (also the UIP engine's own check on
+    open, so no path reaches a layout by another road)."""
+    size = os.fstat(fd).st_size
+    for off in VERE_SLOT_OFFSETS:
+        raw = os.pread(fd, VERE_SLOT_SIZE, off)
+        if _slot_crc_ok(raw) and struct.unpack_from("<I", raw)[0] == MAGIC:
+            return "vere"
+    context = " (epoc.txt 3 beside it says vere's layout)" if vere_context else ""
+    head = os.pread(fd, 16, 0)
+    if len(head) < 16:
+        raise TooShort(f"{path}: {size} bytes, under the 16-byte header of either Book "
+                       f"layout{context}; refused, nothing was changed: restore book.log "
+                       "from a backup")
+    magic, version, _ = HEADER.unpack(head)
+    if magic != MAGIC:
+        raise BadMagic(f"{path}: magic {magic:#010x}, expected {MAGIC:#010x} (BOOK); not "
+                       "a Book log in either layout")
+    if version != VERSION:
+        raise BadVersion(f"{path}: version {version}, expected {VERSION}")
+    if size == 16 and not vere_context:
+        return "uip"  # an empty UIP log (see detect_layout)
+    (n,) = DEED_LEN.unpack(os.pread(fd, 8, 16).ljust(8, b"\0"))
+    if 4 <= n <= MAX_PAYLOAD and recovery.deed_crc_ok(fd, 16, n):
+        return "uip"
+    if size <= VERE_SLOT_SIZE and vere_context:
+        raise TooShort(f"{path}: {size} bytes, but epoc.txt 3 beside it says vere's layout, "
+                       f"whose header slot alone is {VERE_SLOT_SIZE} bytes (the file was cut "
+                       f"and holds no whole slot); {_REFUSED_VERE}")
+    if size <= VERE_SLOT_SIZE:
+        raise TooShort(f"{path}: {size} bytes with Book's header: too short to tell a UIP "
+                       "log with a torn first deed from vere's layout cut inside its "
+                       f"{VERE_SLOT_SIZE}-byte header slot; {_REFUSED}")
+    pad = os.pread(fd, min(size, VERE_SLOT_OFFSETS[1]) - VERE_SLOT_SIZE, VERE_SLOT_SIZE)
+    if vere_context or not any(pad):
+        raise FormatError(f"{path}: looks like vere's two-slot layout with both "
+                          f"header slots damaged (no slot CRC holds){context}; refusing to "
+                          "guess the committed state, nothing was changed: restore "
+                          "book.log from a backup")
+    return "uip"
+
+
 # --- fsck: the recovery ladder for vere's layout --------------------------------------------
+
+
+def short_payloads(b: VereBook) -> list[tuple[int, int, int]]:
+    """``(event, offset, size)`` of each committed event of ``b`` whose payload is under
+    4 bytes (vere's API can write one; bookfs never does)."""
+    import numpy as np
+
+    first, count, end = b._view[:3]
+    if not count:
+        return []
+    offs = np.frombuffer(b._index.offsets, dtype=np.uint64)[:count].astype(np.int64)
+    sizes = np.append(offs[1:], end) - offs - VERE_DEED_OVERHEAD
+    return [(first + int(i), int(offs[i]), int(sizes[i]))
+            for i in np.nonzero(sizes < MIN_PAYLOAD)[0]]
 
 
 @dataclass
@@ -925,8 +1078,12 @@ class VereRecovery(recovery.Recovery):
       does what a writable open does: roll back an unacknowledged batch and cut a torn
       tail, quarantining anything that may hold events first, and rewrite a header slot.
       It says each thing it did.
-    * ``salvage`` copies every deed whose framing holds (scanning past damage at every
-      byte offset) into a new vere-layout log with the same epoch base.
+    * ``salvage`` copies the committed events (past damage: up to the end of a batch
+      whose CRC a valid slot holds, found by trying every byte offset) into a new
+      vere-layout log with the same epoch base; what was never committed, damaged bytes
+      and payloads under 4 bytes are kept aside in ``salvage-left-out.bin``, never as
+      events.  A log whose committed events include a 0-byte payload is checked and
+      salvaged as the reference reads it; its repair is refused (:class:`EmptyPayload`).
     """
 
     kind = "vere"
@@ -954,7 +1111,7 @@ class VereRecovery(recovery.Recovery):
                                   f"{VERE_DEEDS_START}-byte header region (a writable open "
                                   "refuses it)"))
             rep.repairs.append(f"pad the header region to {VERE_DEEDS_START} bytes")
-        with VereBook.open(self.path) as b:
+        with VereBook.open(self.path, empty_payloads=True) as b:
             r = b.recovery
             st.fir = b.epoch
             best = max((s for s in b._slots if s), key=lambda s: (s.seq, -s.which))
@@ -985,6 +1142,12 @@ class VereRecovery(recovery.Recovery):
                 rep.problems.append(P("framing", off, f"the deed of event {event} at offset "
                                       f"{off} fails its framing or batch CRC check",
                                       event=event))
+            for event, off, n in short_payloads(b):
+                rep.problems.append(P("payload", off, f"event {event} at offset {off} has a "
+                                      f"{n}-byte payload, under a 4-byte mug" +
+                                      (" (bookfs refuses to open a log with a 0-byte one)"
+                                       if n == 0 else "") + "; --salvage OUT keeps it aside, "
+                                      "not as an event", event=event))
             rep.first, rep.last = b.gulf()
             rep.events = b.count
         for p in rep.problems:
@@ -1068,22 +1231,40 @@ class VereRecovery(recovery.Recovery):
         return [f"rewrote damaged header slot {new.name} with the committed state "
                 f"(las_d {new.las}, seq_d {new.seq}) below slot {active.name}'s"]
 
-    def salvage(self, report: recovery.CheckReport, out: str, *, progress=None) -> dict:
-        """Copy every deed whose framing holds, in file order, into a new vere-layout log
-        in ``out`` (epoch base ``fir_d``), scanning past damage at every byte offset.
-        Deeds past the header's ``las_d`` are included (the reference keeps them too) and
-        the report says which they are; vere deeds have no CRC, so run ``--mugs`` on the
-        result to check their payloads."""
+    def salvage_into(self, report: recovery.CheckReport, out: str, *, progress=None) -> dict:
+        """Copy the committed events into a new vere-layout log in ``out`` (epoch base
+        ``fir_d``), and keep every other byte past the header region aside.
+
+        * The events are those the recovery rule keeps (:meth:`VereBook._committed_count`,
+          what a mount serves), read as the reference reads them (a 0-byte payload the
+          batch CRC vouches for is committed, and then, like every payload under 4
+          bytes, kept aside and recorded as a gap of one event).
+        * When damage breaks the framing inside acknowledged events, the deeds past it are
+          found by trying every byte offset, and those up to the end of a batch whose CRC
+          equals a valid header slot's ``sum`` are committed: they are copied, numbered on
+          from the last event before the damage (the report lists the gaps).
+        * Everything else is never an event of the new log: deeds past the committed end
+          (a batch rolled back because its CRC fails or it is cut, deeds no header
+          commits), the damaged bytes, and payloads under 4 bytes go byte for byte to
+          ``salvage-left-out.bin``; ``past_committed_end`` counts the framed deeds past
+          the committed end.  vere deeds carry no CRC, so check the payloads with
+          ``bookfs verify --mugs``."""
         from .book import SalvageBatch
         from .layout import META_FIELDS
 
-        st: VereFindings = report.state
         gaps: list[dict] = []
-        os.makedirs(out, exist_ok=True)
         fd = open_regular(self.log_path, os.O_RDONLY, follow=True)
         try:
             size = os.fstat(fd).st_size
-            with VereBook.open(out, writable=True, create=True, epoch=st.fir) as dst:
+            with VereBook.open(self.path, empty_payloads=True) as src:
+                fir, count, end = src.epoch, src.count, src._view[2]
+                committed = src._index.offsets[:count]
+                slots = [x for x in src._slots if x]
+                rolled_back = src.recovery.rolled_back
+            best = max(slots, key=lambda x: (x.seq, -x.which))
+            acked = best.las - fir - (best.bat if rolled_back else 0)
+            with VereBook.open(out, writable=True, create=True, epoch=fir) as dst, \
+                    recovery.LeftOut(out) as left:
                 try:
                     with open(os.path.join(self.path, META_NAME), "rb") as f:
                         raw = f.read(META_SIZE + 1)
@@ -1092,34 +1273,129 @@ class VereRecovery(recovery.Recovery):
                 if len(raw) == META_SIZE:
                     for key, (o, n) in META_FIELDS.items():
                         dst.save_meta(key, raw[o : o + n])
-                batch = SalvageBatch(dst, st.fir + 1, epoch=st.fir)
-                pos = VERE_DEEDS_START
-                while pos < size:
-                    ix = OffsetIndex(first=1, end=pos)
-                    stop = scan_vere_framing(fd, ix, size, 1 << 62, progress=progress)
-                    for i, off in enumerate(ix.offsets):
-                        nxt = ix.offsets[i + 1] if i + 1 < ix.count else stop
-                        batch.add(os.pread(fd, nxt - off - VERE_DEED_OVERHEAD, off + 8))
-                    if stop >= size:
-                        break
-                    resume = find_framed_deed(fd, stop + 1, size)
-                    end = resume if resume is not None else size
-                    gaps.append({"offset": stop, "bytes": end - stop,
-                                 "after_new_event": batch.next_event - 1,
-                                 "events_lost": "unknown"})
-                    if resume is None:
-                        break
-                    pos = resume
+                batch = SalvageBatch(dst, fir + 1, epoch=fir, left_out=left, gaps=gaps)
+                for i, off in enumerate(committed):
+                    nxt = committed[i + 1] if i + 1 < count else end
+                    batch.add(os.pread(fd, nxt - off - VERE_DEED_OVERHEAD, off + 8),
+                              offset=off, original_event=fir + 1 + i)
+                    if progress is not None:
+                        progress(nxt - off)
+                pos, why = end, None
+                if count < acked:  # damage inside acknowledged events, not a crash
+                    pos, why = self._salvage_past_damage(fd, size, end, fir, slots, batch,
+                                                         left, progress)
+                past = 0
+                if pos < size:
+                    past = _count_framed(fd, pos, size)
+                    if why is None:
+                        why = (f"past the committed end (event {fir + count}): " +
+                               (f"events {rolled_back[0]}..{rolled_back[1]} that slot "
+                                f"{best.name} names fail their batch CRC or are cut, so "
+                                "that save was never acknowledged (the reference rolls it "
+                                "back too)" if rolled_back and count == acked else
+                                "no valid header slot commits these bytes"))
+                    left.copy(fd, pos, size - pos, kind=recovery.NOT_COMMITTED, why=why,
+                              deeds=past)
                 batch.flush()
-                past = max(0, dst.last - st.las) if dst.count else 0
                 result = {
                     "source": self.log_path, "out": os.path.abspath(out), "layout": "vere",
                     "recovered": dst.count, "first": dst.first, "last": dst.last,
-                    "past_committed_end": past, "gaps": gaps,
-                    "note": ("every deed whose framing holds, in file order, numbered from "
-                             f"the epoch base {st.fir}; vere deeds carry no CRC, so check the "
-                             "payloads with `bookfs verify --mugs`"),
+                    "past_committed_end": past, "gaps": gaps, "left_out": left.records,
+                    "note": ("the committed events, numbered from the epoch base "
+                             f"{fir}; deeds that were never committed are only in "
+                             f"{recovery.LEFT_OUT_NAME}; vere deeds carry no CRC, so check "
+                             "the payloads with `bookfs verify --mugs`"),
                 }
         finally:
             os.close(fd)
-        return recovery.write_salvage_report(out, result)
+        return result
+
+    #: bytes of CRC computed while looking for a header's batch past damage, at least
+    _COMMIT_SEARCH_BYTES = 64 << 20
+
+    def _salvage_past_damage(self, fd: int, size: int, pos: int, fir: int, slots: list,
+                             batch, left, progress) -> tuple[int, str]:
+        """Damage at ``pos`` inside acknowledged events: find every framed deed after it
+        (trying every byte offset past each break), then the last point where a valid
+        slot's batch (its ``bat`` deeds, contiguous) has the CRC ``sum``, newest slot
+        first: the deeds up to there are committed and added to ``batch``, each break
+        before them recorded as a gap and its bytes copied to ``left``.  The search stops
+        after CRCs over twice the bytes past ``pos`` (at least 64 MiB).  Returns where the
+        committed deeds end and why the bytes after that are not committed."""
+        before = batch.next_event - 1 - fir + batch.skipped
+        runs: list[list[tuple[int, int]]] = []  # runs of contiguous framed deeds (off, len)
+        breaks: list[tuple[int, int]] = []  # (offset, bytes) before each run
+        at = pos
+        while at < size:
+            resume = find_framed_deed(fd, at + 1, size)
+            if resume is None:
+                break
+            ix = OffsetIndex(first=1, end=resume)
+            stop = scan_vere_framing(fd, ix, size, 1 << 62)
+            ends = list(ix.offsets[1:]) + [stop]
+            breaks.append((at, resume - at))
+            runs.append([(o, e - o - VERE_DEED_OVERHEAD) for o, e in zip(ix.offsets, ends)])
+            at = stop
+        deeds = [(r, d) for r, run in enumerate(runs) for d in run]
+        found = None
+        budget = max(self._COMMIT_SEARCH_BYTES, 2 * (size - pos))
+        for c in sorted(slots, key=lambda x: (-x.seq, x.which)):
+            for j in range(len(deeds) - 1, c.bat - 2 if c.bat else len(deeds), -1):
+                window = deeds[j - c.bat + 1 : j + 1]
+                if window[0][0] != window[-1][0]:
+                    continue  # a batch never spans a break
+                lo = window[0][1][0]
+                hi = window[-1][1][0] + window[-1][1][1] + VERE_DEED_OVERHEAD
+                budget -= hi - lo
+                if budget < 0:
+                    break
+                if crc_range(fd, lo, hi) == c.sum:
+                    found = (j, c)
+                    break
+            if found is not None or budget < 0:
+                break
+        if found is None:
+            return pos, (f"past damage at offset {pos} inside acknowledged events: no "
+                         "valid header slot's batch CRC matches the deeds after it, so "
+                         "none of them can be shown committed")
+        j, c = found
+        kept, done, end, used = j + 1, 0, pos, []
+        for r, run in enumerate(runs):
+            if done >= kept:
+                break
+            off, n = breaks[r]
+            used.append({"offset": off, "bytes": n, "after_new_event": batch.next_event - 1,
+                         "events_lost": "unknown"})
+            batch.gaps.append(used[-1])
+            left.copy(fd, off, n, kind=recovery.DAMAGED,
+                      why="bytes inside acknowledged events that do not frame a deed")
+            take = run[: kept - done]
+            for o, m in take:
+                batch.add(os.pread(fd, m, o + 8), offset=o)
+                end = o + m + VERE_DEED_OVERHEAD
+                if progress is not None:
+                    progress(m + VERE_DEED_OVERHEAD)
+            done += len(take)
+        if len(used) == 1:  # one break: slot c says how many events it lost
+            used[0]["events_lost"] = c.las - fir - before - kept
+        return end, (f"past the committed end: slot {c.name}'s batch (up to event "
+                     f"{c.las}) ends at offset {end} and its CRC holds; no newer valid "
+                     "slot's batch matches the deeds after it")
+
+
+def _count_framed(fd: int, pos: int, size: int) -> int:
+    """How many deeds with sound framing lie in ``[pos, size)``, trying every byte offset
+    past each break (a count for the salvage report)."""
+    n = 0
+    at = pos
+    while at < size:
+        ix = OffsetIndex(first=1, end=at)
+        stop = scan_vere_framing(fd, ix, size, 1 << 62)
+        n += ix.count
+        if stop >= size:
+            break
+        nxt = find_framed_deed(fd, stop + 1, size)
+        if nxt is None:
+            break
+        at = nxt
+    return n

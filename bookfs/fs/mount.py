@@ -10,6 +10,7 @@ uses ``auto_unmount``, so a daemon that dies never leaves a dead mount behind.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import re
@@ -261,7 +262,10 @@ def open_log_file(path: str | None) -> tuple[str, int]:
     """``(path, fd)`` of the daemon's log, opened so that a planted symlink or file can
     never redirect it: a given path is opened with ``O_NOFOLLOW`` (appending); the default
     is a new file, ``O_EXCL | O_NOFOLLOW``, in the private :func:`log_dir`, whose oldest
-    logs beyond ``LOG_KEEP`` are pruned."""
+    logs beyond ``LOG_KEEP`` are pruned.  The process that opens it (the daemon: it runs
+    in the forked child) holds a shared ``flock`` on it for its lifetime, which tells
+    pruning that its daemon is alive (:func:`_prune_logs`); the descriptor is close-on-exec
+    and the watchdog closes its copy, so no other process keeps the lock."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     if path is None:
         directory = private_dir(log_dir(), "log directory")
@@ -277,18 +281,49 @@ def open_log_file(path: str | None) -> tuple[str, int]:
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise MountError(f"{path}: the daemon log must be a regular file")
+    fcntl.flock(fd, fcntl.LOCK_SH)  # "my daemon is alive": released when it exits
     return path, fd
 
 
 def _prune_logs(directory: str) -> None:
+    """Delete the oldest daemon logs in ``directory`` so that ``LOG_KEEP`` remain with
+    the new one, never the log of a live daemon: a log is deleted only while this process
+    holds an exclusive ``flock`` on it, taken without waiting, which fails while its daemon
+    holds its shared one (:func:`open_log_file`).  Live daemons' logs do not count as
+    prunable, however old; logs of daemons that are gone are pruned in their place."""
     with contextlib.suppress(OSError):
         logs = sorted((e for e in os.scandir(directory)
                        if e.name.startswith("bookfs-") and e.name.endswith(".log")
                        and e.is_file(follow_symlinks=False)),
                       key=lambda e: e.stat(follow_symlinks=False).st_mtime)
-        for e in logs[: max(0, len(logs) - LOG_KEEP + 1)]:
-            with contextlib.suppress(OSError):
-                os.unlink(e.path)
+        excess = len(logs) - LOG_KEEP + 1
+        for e in logs:
+            if excess <= 0:
+                break
+            if _unlink_if_dead(e.path):
+                excess -= 1
+
+
+def _unlink_if_dead(path: str) -> bool:
+    """Unlink the log at ``path`` unless a live daemon holds its lock (True if done)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # EWOULDBLOCK: its daemon is alive
+            return False
+        st, now = os.fstat(fd), os.lstat(path)
+        if (st.st_dev, st.st_ino) != (now.st_dev, now.st_ino):
+            return False  # the name was given to another file meanwhile
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def check_places(source: str, mountpoint: str) -> None:
@@ -491,7 +526,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
             nursery.start_soon(stop_on_signal)
             if ops.readonly:
                 nursery.start_soon(ops.follow_loop)
-            await pyfuse3.main()
+            await pyfuse3.main(max_tasks=max_tasks())
             nursery.cancel_scope.cancel()
 
     try:
@@ -505,6 +540,30 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
             book.close()
             log.info("unmounted %s; lock released", mountpoint)
     return 0
+
+
+def max_tasks() -> int:
+    """How many requests pyfuse3 may serve at once (its worker tasks; stock default 99).
+
+    A close of ``new/N`` waits in its FLUSH until N is committed, and it holds a worker
+    all that time.  With 99 workers, 99 waiting closes left none to read ``/dev/fuse``,
+    so the write that would let N commit was never served and the mount froze (issue
+    19, item 7).  Waiting requests must never starve the ones that let them finish, so
+    the bound is what the kernel can have in flight, not a guess: every request but the
+    background ones (readahead, async reads and writes, bounded by ``max_background``,
+    12 by default) is synchronous, sent by one task that waits for its answer
+    (``fs/fuse/dev.c``: ``__fuse_request_send()`` waits in ``request_wait_answer()``;
+    ``flush_bg_queue()`` holds background requests at ``max_background``), and FLUSH is
+    one of them (``fs/fuse/file.c``, ``fuse_flush()``: ``fuse_simple_request``).  So at
+    most one request per task in the system (``/proc/sys/kernel/threads-max``) plus the
+    background ones can be waiting.  A waiting worker costs a few KiB: the patched
+    pyfuse3 (``bounded_buffers``) frees its 1 MiB receive buffer while it waits."""
+    try:
+        with open("/proc/sys/kernel/threads-max") as f:
+            threads = int(f.read())
+    except (OSError, ValueError):
+        threads = 1 << 22  # the kernel's own ceiling (FUTEX_TID_MASK)
+    return min(threads + 1024, (1 << 31) - 1)
 
 
 def _mount_id(mountpoint: str) -> str | None:

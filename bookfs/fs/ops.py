@@ -4,7 +4,9 @@ Caching contract
 ----------------
 * ``events/<N>`` files are immutable: entry and attribute timeouts of a day, and the
   kernel page cache is kept across opens (``keep_cache``).  ``st_ino`` is derived from
-  the event number, so it is stable across remounts; ``st_size`` is exact.
+  the event number and the log's generation slot (``inodes.py``), so it is stable across
+  remounts; ``st_size`` is exact.  A name other than the two canonical ones (``42``,
+  ``000000000042``) is not cached (entry timeout 0).
 * The names of the fixed directories and files never change: entries cached for a day.
   The attributes of directories (``events/``'s size and mtime) and ``meta/*`` (mtime)
   change on append and are cached for ``CHANGING`` (1 s); without attribute caching on
@@ -68,8 +70,21 @@ stops sending it.
 
 Read-only mounts follow the writer: ``follow_loop`` checks the log every second.  When it
 shrank or was replaced (the log's ``generation`` changed) every cache is dropped, the
-kernel's too, and handles opened before answer ESTALE (without opens, on the patched
-path, the kernel's cached pages of every event of the old log are dropped instead).
+kernel's too, and handles opened before answer ESTALE.
+
+One read stream, one generation (issue 19, item 1).  Without opens there is no handle to
+carry a generation, so the inodes do: ``events/N``, ``pretty/N`` and ``segments/K`` carry
+the *slot* of the generation they were looked up in (``inodes.py``).  A new generation
+takes another slot and drops every name of the old one from the kernel's dentry cache,
+so a new lookup answers a new node ID (the kernel then drops its dentry:
+``fs/fuse/dir.c``, ``fuse_dentry_revalidate()``), while a file opened before reads on by
+its old node ID and is answered ESTALE.  Bytes read straight from the log file (a large
+event, a segment, a small event not cached yet) are served only if the log is still the
+same generation after the ``pread`` (``_read_then_recheck``): a writer's recovery cuts
+and rewrites the file in place before the follower notices.  A slot is taken again only
+when the kernel has forgotten all its inodes: lookups and readdirplus entries are counted
+(``fs/fuse/inode.c``, ``fuse_iget()``; ``fs/fuse/readdir.c``, ``fuse_direntplus_link()``)
+and FORGETs subtracted (``forget``).
 """
 
 from __future__ import annotations
@@ -210,10 +225,12 @@ class _EventHandle:
 
 
 class _SegmentHandle:
-    __slots__ = ("seg",)
+    """An open segment and the log generation it was opened in."""
 
-    def __init__(self, seg: Segment):
-        self.seg = seg
+    __slots__ = ("seg", "generation")
+
+    def __init__(self, seg: Segment, generation: int):
+        self.seg, self.generation = seg, generation
 
 
 class _BytesHandle:
@@ -281,6 +298,11 @@ class BookOperations(pyfuse3.Operations):
         self._cache = EventCache()
         self._verified_large: set[int] = set()  # large events whose check passed (8 B each)
         self._generation = getattr(book, "generation", 0)
+        # the generation slot of events/, pretty/ and segments/ inodes (inodes.py), None
+        # while no slot is free; and how many lookups of each slot's inodes the kernel
+        # has not forgotten yet (a slot is taken again only at 0)
+        self._slot: int | None = 0
+        self._slot_refs = [0] * I.SLOTS
         self._known = book.gulf()  # the range the kernel may have cached
         self._uid, self._gid, self._modes = source_modes(book, self.readonly, owner=owner,
                                                          umask=umask)
@@ -295,7 +317,9 @@ class BookOperations(pyfuse3.Operations):
         self.mounts = closer.Mounts(None)  # set_device() once mounted
         self.prober = WorkerThread("bookfs-probe")
         self._listed: dict[int, tuple] = {}  # directory inode -> log state at its opendir
-        self._pretty: collections.OrderedDict[int, bytes] = collections.OrderedDict()
+        # (event, generation) -> its rendering; renderings under way (ops._pretty_text)
+        self._pretty: collections.OrderedDict[tuple[int, int], bytes] = collections.OrderedDict()
+        self._pretty_rendering: dict[tuple[int, int], trio.Event] = {}
         self._content_mtime: dict[int, tuple[bytes, int]] = {}  # inode -> (content, mtime)
         self._segment_checked: dict[int, int] = {}  # segment index -> size whose deeds passed
 
@@ -353,6 +377,58 @@ class BookOperations(pyfuse3.Operations):
         a.entry_timeout = timeout if entry_timeout is None else entry_timeout
         return a
 
+    # --- generation slots (inodes.py; issue 19, item 1) ----------------------------------
+
+    def _slot_now(self) -> int:
+        """The slot new lookups of events, renderings and segments get.  While none is
+        free (the kernel still holds inodes of every other slot: files of older
+        generations held open) those lookups answer EIO, until one is forgotten."""
+        if self._slot is None:
+            self._slot = self._free_slot(None)
+            if self._slot is None:
+                raise refuse(errno.EIO, "files of the log's older generations are still "
+                                        "open (the log was replaced or recovered "
+                                        f"{I.SLOTS} times while they were held); close "
+                                        "them to read the new log")
+            log.info("generation slot %d taken", self._slot)
+        return self._slot
+
+    def _free_slot(self, old: int | None) -> int | None:
+        """A slot other than ``old`` whose inodes the kernel has all forgotten."""
+        start = 0 if old is None else old + 1
+        for k in range(I.SLOTS):
+            s = (start + k) % I.SLOTS
+            if s != old and not self._slot_refs[s]:
+                return s
+        return None
+
+    def _entry(self, attrs: pyfuse3.EntryAttributes) -> pyfuse3.EntryAttributes:
+        """Count an entry handed to the kernel (a lookup or a readdirplus entry: the
+        kernel's ``nlookup`` grows by one, ``fs/fuse/inode.c``, ``fuse_iget()``)."""
+        slot = I.slot_of(attrs.st_ino)
+        if slot is not None and slot < I.SLOTS:
+            self._slot_refs[slot] += 1
+        return attrs
+
+    def _stale(self, inode: int) -> bool:
+        """Whether ``inode`` names a file of an older generation of the log."""
+        slot = I.slot_of(inode)
+        return slot is not None and slot != self._slot
+
+    def _current(self, inode: int, what: str) -> None:
+        """ESTALE for a file of an older generation: it was looked up before the log
+        was replaced or recovered, and its bytes are not the new log's."""
+        if self._stale(inode):
+            raise refuse(errno.ESTALE, f"{what}: the log was recovered or replaced since "
+                                       "this file was looked up; open it again")
+
+    @guarded
+    async def forget(self, inode_list):
+        for inode, nlookup in inode_list:
+            slot = I.slot_of(inode)
+            if slot is not None and slot < I.SLOTS:
+                self._slot_refs[slot] = max(0, self._slot_refs[slot] - nlookup)
+
     def _follow(self) -> None:
         """On a read-only mount, pick up events another process committed; if the log
         shrank or was replaced under us, drop every cache (ours and the kernel's)."""
@@ -366,6 +442,11 @@ class BookOperations(pyfuse3.Operations):
             trio.lowlevel.spawn_system_task(self._drop_attrs)  # it grew
         if gen != self._generation:
             self._generation = gen
+            old_slot, self._slot = self._slot, self._free_slot(self._slot)
+            if self._slot is None:
+                log.error("the log changed again while files of %d older generations are "
+                          "still open: events, renderings and segments answer EIO until "
+                          "they are closed", I.SLOTS - 1)
             self._cache.clear()
             self._verified_large.clear()
             self._segment_checked.clear()
@@ -374,7 +455,7 @@ class BookOperations(pyfuse3.Operations):
                         "events %s..%s are reread from disk", old[0], old[1])
             segments, self._segment_names = self._segment_names, {}
             trio.lowlevel.spawn_system_task(self._invalidate_kernel, old, self._known,
-                                            segments)
+                                            segments, old_slot)
 
     def _changing_inodes(self) -> list[int]:
         """Inodes whose attributes an append changes and the kernel caches for
@@ -399,38 +480,44 @@ class BookOperations(pyfuse3.Operations):
             log.exception("invalidating the kernel's cached attributes failed")
 
     async def _invalidate_kernel(self, old: tuple[int, int], new: tuple[int, int],
-                                 segments: dict[int, bytes]) -> None:
+                                 segments: dict[int, bytes], slot: int | None) -> None:
         """Make the kernel forget what it cached of events ``old`` and of ``segments``
-        (index -> name) (a worker thread: dropping pages waits for reads in flight, which
-        this loop must keep serving)."""
+        (index -> name), looked up in generation ``slot`` (a worker thread: dropping
+        pages waits for reads in flight, which this loop must keep serving)."""
         try:
-            await trio.to_thread.run_sync(self._invalidate_sync, old, new, segments)
+            await trio.to_thread.run_sync(self._invalidate_sync, old, new, segments, slot)
         except Exception:  # never let a system task kill the mount
             log.exception("invalidating the kernel's caches failed")
 
     def _invalidate_sync(self, old: tuple[int, int], new: tuple[int, int],
-                         segments: dict[int, bytes]) -> None:
+                         segments: dict[int, bytes], slot: int | None) -> None:
+        """Every name of the old generation is dropped from the kernel's dentry cache,
+        gone or not: its next lookup answers the new slot's inode, and the dentry's
+        inode, no longer held, is evicted and forgotten (``_slot_refs``).  Names other
+        than the two canonical ones are never cached (``lookup``)."""
+        slot = 0 if slot is None else slot
         for k, name in segments.items():  # a segment's bytes may have changed
             with contextlib.suppress(OSError):
-                pyfuse3.invalidate_inode(I.segment_inode(k))
+                pyfuse3.invalidate_inode(I.segment_inode(k, slot))
             with contextlib.suppress(OSError):
                 pyfuse3.invalidate_entry(I.SEGMENTS, name)
         first, last = old
         if not last:
             return
-        gone_from = new[1] + 1 if new[1] else first
         self._drop_attrs_sync(self._changing_inodes())
-        for event in range(first, last + 1):
-            with contextlib.suppress(OSError):  # ENOENT: the kernel holds nothing of it
-                pyfuse3.invalidate_inode(I.event_inode(event))
+        parents = [I.EVENTS, I.PRETTY] + [I.epoch_inode(k, I.EPOCH_EVENTS)
+                                          for k in range(len(self.epochs))]
+        for event in range(first, last + 1):  # names first: new opens find the new log
+            for name in (I.event_name(event), str(event).encode()):
+                for parent in parents:
+                    with contextlib.suppress(OSError):  # ENOENT: nothing cached
+                        pyfuse3.invalidate_entry(parent, name)
+        for event in range(first, last + 1):  # then the old inodes' pages and attributes
+            with contextlib.suppress(OSError):
+                pyfuse3.invalidate_inode(I.event_inode(event, slot))
             if self.no_open:  # renderings were cached by inode too
                 with contextlib.suppress(OSError):
-                    pyfuse3.invalidate_inode(I.pretty_inode(event))
-            if event >= gone_from:
-                for name in (I.event_name(event), str(event).encode()):
-                    for parent in (I.EVENTS, I.PRETTY):
-                        with contextlib.suppress(OSError):
-                            pyfuse3.invalidate_entry(parent, name)
+                    pyfuse3.invalidate_inode(I.pretty_inode(event, slot))
 
     async def follow_loop(self) -> None:
         """Run by the daemon of a read-only mount: check the log every ``FOLLOW_EVERY``
@@ -451,27 +538,46 @@ class BookOperations(pyfuse3.Operations):
         return self.book.mtime_ns(last) if last else self._mounted_ns
 
     def _event_attrs(self, event: int) -> pyfuse3.EntryAttributes:
-        return self._attrs(I.event_inode(event), stat.S_IFREG | self._modes.read,
+        return self._attrs(I.event_inode(event, self._slot_now()),
+                           stat.S_IFREG | self._modes.read,
                            self.book.payload_size(event), self.book.mtime_ns(event), FOREVER)
 
     async def _pretty_attrs(self, event: int) -> pyfuse3.EntryAttributes:
         """``pretty/<event>``: size 0 (like a /proc file), content rendered on open and
         served with ``direct_io``.  On the no-open path the kernel reads through its page
         cache up to the size, so the rendering is made here and its real size given."""
+        slot = self._slot_now()  # before the rendering: its size is this generation's
         size = len(await self._pretty_text(event)) if self.no_open else 0
-        return self._attrs(I.pretty_inode(event), stat.S_IFREG | self._modes.read, size,
+        return self._attrs(I.pretty_inode(event, slot), stat.S_IFREG | self._modes.read, size,
                            self.book.mtime_ns(event), FOREVER)
 
     async def _pretty_text(self, event: int) -> bytes:
-        """The rendering of ``event``, kept for the last ``PRETTY_KEPT`` events."""
-        text = self._pretty.get(event)
-        if text is None:
+        """The rendering of ``event``, made once per event and log generation: every name
+        of it (``pretty/1``, ``pretty/01``) and every open or lookup while it is being
+        rendered share one rendering (the others wait for it), kept for the last
+        ``PRETTY_KEPT`` events (each at most ~64 KiB: bounded memory)."""
+        key = (event, self._generation)
+        while True:
+            text = self._pretty.get(key)
+            if text is not None:
+                self._pretty.move_to_end(key)
+                return text
+            rendering = self._pretty_rendering.get(key)
+            if rendering is None:
+                break
+            await rendering.wait()  # then it is kept, or it failed and is made again here
+        done = self._pretty_rendering[key] = trio.Event()
+        try:
             text = await self._pretty_bytes(event)
-            self._pretty[event] = text
+            if key[1] != self._generation:  # rendered from a log that is gone
+                raise refuse(errno.ESTALE, f"pretty/{event}: the log was recovered or "
+                                           "replaced while it was rendered")
+            self._pretty[key] = text
             while len(self._pretty) > PRETTY_KEPT:
                 self._pretty.popitem(last=False)
-        else:
-            self._pretty.move_to_end(event)
+        finally:
+            del self._pretty_rendering[key]
+            done.set()
         return text
 
     async def _pretty_bytes(self, event: int) -> bytes:
@@ -506,7 +612,8 @@ class BookOperations(pyfuse3.Operations):
     def _segment_attrs(self, seg: Segment) -> pyfuse3.EntryAttributes:
         """A segment's attributes; its name is noted as one the kernel may cache."""
         self._segment_names[seg.index] = I.event_name(seg.first)
-        return self._attrs(I.segment_inode(seg.index), stat.S_IFREG | self._modes.read, seg.size,
+        return self._attrs(I.segment_inode(seg.index, self._slot_now()),
+                           stat.S_IFREG | self._modes.read, seg.size,
                            self.book.mtime_ns(seg.last), FOREVER if seg.complete else GROWING,
                            entry_timeout=FOREVER)
 
@@ -559,6 +666,7 @@ class BookOperations(pyfuse3.Operations):
         raise pyfuse3.FUSEError(errno.ENOENT)
 
     async def _attrs_of(self, ino: int) -> pyfuse3.EntryAttributes:
+        self._current(ino, f"inode {ino}")
         if I.is_pretty(ino):
             event = I.inode_pretty(ino, self.book.first)
             if event not in self.book:
@@ -577,10 +685,11 @@ class BookOperations(pyfuse3.Operations):
             self._follow()
             return self._epoch_attrs(ino)
         if I.is_segment(ino) and self.segments is not None:
-            seg = self.segments.get(ino - I.SEGMENT_BASE)
+            seg = self.segments.get(I.inode_segment(ino))
             if seg is None or not seg.complete:  # it may have grown: look at the log
                 self._follow()
-                seg = self.segments.get(ino - I.SEGMENT_BASE)
+                self._current(ino, f"segment {I.inode_segment(ino)}")
+                seg = self.segments.get(I.inode_segment(ino))
             if seg is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
             return self._segment_attrs(seg)
@@ -611,6 +720,21 @@ class BookOperations(pyfuse3.Operations):
 
     @guarded
     async def lookup(self, parent_inode, name, ctx=None):
+        attrs = await self._lookup(parent_inode, name)
+        if I.slot_of(attrs.st_ino) is not None:
+            self._entry(attrs)
+            number = I.parse_number(name)
+            names = {I.event_name(number), str(number).encode()}
+            if parent_inode == I.SEGMENTS:  # the name _segment_names notes
+                names = {I.event_name(number)}
+            if name not in names:
+                # a third spelling of a number (``0042``): never cached, so that a
+                # replacement, which drops the canonical names (_invalidate_sync),
+                # leaves no dentry that holds an old generation's inode
+                attrs.entry_timeout = 0
+        return attrs
+
+    async def _lookup(self, parent_inode, name):
         if parent_inode == I.PRETTY:
             event = I.parse_number(name)
             if event is None:
@@ -668,7 +792,9 @@ class BookOperations(pyfuse3.Operations):
 
     @guarded
     async def getattr(self, inode, ctx=None):
-        return await self._attrs_of(inode)
+        attrs = await self._attrs_of(inode)
+        self._current(inode, f"inode {inode}")  # the log may have changed meanwhile
+        return attrs
 
     @guarded
     async def setattr(self, inode, attr, fields, fh, ctx):
@@ -746,14 +872,16 @@ class BookOperations(pyfuse3.Operations):
             a = self._event_attrs(event)
             reply, name, inode = pyfuse3.readdir_reply, I.event_name, I.event_inode
             size_of, mtime_of = log.payload_size, log.mtime_ns
+            slot, refs = self._slot, self._slot_refs
             while event <= last:
                 size = size_of(event)
-                a.st_ino = inode(event)
+                a.st_ino = inode(event, slot)
                 a.st_size = size
                 a.st_blocks = (size + 511) >> 9
                 a.st_mtime_ns = a.st_ctime_ns = a.st_atime_ns = mtime_of(event)
                 if not reply(token, name(event), a, event - first + 1):
                     return
+                refs[slot] += 1  # an entry the kernel links (readdirplus): _entry
                 event += 1
             return
         if fh == I.PRETTY:
@@ -764,9 +892,12 @@ class BookOperations(pyfuse3.Operations):
         if fh == I.SEGMENTS:  # cookie = segment index + 1
             for k in range(start_id, self.segments.slots()):
                 seg = self.segments.get(k)
-                if seg is not None and not pyfuse3.readdir_reply(
-                        token, I.event_name(seg.first), self._segment_attrs(seg), k + 1):
+                if seg is None:
+                    continue
+                attrs = self._segment_attrs(seg)
+                if not pyfuse3.readdir_reply(token, I.event_name(seg.first), attrs, k + 1):
                     return
+                self._entry(attrs)
             return
         entries = self._small_dir(fh)
         for i in range(start_id, len(entries)):  # cookie = position + 1
@@ -809,7 +940,9 @@ class BookOperations(pyfuse3.Operations):
         """The payload of small ``event``, checked, from the shared cache or the disk."""
         data = self._cache.get(event)
         if data is None:
-            data = self.book.read(event)  # the format's check (CRC)
+            # the format's check (CRC); kept only if the log is still this generation
+            # once it was read (a recovery rewrites the file in place: _read_then_recheck)
+            data = self._read_then_recheck(None, f"events/{event}", self.book.read, event)
             self._cache.put(event, data)
         return data
 
@@ -821,14 +954,16 @@ class BookOperations(pyfuse3.Operations):
             # reads arrive by inode (read_inode), where the open's checks now happen
             raise pyfuse3.FUSEError(errno.ENOSYS)
         writing = flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND)
+        self._current(inode, f"inode {inode}")
         if I.is_event(inode):
             event = self._event_of(inode)
             if writing:
                 raise refuse(errno.EROFS, f"events/{event} is immutable; append through new/")
             if event not in self.book:
                 raise pyfuse3.FUSEError(errno.ENOENT)
+            generation = self._generation
             small = await self._check_event(event) is not None
-            handle = _EventHandle(event, self._generation, small)
+            handle = _EventHandle(event, generation, small)
             return self._file_info(self._new_fh(handle), keep_cache=True)
         if I.is_pretty(inode):
             event = I.inode_pretty(inode, self.book.first)
@@ -849,11 +984,13 @@ class BookOperations(pyfuse3.Operations):
         if I.is_segment(inode) and self.segments is not None:
             if writing:
                 raise refuse(errno.EROFS, "segments are read-only")
-            seg = self.segments.get(inode - I.SEGMENT_BASE)
+            seg = self.segments.get(I.inode_segment(inode))
             if seg is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
+            generation = self._generation
             await self._check_segment(seg)
-            return self._file_info(self._new_fh(_SegmentHandle(seg)), keep_cache=seg.complete)
+            return self._file_info(self._new_fh(_SegmentHandle(seg, generation)),
+                                   keep_cache=seg.complete)
         if inode == I.INFO:
             if writing:
                 raise refuse(errno.EACCES, "info is read-only")
@@ -909,19 +1046,26 @@ class BookOperations(pyfuse3.Operations):
         the kernel caches none of its bytes."""
         if I.is_event(inode):
             event = self._event_of(inode)
+            self._current(inode, f"events/{event}")
             if event not in self.book:
                 self._follow()
                 if event not in self.book:
                     raise refuse(errno.ESTALE, f"events/{event}: no longer in the log")
+            self._current(inode, f"events/{event}")
             data = await self._check_event(event)
+            self._current(inode, f"events/{event}")
             if data is not None:
                 return data[off : off + size]
-            return self.book.read_slice(event, off, size)
+            return self._read_then_recheck(inode, f"events/{event}", self.book.read_slice,
+                                           event, off, size)
         if I.is_pretty(inode):
             event = I.inode_pretty(inode, self.book.first)
+            self._current(inode, f"pretty/{event}")
             if event not in self.book:
                 raise refuse(errno.ESTALE, f"pretty/{event}: no longer in the log")
-            return (await self._pretty_text(event))[off : off + size]
+            text = await self._pretty_text(event)
+            self._current(inode, f"pretty/{event}")
+            return text[off : off + size]
         if inode == I.INFO:
             return self._info_bytes()[off : off + size]
         if I.is_epoch(inode):
@@ -929,25 +1073,46 @@ class BookOperations(pyfuse3.Operations):
             if kind == I.EPOCH_INFO and k < len(self.epochs):
                 return self._epoch_info(k)[off : off + size]
         elif I.is_segment(inode) and self.segments is not None:
-            seg = self.segments.get(inode - I.SEGMENT_BASE)
+            what = f"segment {I.inode_segment(inode)}"
+            self._current(inode, what)
+            seg = self.segments.get(I.inode_segment(inode))
             if seg is None:
-                raise refuse(errno.ESTALE, f"segment {inode - I.SEGMENT_BASE}: no longer "
-                                           "in the log")
+                raise refuse(errno.ESTALE, f"{what}: no longer in the log")
             await self._check_segment(seg)
-            return self.segments.read(seg, off, size)
+            self._current(inode, what)
+            return self._read_then_recheck(inode, what, self.segments.read, seg, off, size)
         elif inode in I.META_BY_INODE:
             return self.book.read_meta(I.META_BY_INODE[inode])[off : off + size]
         raise pyfuse3.FUSEError(errno.EISDIR if inode in self._dirs else errno.EBADF)
 
+    def _read_then_recheck(self, inode: int | None, what: str, read, *args) -> bytes:
+        """``read(*args)``: bytes straight from the log file, served only if the log is
+        still the generation of ``inode`` (or of the handle's ``generation``, when
+        ``inode`` is None) *after* they were read.  A writer's recovery rewrites the file
+        in place (cut, then appended again), which the follower notices only at its
+        next check: without this look after the ``pread``, a stream could get the old
+        event's first bytes and the new one's rest.  A rename leaves the old file open
+        until that check, so the bytes read before it are the old generation's."""
+        generation = self._generation
+        data = read(*args)
+        self._follow()  # one fstat, one stat and two small preads while nothing changed
+        if self._generation != generation or (inode is not None and self._stale(inode)):
+            raise refuse(errno.ESTALE, f"{what}: the log was recovered or replaced while "
+                                       "it was read; open it again")
+        return data
+
     async def _read_handle(self, fh: int, off: int, size: int) -> bytes:
         h = self._handles.get(fh)
+        if isinstance(h, (_EventHandle, _SegmentHandle)) and h.generation != self._generation:
+            what = (f"events/{h.event}" if isinstance(h, _EventHandle)
+                    else f"segment {h.seg.index}")
+            raise refuse(errno.ESTALE, f"{what}: the log was recovered or replaced since "
+                                       "this file was opened; reopen it")
         if isinstance(h, _EventHandle):
-            if h.generation != self._generation:
-                raise refuse(errno.ESTALE, f"events/{h.event}: the log was recovered or "
-                                           "replaced since this file was opened; reopen it")
             if h.small:
                 return self._checked(h.event)[off : off + size]
-            return self.book.read_slice(h.event, off, size)
+            return self._read_then_recheck(None, f"events/{h.event}", self.book.read_slice,
+                                           h.event, off, size)
         if isinstance(h, _BytesHandle):
             return h.data[off : off + size]
         if isinstance(h, _SegmentHandle):
@@ -957,7 +1122,8 @@ class BookOperations(pyfuse3.Operations):
                 seg = self.segments.get(h.seg.index)
                 if seg is not None and seg.first == h.seg.first:
                     h.seg = seg
-            return self.segments.read(h.seg, off, size)
+            return self._read_then_recheck(None, f"segment {h.seg.index}", self.segments.read,
+                                           h.seg, off, size)
         raise pyfuse3.FUSEError(errno.EBADF)
 
     # --- writing -------------------------------------------------------------------------
