@@ -34,6 +34,7 @@ Totals print as JSON; ``docs/reliability.md`` records a long run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
@@ -116,8 +117,17 @@ class Cycle:
             value = self.rng.randbytes(4)
             with self.meta_lock:  # so "the last acknowledged value" is well defined
                 fd = os.open(f"{self.mnt}/meta/life", os.O_WRONLY)
-                os.write(fd, value[:2])
-                os.write(fd, value[2:])
+                try:
+                    os.write(fd, value[:2])
+                    os.write(fd, value[2:])
+                except BaseException:
+                    # Never leak it: a writable descriptor of meta/life left open on a
+                    # killed daemon's (detached) mount has meta/life's inode on a mount
+                    # no daemon can identify, so the commit rule refuses every later
+                    # meta close of this process (EIO, "cannot identify").
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                    raise
                 os.close(fd)
                 self.meta_acked = value
             t.meta_writes += 1

@@ -228,6 +228,7 @@ def probe(tid: int, writer: Writer, inode: int, mounts: Mounts,
         return UNKNOWN, (f"process {tid}'s /proc entries could not be read "
                          f"({errno.errorcode.get(getattr(e, 'errno', 0) or 0, e)})")
     if verdict == UNKNOWN:
-        return UNKNOWN, "a descriptor of it shows a mount this daemon cannot identify"
+        return UNKNOWN, ("a descriptor of it shows a mount this daemon cannot identify "
+                         "(one left open on a mount that is gone? close it and retry)")
     return verdict, ""
 
