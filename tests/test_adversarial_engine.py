@@ -27,6 +27,7 @@ from bookfs.errors import BookError, CorruptDeed, LockHeld, NotRegularFile, Path
 from bookfs.lock import WriterLock, enclosing_pier, lock_path_for
 from bookfs.pier import Pier, open_source
 from bookfs.vere import VereBook
+from index_fixtures import write_index
 from lmdb_fixtures import make_pier, payloads
 from mounting import mounted, run_bookfs
 
@@ -339,22 +340,6 @@ def _sizes(count: int, seed: int) -> list[int]:
     return [rng.choice([4, 9, 9, 9, 37, 37, 200]) for _ in range(count)]
 
 
-def _write_index(idx: Path, log_path: Path, first: int, offsets: list[int], end: int) -> None:
-    """A persisted index for ``log_path`` with these offsets, that passes the file's own
-    checks: right magic, identity, header bytes, last-deed tail bytes and checksum."""
-    from array import array
-
-    from bookfs.layout import crc32
-
-    st = os.stat(log_path)
-    data = log_path.read_bytes()
-    head = index_mod._FILE_HEAD.pack(index_mod._FILE_MAGIC, st.st_dev, st.st_ino, first,
-                                     len(offsets), end, end, 0, data[:16],
-                                     data[end - 12:end] if offsets else bytes(12))
-    body = head + array("Q", offsets).tobytes()
-    idx.write_bytes(body + crc32(body).to_bytes(4, "little"))
-
-
 def _crafted_offsets(true: list[int], end: int, rng: random.Random) -> tuple[list[int], int]:
     kind = rng.choice(["drop", "drop", "shift-tail", "swap", "nudge", "duplicate"])
     offs = list(true)
@@ -386,7 +371,7 @@ def test_crafted_index_never_serves_wrong_bytes(tmp_path, seed):
     assert idx.exists()
     rng = random.Random(seed)
     offs, end = _crafted_offsets(true, end, rng)
-    _write_index(idx, log_path, 1, offs, end)
+    write_index(idx, log_path, 1, offs, end)
     refused = 0
     with Book.open(d) as book:
         for event in range(book.first, book.last + 1):
@@ -418,7 +403,7 @@ def test_crafted_index_read_is_logged_and_discarded(tmp_path, caplog, monkeypatc
     with Book.open(d) as book:
         true, end = list(book.index.offsets), book.index.end
     idx = Path(index_mod._index_path(str(log_path), os.stat(log_path)))
-    _write_index(idx, log_path, 1, true[:10] + true[11:], end)  # event 11 dropped
+    write_index(idx, log_path, 1, true[:10] + true[11:], end)  # event 11 dropped
     with Book.open(d) as book:
         assert book.read(9) == events[8]
         assert book.gulf() == (1, 39)  # what the crafted index says

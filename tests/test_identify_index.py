@@ -28,6 +28,7 @@ from bookfs.book import Book
 from bookfs.errors import FormatError
 from bookfs.pier import identify, open_source, recovery_for
 from bookfs.vere import VereBook
+from index_fixtures import write_index
 from lmdb_fixtures import make_pier, payloads
 from mounting import mounted, run_bookfs
 
@@ -203,28 +204,6 @@ def _sample_log(path: Path, n: int, seed: int = 0) -> list[bytes]:
     return events
 
 
-def _write_index(idx: Path, log_path: Path, first: int, offsets: list[int], end: int,
-                 stamp: bool = False) -> None:
-    """A persisted index for ``log_path`` with these offsets that passes the file's own
-    checks (magic, identity, header, last deed's tail, checksum); its mark says verified
-    to the end, with no stamp (as an index from before stamps), or with a stamp crafted
-    to match the log as it is now (``stamp``)."""
-    from array import array
-
-    from bookfs.layout import crc32
-
-    st = os.stat(log_path)
-    data = log_path.read_bytes()
-    head = index_mod._FILE_HEAD.pack(index_mod._FILE_MAGIC, st.st_dev, st.st_ino, first,
-                                     len(offsets), end, end, 0, data[:16],
-                                     data[end - 12:end] if offsets else bytes(12))
-    body = head + array("Q", offsets).tobytes()
-    if stamp:
-        body += index_mod._STAMP.pack(index_mod._STAMP_TAG, st.st_size, st.st_mtime_ns,
-                                      st.st_ctime_ns, st.st_ctime_ns + 3_000_000_000)
-    idx.write_bytes(body + crc32(body).to_bytes(4, "little"))
-
-
 def _read(path: Path) -> bytes:
     with open(path, "rb") as f:
         return f.read()
@@ -254,7 +233,7 @@ def _crafted(tmp_path: Path) -> tuple[Path, list[bytes], list[int]]:
         true, end = list(book.index.offsets), book.index.end
     idx = Path(index_mod._index_path(str(d / "book.log"), os.stat(d / "book.log")))
     assert idx.exists()
-    _write_index(idx, d / "book.log", 1, true[: LIE - 1] + true[LIE:], end)
+    write_index(idx, d / "book.log", 1, true[: LIE - 1] + true[LIE:], end)
     return d, events, true
 
 
@@ -276,7 +255,7 @@ def test_item4_api_read_after_the_lie_serves_the_right_bytes(tmp_path, monkeypat
     idx = Path(index_mod._index_path(str(d / "book.log"), os.stat(d / "book.log")))
     end = os.path.getsize(d / "book.log")
     for writable in (False, True):
-        _write_index(idx, d / "book.log", 1, true[: LIE - 1] + true[LIE:], end,
+        write_index(idx, d / "book.log", 1, true[: LIE - 1] + true[LIE:], end,
                      stamp=writable)
         with Book.open(d, writable=writable) as book:
             assert book.count == N4 - 1
@@ -295,7 +274,7 @@ def test_item4_verify_rebuilds_a_lying_index_rather_than_report_damage(tmp_path,
     with Book.open(d) as book:
         assert book.verify() == [] and book.gulf() == (1, N4)
     crafted_again = true[: LIE - 1] + true[LIE:]
-    _write_index(Path(index_mod._index_path(str(d / "book.log"), os.stat(d / "book.log"))),
+    write_index(Path(index_mod._index_path(str(d / "book.log"), os.stat(d / "book.log"))),
                  d / "book.log", 1, crafted_again, os.path.getsize(d / "book.log"))
     res = run_bookfs("verify", str(d), check=False, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -435,7 +414,7 @@ def test_item6_a_racy_stamp_is_not_trusted(tmp_path):
     idx = Path(index_mod._index_path(str(log_path), st))
     for taken, trusted in ((st.st_ctime_ns + 1_000_000, False),
                            (st.st_ctime_ns + 3_000_000_000, True)):
-        _write_index(idx, log_path, 1, offsets, end)
+        write_index(idx, log_path, 1, offsets, end)
         raw = idx.read_bytes()[:-4] + index_mod._STAMP.pack(
             index_mod._STAMP_TAG, st.st_size, st.st_mtime_ns, st.st_ctime_ns, taken)
         from bookfs.layout import crc32

@@ -24,6 +24,7 @@ import os
 import random
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -99,6 +100,24 @@ def _fresh_read(path: str, timeout: float = 10.0) -> bytes:
             time.sleep(0.1)
 
 
+def _two_logs(tmp_path, what: str, seed: str) -> tuple[Path, str, int, bytes, bytes]:
+    """A log at ``tmp_path/src`` whose event 3 is ``old`` (random, BIG bytes), and the
+    ``new`` payload of the same size that replaces it: ``(src, name, start, old_view,
+    new)``, where ``name`` is the file read (``events/3`` or the first segment), ``start``
+    the segment's offset in book.log and ``old_view`` the bytes that file shows now."""
+    rng = random.Random(seed)
+    old, new = rng.randbytes(BIG), rng.randbytes(BIG)
+    src = tmp_path / "src"
+    _log(src, old)
+    name = {"events": "events/3", "segments": "segments/000000000001"}[what]
+    with Book.open(src) as book:
+        start = book.index.offsets[0] if what == "segments" else 0
+    with open(src / "book.log", "rb") as f:
+        f.seek(start)
+        old_view = f.read() if what == "segments" else old
+    return src, name, start, old_view, new
+
+
 @pytest.mark.parametrize("path_kind", ["no-open", "stock"])
 @pytest.mark.parametrize("what", ["events", "segments"])
 @pytest.mark.parametrize("change", sorted(CHANGES))
@@ -106,16 +125,7 @@ def test_a_stream_never_mixes_two_logs(tmp_path, mnt, monkeypatch, path_kind, wh
                                        change):
     if path_kind == "stock":
         monkeypatch.setenv("BOOKFS_STOCK_PYFUSE3", "1")  # the daemon opens with handles
-    rng = random.Random(f"{path_kind}{what}{change}")
-    old, new = rng.randbytes(BIG), rng.randbytes(BIG)
-    src = tmp_path / "src"
-    _log(src, old)
-    name = {"events": "events/3", "segments": "segments/000000000001"}[what]
-    with Book.open(src) as book:
-        start = book.index.offsets[0] if what == "segments" else 0
-        with open(src / "book.log", "rb") as f:
-            f.seek(start)
-            old_view = f.read() if what == "segments" else old
+    src, name, start, old_view, new = _two_logs(tmp_path, what, f"{path_kind}{what}{change}")
     with mounted(src, mnt, "-o", "ro"):
         path = f"{mnt}/{name}"
         assert os.path.getsize(path) == len(old_view)
@@ -141,16 +151,7 @@ def test_a_stream_read_while_the_writer_recovers(tmp_path, mnt, what):
     """The reads go on at once, before the follower's next look: the writer's recovery
     has rewritten the file in place under the mount, and a read straight from the file
     must notice that before it serves what it read."""
-    rng = random.Random(what)
-    old, new = rng.randbytes(BIG), rng.randbytes(BIG)
-    src = tmp_path / "src"
-    _log(src, old)
-    name = {"events": "events/3", "segments": "segments/000000000001"}[what]
-    with Book.open(src) as book:
-        start = book.index.offsets[0] if what == "segments" else 0
-    with open(src / "book.log", "rb") as f:
-        f.seek(start)
-        old_view = f.read() if what == "segments" else old
+    src, name, start, old_view, new = _two_logs(tmp_path, what, what)
     with mounted(src, mnt, "-o", "ro"):
         path = f"{mnt}/{name}"
         os.stat(path)
@@ -363,6 +364,25 @@ def _small_log(path) -> None:
         book.save(1, [b"\x00\x00\x00\x00one", b"\x00\x00\x00\x00two"])
 
 
+def _waiting_closes(mnt) -> tuple[int, "_Appends"]:
+    """Start :class:`_Appends` on the mount and return ``(daemon pid, run)`` once all
+    of its closes have reached the daemon and wait there for the paused writer."""
+    from mounting import daemon_pid
+
+    daemon = daemon_pid(mnt)
+    run = _Appends(str(mnt), 3)
+    run.start()
+    try:
+        assert run.go.wait(10)
+        assert wait_for_(run.all_closing, 120), f"{run.closing} closing"
+    except BaseException:
+        run.resume.set()  # let the paused writer finish, so every close returns
+        run.join(60)
+        raise
+    time.sleep(1.0)  # the closes reach the daemon and wait there
+    return daemon, run
+
+
 def test_a_thousand_waiting_closes_never_freeze_the_mount(tmp_path, mnt):
     """While the writer of new/3 pauses, 1,000 writers close new/4..new/1003, and each of
     those closes waits for new/3.  The mount must go on serving: ``stat info`` answers at
@@ -370,18 +390,11 @@ def test_a_thousand_waiting_closes_never_freeze_the_mount(tmp_path, mnt):
     closes return 0 with every event in the log."""
     import signal
 
-    from mounting import daemon_pid
-
     src = tmp_path / "src"
     _small_log(src)
     with mounted(src, mnt, "-o", "stall_timeout=60"):
-        daemon = daemon_pid(mnt)
-        run = _Appends(str(mnt), 3)
-        run.start()
+        daemon, run = _waiting_closes(mnt)
         try:
-            assert run.go.wait(10)
-            assert wait_for_(run.all_closing, 120), f"{run.closing} closing"
-            time.sleep(1.0)  # the closes reach the daemon and wait there
             assert run.slow == "not finished"
             took = _timed_stat(f"{mnt}/info", 5.0)
             rss = _rss_kib(daemon)
@@ -410,18 +423,13 @@ def test_sigterm_with_a_thousand_waiting_closes_unmounts(tmp_path, mnt):
     an error: nothing of them was committed), the daemon exits and the mount is gone."""
     import signal
 
-    from mounting import daemon_pid, in_mountinfo
+    from mounting import in_mountinfo
 
     src = tmp_path / "src"
     _small_log(src)
     with mounted(src, mnt, "-o", "stall_timeout=60"):
-        daemon = daemon_pid(mnt)
-        run = _Appends(str(mnt), 3)
-        run.start()
+        daemon, run = _waiting_closes(mnt)
         try:
-            assert run.go.wait(10)
-            assert wait_for_(run.all_closing, 120), f"{run.closing} closing"
-            time.sleep(1.0)
             os.kill(daemon, signal.SIGTERM)
             closed = all(t.join(30) is None and not t.is_alive() for t in run.threads)
             gone = wait_for_(lambda: not in_mountinfo(mnt), 30)
