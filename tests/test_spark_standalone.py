@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -65,16 +66,37 @@ def wait_for(what: str, test, timeout: float = 90):
         time.sleep(0.5)
 
 
-def _pgid_alive(pgid: int) -> bool:
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+def _pgid_alive(pgid: int, deadline: float = 5.0) -> bool:
+    """Whether a live (not zombie) process of group ``pgid`` is left.  The kernel answers
+    first (``killpg`` with signal 0: no such group, none left), with no ``/proc`` read.
+    Only when the group exists are its members' ``/proc/<pid>/stat`` read, to tell a
+    zombie (which still counts as a member) from a live one, and that scan runs in a
+    thread with a ``deadline``: a read of another process's ``/proc`` can wait behind that
+    process, and past the deadline the group counts as alive."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    answer: list[bool] = []
+
+    def scan() -> None:
+        for stat in glob.glob("/proc/[0-9]*/stat"):
+            try:
+                with open(stat) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                answer.append(True)
+                return
+        answer.append(False)
+
+    t = threading.Thread(target=scan, name=f"pgid-{pgid}-scan", daemon=True)
+    t.start()
+    t.join(deadline)
+    return answer[0] if answer else True
 
 
 def stop_daemons(procs: list[subprocess.Popen]) -> None:
