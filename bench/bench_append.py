@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench_mount import Proc, appends  # noqa: E402
 
-from bookfs.book import Book  # noqa: E402
+from bookfs.formats.book import Book  # noqa: E402
 
 PAYLOAD = b"\0\0\0\0" + bytes(range(256)) * 3 + bytes(252)  # 1 KiB: a 4-byte mug, then a jam
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench_mount import appends  # noqa: E402
 
-from bookfs.book import Book  # noqa: E402
+from bookfs.formats.book import Book  # noqa: E402
 
 
 def mount(code: Path, src: Path, mnt: Path) -> None:

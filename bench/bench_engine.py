@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark the bookfs storage engine (``bookfs.book.Book``) against LMDB.
+"""Benchmark the bookfs storage engine (``bookfs.formats.book.Book``) against LMDB.
 
 Everything runs side by side in one invocation, on the same events: 1 KB random payloads
 (a 4-byte "mug" followed by 1020 random bytes), event numbers 1..N.
@@ -112,7 +112,7 @@ def machine_info(bench_dir: str) -> dict:
         lmdb_v = "python-lmdb %s (LMDB %s)" % (lmdb.__version__, ".".join(map(str, lmdb.version())))
     except ImportError:
         lmdb_v = "not installed"
-    from bookfs import layout
+    from bookfs.formats import layout
     crc_impl = layout._crc32.__module__
     try:  # which engine code was measured
         rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
@@ -223,7 +223,7 @@ def log(msg: str) -> None:
 
 def bench_append(root: str, pl: Payloads, n: int, repeats: int) -> dict:
     """Durable batches of 100: bookfs Book.save vs one LMDB write txn per batch."""
-    from bookfs.book import Book
+    from bookfs.formats.book import Book
 
     batches = [(f, pl.batch(f, min(BATCH, n - f + 1))) for f in range(1, n + 1, BATCH)]
     keyed = [[(key(f + k), p) for k, p in enumerate(b)] for f, b in batches]
@@ -306,7 +306,7 @@ def bench_append(root: str, pl: Payloads, n: int, repeats: int) -> dict:
 
 def build_logs(root: str, pl: Payloads, n: int) -> dict:
     """The N-event bookfs log and LMDB database the other tests use (bulk: big batches)."""
-    from bookfs.book import Book
+    from bookfs.formats.book import Book
 
     big = 10_000
     res = {}
@@ -332,7 +332,7 @@ def build_logs(root: str, pl: Payloads, n: int) -> dict:
 
 
 def bench_open(book_dir: str, cache: str, runs: int) -> dict:
-    from bookfs.book import Book
+    from bookfs.formats.book import Book
 
     def timed(writable: bool, cold: bool) -> float:
         if cold:
@@ -355,7 +355,7 @@ def bench_open(book_dir: str, cache: str, runs: int) -> dict:
 
 
 def bench_reads(book_dir: str, lmdb_dir: str, pl: Payloads, n: int, reads: int, seed: int) -> dict:
-    from bookfs.book import Book
+    from bookfs.formats.book import Book
 
     rng = random.Random(seed + 1)
     pct = max(1, n // 100)
@@ -398,7 +398,7 @@ def bench_reads(book_dir: str, lmdb_dir: str, pl: Payloads, n: int, reads: int, 
 
 
 def bench_verify(book_dir: str, runs: int) -> dict:
-    from bookfs.book import Book
+    from bookfs.formats.book import Book
 
     book = Book.open(book_dir, writable=False)
     size = book.log_bytes
@@ -429,7 +429,7 @@ def bench_memory(book_dir: str, cache: str) -> dict:
 
 def memory_child(book_dir: str) -> None:
     import gc
-    from bookfs.book import Book  # imports (isal, etc.) happen before the "before" sample
+    from bookfs.formats.book import Book  # imports (isal, etc.) happen before the "before" sample
 
     gc.collect()
     before = rss_bytes()

@@ -53,7 +53,7 @@ if REPO not in sys.path:
 
 import psutil  # noqa: E402
 
-from bookfs.book import Book  # noqa: E402
+from bookfs.formats.book import Book  # noqa: E402
 from tests.mounting import daemon_pid, mounted  # noqa: E402
 
 MB = 1e6

@@ -3,7 +3,7 @@
 
 A writable open trusts its persisted index's "verified to here" mark only while the log's
 ``(dev, ino, size, mtime_ns, ctime_ns)`` equal the stamp saved with it
-(``bookfs.index.FileStamp``); this times that open, old code against new, on the same
+(``bookfs.formats.index.FileStamp``); this times that open, old code against new, on the same
 log.  Three steps, each its own process, so a whole-process timer can time the last:
 
     python bench/bench_open.py build DIR [--events 1000000] [--size 100]
@@ -32,8 +32,8 @@ import time
 
 
 def _book():
-    from bookfs import index
-    from bookfs.book import Book
+    from bookfs.formats import index
+    from bookfs.formats.book import Book
 
     return Book, index
 

@@ -28,10 +28,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-from bookfs import fsck  # noqa: E402
-from bookfs.book import Book  # noqa: E402
-from bookfs.migrate import migrate  # noqa: E402
-from bookfs.pier import open_source  # noqa: E402
+from bookfs.cli import fsck
+from bookfs.formats.book import Book  # noqa: E402
+from bookfs.cli.migrate import migrate  # noqa: E402
+from bookfs.formats.pier import open_source  # noqa: E402
 from lmdb_fixtures import make_lmdb_epoch, make_pier  # noqa: E402
 
 BOOKFS = [sys.executable, "-m", "bookfs.cli"]

@@ -49,7 +49,7 @@ for path in (REPO, HERE):
 
 from bench_mount import drop_caches, read_files  # noqa: E402
 
-from bookfs.book import Book  # noqa: E402
+from bookfs.formats.book import Book  # noqa: E402
 from tests.mounting import mounted  # noqa: E402
 
 SMALL = 16 << 10

@@ -4,7 +4,7 @@ events, in one run; then how the cost grows with the number of mounts.
 
 The data: one ``bookfs sample`` log of ``--events`` events is generated once; each of
 the ``--piers`` logs is a copy of it (``cp --reflink=auto``) with its own ship
-(``meta.bin``'s ``who`` rewritten through :meth:`bookfs.book.Book.save_meta`), and the
+(``meta.bin``'s ``who`` rewritten through :meth:`bookfs.formats.book.Book.save_meta`), and the
 big log is the same deeds repeated ``--piers`` times (a valid Book log of piers × events
 events, whose bytes are exactly the many logs' bytes).  So both sides read the same bytes
 through the same reader; only the number of mounts differs.
@@ -33,9 +33,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bookfs import spark as bs  # noqa: E402
-from bookfs.book import Book  # noqa: E402
-from bookfs.layout import HEADER_SIZE, LOG_NAME, META_NAME  # noqa: E402
+from bookfs import spark as bs
+from bookfs.formats.book import Book  # noqa: E402
+from bookfs.formats.layout import HEADER_SIZE, LOG_NAME, META_NAME  # noqa: E402
 from tests.mounting import BOOKFS, mounted  # noqa: E402
 
 import bench_spark  # noqa: E402

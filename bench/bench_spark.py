@@ -30,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bookfs import spark as bs  # noqa: E402
+from bookfs import spark as bs
 from tests.mounting import BOOKFS, mounted  # noqa: E402
 
 

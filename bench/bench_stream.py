@@ -17,7 +17,7 @@ import tempfile
 
 
 def build(d: str) -> None:
-    from bookfs.book import Book
+    from bookfs.formats.book import Book
     os.makedirs(d, exist_ok=True)
     with Book.open(os.path.join(d, "log"), writable=True, create=True) as book:
         book.save(1, [b"\0\0\0\0" + os.urandom(200) for _ in range(2000)])

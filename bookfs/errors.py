@@ -15,7 +15,7 @@ class BookError(Exception):
 class UsageError(BookError):
     """A request that does not fit: arguments that contradict each other or what is on
     disk.  Nothing was done.  The ``bookfs`` command prints it as one line and exits 2
-    (``bookfs.cliargs``)."""
+    (``bookfs.cli.args``)."""
 
     errno = _errno.EINVAL
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bookfs.book import Book
+from bookfs.formats.book import Book
 
 
 def _payload(event: int, size: int) -> bytes:

@@ -8,8 +8,8 @@ import os
 from array import array
 from pathlib import Path
 
-from bookfs import index as index_mod
-from bookfs.layout import crc32
+from bookfs.formats import index as index_mod
+from bookfs.formats.layout import crc32
 
 
 def write_index(idx: Path, log_path: Path, first: int, offsets: list[int], end: int,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import lmdb
 
-from bookfs.book import Book
+from bookfs.formats.book import Book
 
 MAP_SIZE = 1 << 32  # sparse file: only the pages used take disk space
 
@@ -106,8 +106,8 @@ def make_book_epoch(directory: str | os.PathLike, base: int, events: Iterable[by
 
 def make_vere_epoch(directory: str | os.PathLike, base: int, events: Iterable[bytes], *,
                     meta: dict[str, bytes] | None = None) -> Path:
-    """A Book epoch in vere's two-slot layout (needs ``bookfs.vere``)."""
-    from bookfs.vere import VereBook
+    """A Book epoch in vere's two-slot layout (needs ``bookfs.formats.vere``)."""
+    from bookfs.formats.vere import VereBook
 
     d = Path(directory)
     with VereBook.open(d, writable=True, create=True) as book:

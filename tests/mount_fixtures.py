@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from bookfs.book import Book
-from bookfs.sample import iter_sample_payloads, sample_meta
+from bookfs.formats.book import Book
+from bookfs.cli.sample import iter_sample_payloads, sample_meta
 from mounting import daemon_pid, force_unmount, in_mountinfo, mounted, run_bookfs  # noqa: F401
 
 BROWSE_EVENTS = 3000

@@ -52,7 +52,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from bookfs.book import Book  # noqa: E402
+from bookfs.formats.book import Book  # noqa: E402
 from mounting import daemon_pid, force_unmount, mounted  # noqa: E402
 
 KINDS = ("python", "spawn", "system", "dup", "child", "shell", "meta")

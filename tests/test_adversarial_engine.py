@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from bookfs import index as index_mod
-from bookfs.book import Book
+from bookfs.formats import index as index_mod
+from bookfs.formats.book import Book
 from bookfs.errors import BookError, CorruptDeed, LockHeld, NotRegularFile, PathEscape
-from bookfs.lock import WriterLock, enclosing_pier, lock_path_for
-from bookfs.pier import Pier, open_source
-from bookfs.vere import VereBook
+from bookfs.formats.lock import WriterLock, enclosing_pier, lock_path_for
+from bookfs.formats.pier import Pier, open_source
+from bookfs.formats.vere import VereBook
 from index_fixtures import write_index
 from lmdb_fixtures import make_pier, payloads
 from mounting import mounted, run_bookfs

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bookfs.book import Book
+from bookfs.formats.book import Book
 from mount_fixtures import (  # noqa: F401  (fixtures)
     err_of,
     daemon_pid,

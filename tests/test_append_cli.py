@@ -11,7 +11,7 @@ import subprocess
 import threading
 import time
 
-from bookfs.book import Book
+from bookfs.formats.book import Book
 from mounting import BOOKFS
 from mount_fixtures import (  # noqa: F401  (fixtures)
     engine_events,

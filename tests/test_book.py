@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bookfs.book import Book
+from bookfs.formats.book import Book
 from bookfs.errors import (
     BadMagic,
     BadMetaFile,
@@ -571,7 +571,7 @@ def test_enospc_leaves_the_log_exactly_as_before(small_fs, payload, empty):
 RLIMIT_CHILD = textwrap.dedent(
     """
     import errno, json, os, resource, signal, sys
-    from bookfs.book import Book
+    from bookfs.formats.book import Book
     d, empty = sys.argv[1], sys.argv[2] == "1"
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     book = Book.open(d, writable=True, create=True)
@@ -661,7 +661,7 @@ def test_random_event_sequences_round_trip(batches, epoch, reopen_between):
 
 
 def test_read_payloads_unchecked_matches_reads(tmp_path):
-    from bookfs.vere import VereBook
+    from bookfs.formats.vere import VereBook
 
     pays = [bytes([i % 251]) * (4 + (i * 13) % 300) for i in range(1, 60)]
     for opener, d in ((Book.open, tmp_path / "uip"), (VereBook.open, tmp_path / "0i0")):

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from bookfs.book import Book
-from bookfs.sample import SAMPLE_MARK, iter_sample_payloads, sample_meta
+from bookfs.formats.book import Book
+from bookfs.cli.sample import SAMPLE_MARK, iter_sample_payloads, sample_meta
 from lmdb_fixtures import make_pier, payloads
 from mounting import mounted
 
@@ -231,7 +231,7 @@ def test_command_line(tree, args, allowed):
 def _subcommands() -> list[str]:
     import argparse
 
-    from bookfs import cli
+    from bookfs.cli import commands as cli
 
     cli._register_optional()
     parser = cli.build_parser()
@@ -254,7 +254,7 @@ def test_good_commands_write_what_they_say(tree, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "wrote events 1..30" in r.stdout and "30 events" in r.stdout
     assert json.loads((tmp_path / "f.json").read_text())["events"] == 30
-    from bookfs.pier import open_source
+    from bookfs.formats.pier import open_source
 
     with open_source(str(tmp_path / "x")) as b:  # salvaged in m's layout, vere's
         assert b.count == 30
@@ -434,7 +434,7 @@ def test_migrate_ctrl_c_then_resume(tmp_path):
     r = sh(f"{BOOKFS} migrate {src} {dest}", tmp_path)
     assert r.returncode == 0 and f"({held} already done by an earlier run)" in r.stdout, r.stderr
     with Book.open(src) as a:
-        from bookfs.pier import open_source
+        from bookfs.formats.pier import open_source
 
         with open_source(str(dest)) as b:
             assert b.gulf() == a.gulf() == (1, events)
@@ -504,7 +504,7 @@ def test_spark_restart_puts_back_data_a_killed_publish_moved_aside(tmp_path):
     """A run killed between publishing's two renames (data/ -> _staging/old, then the new
     run -> data/) left no data/: the next run puts the old one back before discarding the
     staging, so the previous Parquet and its high-water mark still agree."""
-    from bookfs import spark_cli
+    from bookfs.spark import cli as spark_cli
 
     out = tmp_path / "out"
     old = out / "_staging" / "old" / "run=000001" / "day=2024-01-01"

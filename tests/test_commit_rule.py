@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from bookfs.book import Book
+from bookfs.formats.book import Book
 from mount_fixtures import (  # noqa: F401  (fixtures)
     engine_events,
     mounted,

@@ -19,8 +19,8 @@ import crcmod.predefined
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bookfs import layout
-from bookfs.book import Book
+from bookfs.formats import layout
+from bookfs.formats.book import Book
 
 ORACLE = crcmod.mkCrcFun(0x104C11DB7, initCrc=0, rev=True, xorOut=0xFFFFFFFF)
 

@@ -22,11 +22,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bookfs.book import Book
+from bookfs.formats.book import Book
 from bookfs.errors import FormatError, MetaAbsent, TooShort
 from bookfs.noun import cord, jam, mug, murmur3_32, murmur3_32_fast
-from bookfs.pier import open_source
-from bookfs.vere import VereBook
+from bookfs.formats.pier import open_source
+from bookfs.formats.vere import VereBook
 from lmdb_fixtures import make_lmdb_epoch, make_pier, make_vere_epoch, meta_values
 from mounting import mounted
 from test_vere import GOLDEN_META, golden_log

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from bookfs import fsck
-from bookfs.book import Book
+from bookfs.cli import fsck
+from bookfs.formats.book import Book
 
 
 
@@ -106,7 +106,7 @@ def test_salvage_tries_every_offset_in_garbage(tmp_path, monkeypatch):
     with Book.open(d, writable=True, create=True) as b:
         b.save(1, [_payload(1), _payload(2)])
         end = b.log_bytes
-    from bookfs.layout import encode_deed
+    from bookfs.formats.layout import encode_deed
 
     with open(d / "book.log", "ab") as f:
         f.write(os.urandom(777))

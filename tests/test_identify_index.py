@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from bookfs import index as index_mod
-from bookfs.book import Book
+from bookfs.formats import index as index_mod
+from bookfs.formats.book import Book
 from bookfs.errors import FormatError
-from bookfs.pier import identify, open_source, recovery_for
-from bookfs.vere import VereBook
+from bookfs.formats.pier import identify, open_source, recovery_for
+from bookfs.formats.vere import VereBook
 from index_fixtures import write_index
 from lmdb_fixtures import make_pier, payloads
 from mounting import mounted, run_bookfs
@@ -195,7 +195,7 @@ def test_item3_a_uip_log_with_one_whole_deed_is_still_uip(tmp_path):
 
 
 def _sample_log(path: Path, n: int, seed: int = 0) -> list[bytes]:
-    from bookfs.sample import iter_sample_payloads
+    from bookfs.cli.sample import iter_sample_payloads
 
     events = list(iter_sample_payloads(n, seed))
     with Book.open(path, writable=True, create=True) as book:
@@ -331,7 +331,7 @@ def test_item6_api_writable_open_rechecks_a_log_copied_over(tmp_path):
 
 
 def test_item6_mount_never_acknowledges_appends_behind_an_unverified_deed(tmp_path):
-    from bookfs.sample import iter_sample_payloads
+    from bookfs.cli.sample import iter_sample_payloads
 
     d = tmp_path / "log"
     events = _sample_log(d, 100)
@@ -417,7 +417,7 @@ def test_item6_a_racy_stamp_is_not_trusted(tmp_path):
         write_index(idx, log_path, 1, offsets, end)
         raw = idx.read_bytes()[:-4] + index_mod._STAMP.pack(
             index_mod._STAMP_TAG, st.st_size, st.st_mtime_ns, st.st_ctime_ns, taken)
-        from bookfs.layout import crc32
+        from bookfs.formats.layout import crc32
 
         idx.write_bytes(raw + crc32(raw).to_bytes(4, "little"))
         scanned = []

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bookfs.book import Book
+from bookfs.formats.book import Book
 from bookfs.errors import NoSuchEvent
 
 N_BIG = 100_000

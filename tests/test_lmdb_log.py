@@ -20,8 +20,8 @@ from bookfs.errors import (
     NoSuchEvent,
     ReadOnly,
 )
-from bookfs.eventlog import EventLog
-from bookfs.lmdb_log import LmdbLog, read_meta_db
+from bookfs.formats.eventlog import EventLog
+from bookfs.formats.lmdb_log import LmdbLog, read_meta_db
 from lmdb_fixtures import make_lmdb_epoch, make_pier, meta_values, payloads
 
 

@@ -12,14 +12,14 @@ import time
 
 import pytest
 
-from bookfs.book import Book
+from bookfs.formats.book import Book
 from bookfs.errors import LockHeld
-from bookfs.lock import WriterLock
+from bookfs.formats.lock import WriterLock
 
 HOLDER = textwrap.dedent(
     """
     import sys
-    from bookfs.book import Book
+    from bookfs.formats.book import Book
     book = Book.open(sys.argv[1], writable=True, create=True)
     print("ready", flush=True)
     sys.stdin.readline()
@@ -42,7 +42,7 @@ exec(PAY)  # defines pay() here too
 APPENDER = PAY + textwrap.dedent(
     """
     import sys, time
-    from bookfs.book import Book
+    from bookfs.formats.book import Book
     d, batches, per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     book = Book.open(d, writable=True)
     e = 1

@@ -12,16 +12,16 @@ import tracemalloc
 
 import pytest
 
-from bookfs.book import Book
-from bookfs.vere import VereBook
+from bookfs.formats.book import Book
+from bookfs.formats.vere import VereBook
 from bookfs.errors import BookError, FormatError, LockHeld
-from bookfs.migrate import CRASH_ENV, migrate, register
-from bookfs.pier import Pier, open_source
+from bookfs.cli.migrate import CRASH_ENV, migrate, register
+from bookfs.formats.pier import Pier, open_source
 from lmdb_fixtures import make_lmdb_epoch, make_pier, meta_values, payloads
 from test_pier import _HOLD_LOCK
 
 try:
-    import bookfs.vere  # noqa: F401
+    import bookfs.formats.vere  # noqa: F401
     HAVE_VERE = True
 except ImportError:
     HAVE_VERE = False
@@ -134,7 +134,7 @@ def test_refuses_a_running_ship(tmp_path):
 
 @pytest.mark.parametrize("torn", [False, True])
 def test_restart_after_crash(tmp_path, monkeypatch, torn):
-    monkeypatch.setattr("bookfs.migrate.BATCH_EVENTS", 100)
+    monkeypatch.setattr("bookfs.cli.migrate.BATCH_EVENTS", 100)
     events = payloads(1, 1000)
     src = make_lmdb_epoch(tmp_path / "0i0", 0, events, meta=meta_values(life=6))
     dest = tmp_path / "out"
@@ -162,7 +162,7 @@ def _run_migrate_batched(src, dest, crash_after, batch):
     env[CRASH_ENV] = str(crash_after)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     code = textwrap.dedent(f"""
-        import bookfs.migrate as m
+        import bookfs.cli.migrate as m
         m.BATCH_EVENTS = {batch}
         m.migrate({str(src)!r}, {str(dest)!r}, layout="uip")
     """)
@@ -202,7 +202,7 @@ def test_kill_mid_way_then_rerun(tmp_path):
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     code = textwrap.dedent(f"""
         import sys
-        import bookfs.migrate as m
+        import bookfs.cli.migrate as m
         m.BATCH_EVENTS = 500
         m.migrate({str(src)!r}, {str(dest)!r}, layout="uip",
                   progress=lambda n: (print(n, flush=True)))
@@ -273,9 +273,9 @@ def test_cli_register(tmp_path, capsys):
         parser.parse_args(["migrate", str(src), "x", "--layout", "bogus"])
 
 
-@pytest.mark.skipif(not HAVE_VERE, reason="bookfs.vere is not there yet")
+@pytest.mark.skipif(not HAVE_VERE, reason="bookfs.formats.vere is not there yet")
 def test_vere_layout(tmp_path):
-    from bookfs.vere import VereBook
+    from bookfs.formats.vere import VereBook
 
     a, b = payloads(1, 40), payloads(41, 10)
     pier = make_pier(tmp_path / "p", [("lmdb", a), ("lmdb", b)], meta=meta_values(life=3))

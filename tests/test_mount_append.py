@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from bookfs.book import Book
-from bookfs.lock import WriterLock
+from bookfs.formats.book import Book
+from bookfs.formats.lock import WriterLock
 from mount_fixtures import (  # noqa: F401  (fixtures)
     daemon_pid,
     engine_events,

@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from bookfs.book import Book
-from bookfs.layout import HEADER_SIZE
-from bookfs.render import human_bytes
+from bookfs.formats.book import Book
+from bookfs.formats.layout import HEADER_SIZE
+from bookfs.noun.render import human_bytes
 from mount_fixtures import (  # noqa: F401  (fixtures)
     BROWSE_EVENTS,
     build_sample,

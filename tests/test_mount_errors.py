@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from bookfs.book import Book
+from bookfs.formats.book import Book
 from mount_fixtures import err_of, log_state, mnt, mounted, payload, run_bookfs, sh, small_src  # noqa: F401
 
 W = os.O_WRONLY | os.O_CREAT

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 
-from bookfs.book import Book
-from bookfs.layout import encode_deed
-from bookfs.render import human_bytes
+from bookfs.formats.book import Book
+from bookfs.formats.layout import encode_deed
+from bookfs.noun.render import human_bytes
 from mount_fixtures import mnt, mounted, payload, small_src  # noqa: F401
 
 

@@ -30,7 +30,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bookfs.book import Book
+from bookfs.formats.book import Book
 from bookfs.fs import inodes as I
 from mount_fixtures import mnt, mounted  # noqa: F401
 

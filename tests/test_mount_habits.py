@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from bookfs import index as index_mod
-from bookfs.book import Book
-from bookfs.lock import WriterLock, lock_path_for
+from bookfs.formats import index as index_mod
+from bookfs.formats.book import Book
+from bookfs.formats.lock import WriterLock, lock_path_for
 from mount_fixtures import in_mountinfo, mnt, small_src, wait_for  # noqa: F401
 from mounting import BOOKFS, daemon_pid, mounted, run_bookfs
 

@@ -64,7 +64,7 @@ def test_pier_append_goes_to_newest_epoch_and_takes_vere_lock(pier, tmp_path):
         assert _read(f"{mnt}/events/601") == b"\x01\x02\x03\x04\x05"
         assert _read(f"{mnt}/epochs/0i500/events/601") == b"\x01\x02\x03\x04\x05"
     assert _read(root / ".urb/log/0i0/data.mdb") == lmdb_before
-    from bookfs.book import Book
+    from bookfs.formats.book import Book
 
     with Book.open(root / ".urb/log/0i500") as book:
         assert book.gulf() == (501, 601)
@@ -116,7 +116,7 @@ def test_single_lmdb_epoch_and_vere_directory(tmp_path):
         os.write(fd, b"\0\0\0\0\x02")
         os.close(fd)
         assert _read(f"{mnt}/events/31") == b"\0\0\0\0\x02"
-    from bookfs.vere import VereBook
+    from bookfs.formats.vere import VereBook
 
     with VereBook.open(vdir) as v:
         assert v.gulf() == (1, 31) and v.read(31) == b"\0\0\0\0\x02"

@@ -11,7 +11,7 @@ import pyfuse3
 import pytest
 import trio
 
-from bookfs.book import Book
+from bookfs.formats.book import Book
 from bookfs.fs import inodes as I
 from bookfs.fs import ops as ops_module
 from bookfs.fs.ops import BookOperations

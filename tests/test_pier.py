@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from bookfs.book import Book
+from bookfs.formats.book import Book
 from bookfs.errors import (
     BookError,
     ContiguityError,
@@ -19,10 +19,10 @@ from bookfs.errors import (
     NoSuchEvent,
     ReadOnly,
 )
-from bookfs.eventlog import EventLog
-from bookfs.lmdb_log import LmdbLog
-from bookfs.lock import WriterLock
-from bookfs.pier import Pier, epoch_kind, open_book_dir, open_source
+from bookfs.formats.eventlog import EventLog
+from bookfs.formats.lmdb_log import LmdbLog
+from bookfs.formats.lock import WriterLock
+from bookfs.formats.pier import Pier, epoch_kind, open_book_dir, open_source
 from lmdb_fixtures import (
     make_book_epoch,
     make_lmdb_epoch,
@@ -33,7 +33,7 @@ from lmdb_fixtures import (
 )
 
 try:
-    import bookfs.vere  # noqa: F401
+    import bookfs.formats.vere  # noqa: F401
     HAVE_VERE = True
 except ImportError:
     HAVE_VERE = False
@@ -279,7 +279,7 @@ def test_lmdb_epoch_inside_pier_with_own_meta_wins(tmp_path):
         assert pier.read_meta("who")[0] == 1
 
 
-@pytest.mark.skipif(not HAVE_VERE, reason="bookfs.vere is not there yet")
+@pytest.mark.skipif(not HAVE_VERE, reason="bookfs.formats.vere is not there yet")
 def test_pier_with_vere_epoch(tmp_path):
     a, b, c = payloads(1, 5), payloads(6, 5), payloads(11, 5)
     root = make_pier(tmp_path / "p", [("lmdb", a), ("book", b), ("vere", c)])

@@ -24,10 +24,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bookfs import layout
-from bookfs.book import Book
+from bookfs.formats import layout
+from bookfs.formats.book import Book
 from bookfs.errors import CorruptDeed, NoSuchEvent, TooShort
-from bookfs.recovery import find_valid_deeds
+from bookfs.formats.recovery import find_valid_deeds
 
 PAGE = 4096
 
@@ -401,7 +401,7 @@ def test_random_damage_yields_a_committed_prefix_and_keeps_the_evidence(case):
 def test_parallel_crc_check_finds_the_first_bad_deed(tmp_path, monkeypatch, bad_event):
     """Large ranges are split across forked workers; the smallest failing index wins,
     wherever it falls, and a clean log gives None."""
-    from bookfs import recovery as rec
+    from bookfs.formats import recovery as rec
 
     monkeypatch.setattr(rec, "_PARALLEL_BYTES", 1)
     d = tmp_path / "log"

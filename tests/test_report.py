@@ -9,9 +9,9 @@ import re
 import pytest
 from PIL import Image
 
-from bookfs.book import Book
+from bookfs.formats.book import Book
 from bookfs.noun import peek_event
-from bookfs.report import IMAGES, TOP_K
+from bookfs.cli.report import IMAGES, TOP_K
 from mounting import mounted, run_bookfs
 
 EVENTS = 2500  # past LARGE_EVERY: holds a MiB-sized ship event besides the boot ones

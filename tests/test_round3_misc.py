@@ -21,10 +21,10 @@ import time
 
 import pytest
 
-from bookfs.book import Book
+from bookfs.formats.book import Book
 from bookfs.fs.mount import LOG_KEEP
 from bookfs.noun import jam
-from bookfs.show import event_text
+from bookfs.noun.event import event_text
 from mounting import BOOKFS, daemon_pid, force_unmount, mounted, run_bookfs
 
 MUG = b"\0\0\0\0"  # an unset mug: the payload is 4 bytes of mug, then the jam
@@ -253,7 +253,7 @@ def test_append_with_its_daemon_killed_after_the_deed_is_written_is_unknown(tmp_
     be durable.  The command says the outcome is unknown and how to check, exits 3, and
     stops: with --keep-going the next file is not tried.  After a remount the file is in
     the log at most once, and the next file not at all."""
-    from bookfs.layout import DEED_OVERHEAD
+    from bookfs.formats.layout import DEED_OVERHEAD
 
     src = make_log(tmp_path / "log", [MUG + jam(n) for n in range(1, 4)])
     big = os.urandom(64 << 20)

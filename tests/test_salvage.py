@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from bookfs.book import Book
-from bookfs.layout import META_SIZE
-from bookfs.vere import Slot, VereBook
+from bookfs.formats.book import Book
+from bookfs.formats.layout import META_SIZE
+from bookfs.formats.vere import Slot, VereBook
 
 BOOKFS = [sys.executable, "-m", "bookfs.cli"]
 LEFT_OUT = "salvage-left-out.bin"
@@ -237,7 +237,7 @@ def test_zero_byte_payload_the_reference_keeps_is_refused_untouched(tmp_path):
         err = [ln for ln in (r.stderr + r.stdout).splitlines() if "0-byte payload" in ln]
         assert err and "event 2 at offset" in err[0], (cmd, r.stdout + r.stderr)
         assert tree_hash(src) == before, cmd
-    from bookfs.vere import EmptyPayload
+    from bookfs.formats.vere import EmptyPayload
 
     with pytest.raises(EmptyPayload, match="event 2 at offset 8262 has a 0-byte payload"):
         VereBook.open(src, writable=True)

@@ -1,4 +1,4 @@
-"""Tests for bookfs.sample: deterministic, realistic sample event payloads."""
+"""Tests for bookfs.cli.sample: deterministic, realistic sample event payloads."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from bookfs.noun import cue, da_to_datetime, parse_patp, patp, to_list, uncord
 from bookfs.noun import mug as noun_mug
-from bookfs.sample import (
+from bookfs.cli.sample import (
     LARGE_EVERY,
     LARGE_PAYLOAD,
     MEDIUM_PAYLOAD,

@@ -1,4 +1,4 @@
-"""Events a person can read: the renderer (bookfs.render), ``bookfs show`` on a log and
+"""Events a person can read: the renderer (bookfs.noun.render), ``bookfs show`` on a log and
 through a real mount, the mount's ``pretty/`` view, and the dates and human sizes of
 ``info``."""
 
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bookfs.book import Book
+from bookfs.formats.book import Book
 from bookfs.fs import inodes as I
 from bookfs.noun import (
     cell,
@@ -31,8 +31,8 @@ from bookfs.noun import (
     peek_event,
     tape,
 )
-from bookfs.render import DEFAULT, JamView, Limits, NounView, human_bytes, render_text
-from bookfs.sample import iter_sample_payloads, sample_meta
+from bookfs.noun.render import DEFAULT, JamView, Limits, NounView, human_bytes, render_text
+from bookfs.cli.sample import iter_sample_payloads, sample_meta
 from mounting import mounted, run_bookfs
 
 EVENTS = 300

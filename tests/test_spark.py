@@ -17,9 +17,9 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-from bookfs import spark as bs  # noqa: E402
-from bookfs import spark_cli  # noqa: E402
-from bookfs.book import Book  # noqa: E402
+from bookfs import spark as bs
+from bookfs.spark import cli as spark_cli
+from bookfs.formats.book import Book  # noqa: E402
 from bookfs.noun import cord, cue, da_to_datetime, datetime_to_da, jam, path, uncord, unpath  # noqa: E402
 from tests.mounting import BOOKFS, mounted, run_bookfs  # noqa: E402
 
@@ -240,7 +240,7 @@ def session(*a, **k):
     k.setdefault("conf", {{}})[bs.MAX_LENGTH_KEY] = str(1 << 20)
     return orig(*a, **k)
 bs.session = session
-from bookfs.cli import main
+from bookfs.cli.commands import main
 sys.exit(main(["spark", {env.mnt!r}, "--out", {str(out)!r}, "--until", "10"]))
 """
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

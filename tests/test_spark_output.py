@@ -16,9 +16,9 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-from bookfs import spark as bs  # noqa: E402
-from bookfs import spark_cli  # noqa: E402
-from bookfs.book import Book  # noqa: E402
+from bookfs import spark as bs
+from bookfs.spark import cli as spark_cli
+from bookfs.formats.book import Book  # noqa: E402
 from bookfs.errors import UsageError  # noqa: E402
 from bookfs.noun import cord, datetime_to_da, jam, path  # noqa: E402
 from tests.mounting import mounted, run_bookfs  # noqa: E402

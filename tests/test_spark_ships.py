@@ -11,10 +11,10 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-from bookfs import spark as bs  # noqa: E402
-from bookfs.info import parse  # noqa: E402
+from bookfs import spark as bs
+from bookfs.formats.info import parse  # noqa: E402
 from bookfs.noun import patp  # noqa: E402
-from bookfs.spark_source import PUSHDOWN_SAFE, SHIP  # noqa: E402
+from bookfs.spark.source import PUSHDOWN_SAFE, SHIP  # noqa: E402
 from tests.lmdb_fixtures import make_pier, meta_values  # noqa: E402
 from tests.mounting import mounted, run_bookfs  # noqa: E402
 from tests.test_formats_matrix import payloads  # noqa: E402

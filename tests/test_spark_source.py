@@ -1,4 +1,4 @@
-"""``spark.read.format("bookfs")`` (bookfs.spark_source) over real read-only mounts, checked
+"""``spark.read.format("bookfs")`` (bookfs.spark.source) over real read-only mounts, checked
 against ``read_events`` (the binaryFile reference path) on the same mount, with one Spark
 session for the module (start-up costs 10-20 s)."""
 
@@ -11,8 +11,8 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-from bookfs import spark as bs  # noqa: E402
-from bookfs.spark_source import PUSHDOWN_SAFE  # noqa: E402
+from bookfs import spark as bs
+from bookfs.spark.source import PUSHDOWN_SAFE  # noqa: E402
 from tests.lmdb_fixtures import make_pier, meta_values  # noqa: E402
 from tests.mounting import mounted, run_bookfs  # noqa: E402
 from tests.test_formats_matrix import payloads  # noqa: E402
@@ -115,7 +115,7 @@ def rchar() -> int:
 def test_part_of_a_segment_reads_only_its_deeds(env):
     """A range inside a segment reads the length words of the deeds before it and its own
     deeds, nothing else (counted by the kernel: /proc/self/io rchar)."""
-    from bookfs.spark_source import BookfsReader
+    from bookfs.spark.source import BookfsReader
 
     firsts = segment_firsts(env.mnt)
     first, nxt = max(zip(firsts, firsts[1:]),

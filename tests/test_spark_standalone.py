@@ -28,8 +28,8 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-from bookfs import spark as bs  # noqa: E402
-from bookfs.book import Book  # noqa: E402
+from bookfs import spark as bs
+from bookfs.formats.book import Book  # noqa: E402
 from tests.mounting import BOOKFS, mounted, run_bookfs  # noqa: E402
 
 pytestmark = pytest.mark.spark

@@ -19,8 +19,8 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-from bookfs import spark as bs  # noqa: E402
-from bookfs.book import Book  # noqa: E402
+from bookfs import spark as bs
+from bookfs.formats.book import Book  # noqa: E402
 from tests.mounting import mounted, run_bookfs  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -130,7 +130,7 @@ def run_driver(env, *args, **kw) -> subprocess.Popen:
 
 def wait_for_last(mnt: str, last: int, timeout: float = 10.0) -> bool:
     """Wait until the mount's ``info`` says ``last: <last>``."""
-    from bookfs.info import parse
+    from bookfs.formats.info import parse
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

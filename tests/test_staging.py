@@ -9,7 +9,7 @@ import os
 import psutil
 import pytest
 
-from bookfs.book import Book
+from bookfs.formats.book import Book
 from bookfs.errors import PayloadTooLarge
 from bookfs.fs.staging import Staging, StagingFrozen
 

@@ -12,9 +12,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from bookfs.book import Book
-from bookfs.layout import HEADER_SIZE
-from bookfs.segments import Segments
+from bookfs.formats.book import Book
+from bookfs.formats.layout import HEADER_SIZE
+from bookfs.formats.segments import Segments
 from mount_fixtures import mnt, mounted, payload, small_src  # noqa: F401
 
 SEG0 = "000000000001"  # the first segment is named after the log's first event

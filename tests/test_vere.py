@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bookfs.book import Book
+from bookfs.formats.book import Book
 from bookfs.errors import (
     BadMagic,
     ContiguityError,
@@ -27,8 +27,8 @@ from bookfs.errors import (
     TooShort,
     UnsupportedLayout,
 )
-from bookfs.eventlog import EventLog
-from bookfs.vere import VereBook, is_vere_layout
+from bookfs.formats.eventlog import EventLog
+from bookfs.formats.vere import VereBook, is_vere_layout
 
 MAGIC = 0x424F4F4B
 

@@ -1,4 +1,4 @@
-"""The FUSE adapter: presents a :class:`bookfs.book.Book` as a filesystem (pyfuse3 + trio).
+"""The FUSE adapter: presents a :class:`bookfs.formats.book.Book` as a filesystem (pyfuse3 + trio).
 
 ``inodes``  inode numbering (stable, derived from event numbers)
 ``staging`` buffers for files being written into ``new/`` and ``meta/``

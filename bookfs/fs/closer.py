@@ -28,7 +28,7 @@ from __future__ import annotations
 import errno
 import os
 
-from .mountinfo import mount_devices
+from bookfs.fs.mountinfo import mount_devices
 
 #: probe verdicts
 COPY = "copy"  # the closing task is not the writer: a copy's close commits nothing
@@ -164,7 +164,7 @@ def _writable_py(tid: int) -> list[tuple[int, int]]:
 
 
 try:
-    from ._fdscan import writable as _writable  # the same scan in C, without the GIL
+    from bookfs.fs._fdscan import writable as _writable  # the same scan in C, without the GIL
     #: which descriptor scan this daemon uses (a mount's info file shows it)
     SCAN = "C"
 except ImportError:  # not built (pyproject.toml marks it optional): the Python scan

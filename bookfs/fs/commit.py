@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 import pyfuse3
 import trio
 
-from ..eventlog import EventLog
-from ..errors import BookError
-from ..layout import MAX_PAYLOAD, MIN_PAYLOAD
-from .staging import Staging
+from bookfs.formats.eventlog import EventLog
+from bookfs.errors import BookError
+from bookfs.formats.layout import MAX_PAYLOAD, MIN_PAYLOAD
+from bookfs.fs.staging import Staging
 
 log = logging.getLogger(__name__)
 

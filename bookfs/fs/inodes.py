@@ -43,8 +43,8 @@ from typing import Final
 
 import pyfuse3
 
-from ..layout import META_KEYS
-from ..types import EventNum
+from bookfs.formats.layout import META_KEYS
+from bookfs.types import EventNum
 
 InodeT = pyfuse3.InodeT
 

@@ -22,10 +22,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from ..errors import BookError, UsageError
-from ..fileio import private_dir
-from .mountinfo import FSNAME_PREFIX, FUSE_SUBTYPE, bookfs_mount_at, mount_at
-from ..segments import DEFAULT_SPAN as DEFAULT_SEGMENT_SPAN
+from bookfs.errors import BookError, UsageError
+from bookfs.formats.fileio import private_dir
+from bookfs.fs.mountinfo import FSNAME_PREFIX, FUSE_SUBTYPE, bookfs_mount_at, mount_at
+from bookfs.formats.segments import DEFAULT_SPAN as DEFAULT_SEGMENT_SPAN
 
 log = logging.getLogger(__name__)
 
@@ -392,7 +392,7 @@ def mount(source: str, mountpoint: str, *, options: str | None = None,
 def _configure_index(opts: MountOptions) -> None:
     """Apply ``index_dir=`` / ``noindex_cache`` (they override ``--index-dir`` and
     ``--no-index-cache``); an index directory that cannot be made private is refused."""
-    from .. import index
+    from bookfs.formats import index
 
     if not opts.index_cache:
         index.configure_cache(None, enabled=False)
@@ -471,9 +471,9 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
     import pyfuse3
     import trio
 
-    from ..errors import LockHeld, ReadOnly
-    from ..pier import open_source
-    from .ops import BookOperations
+    from bookfs.errors import LockHeld, ReadOnly
+    from bookfs.formats.pier import open_source
+    from bookfs.fs.ops import BookOperations
 
     log_file = _setup_logging(log_file, debug, daemon)
     if ready_fd is not None:
@@ -646,8 +646,8 @@ def _mounted_source(mountpoint: str) -> tuple[str | None, bool]:
 
 def _wait_for_daemon(source: str, timeout: float) -> None:
     """Wait until the daemon that served ``source`` has exited (its lock is free): the
-    lock :func:`bookfs.lock.lock_path_for` names, whatever path was mounted."""
-    from ..lock import WriterLock, lock_path_for
+    lock :func:`bookfs.formats.lock.lock_path_for` names, whatever path was mounted."""
+    from bookfs.formats.lock import WriterLock, lock_path_for
 
     lock = lock_path_for(source)
     deadline = time.monotonic() + timeout

@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..errors import UsageError
+from bookfs.errors import UsageError
 
 FUSE_SUBTYPE = "bookfs"  # mounts show as type fuse.bookfs
 FSTYPE = "fuse." + FUSE_SUBTYPE

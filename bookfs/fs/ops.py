@@ -103,18 +103,18 @@ from typing import NamedTuple
 import pyfuse3
 import trio
 
-from ..book import Book
-from ..eventlog import EventLog
-from ..errors import BookError
-from ..info import render, summary
-from ..layout import META_FIELDS, META_KEYS
-from ..segments import DEFAULT_SPAN, Segment, Segments
-from . import inodes as I
-from .cache import EventCache
-from .commit import HOLD, NEXT_KEY, CommitQueue, Refusals, Reservation, WorkerThread, refuse
-from . import closer
-from .closer import Writer
-from .staging import Staging
+from bookfs.formats.book import Book
+from bookfs.formats.eventlog import EventLog
+from bookfs.errors import BookError
+from bookfs.formats.info import render, summary
+from bookfs.formats.layout import META_FIELDS, META_KEYS
+from bookfs.formats.segments import DEFAULT_SPAN, Segment, Segments
+from bookfs.fs import inodes as I
+from bookfs.fs.cache import EventCache
+from bookfs.fs.commit import HOLD, NEXT_KEY, CommitQueue, Refusals, Reservation, WorkerThread, refuse
+from bookfs.fs import closer
+from bookfs.fs.closer import Writer
+from bookfs.fs.staging import Staging
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +258,7 @@ class _MetaWriteHandle:
 
 class BookOperations(pyfuse3.Operations):
     """FUSE operations over one open log: a :class:`Book`, or any ``EventLog`` (a vere
-    log, an LMDB epoch, a :class:`~bookfs.pier.Pier`, whose epochs appear under
+    log, an LMDB epoch, a :class:`~bookfs.formats.pier.Pier`, whose epochs appear under
     ``epochs/``)."""
 
     supports_dot_lookup = False
@@ -584,8 +584,8 @@ class BookOperations(pyfuse3.Operations):
         """The rendering of ``event`` (``bookfs show``'s text, abbreviated: bounded size).
         The payload is checked first, as for ``events/``; a large one is then read in
         place by the renderer, a few blocks at a time, in a worker thread."""
-        from ..errors import MetaAbsent
-        from ..show import event_text
+        from bookfs.errors import MetaAbsent
+        from bookfs.noun.event import event_text
 
         size = self.book.payload_size(event)
         data = await self._check_event(event)

@@ -17,7 +17,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 
-from ..errors import BookError, PayloadTooLarge
+from bookfs.errors import BookError, PayloadTooLarge
 
 SPILL_BYTES = 1 << 20  # payloads above this are staged on disk
 CHUNK = 1 << 20  # bytes per chunk when a spilled payload is streamed back

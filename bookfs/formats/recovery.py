@@ -24,8 +24,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from .fileio import fsync_dir, pread_into
-from .layout import (
+from bookfs.formats.fileio import fsync_dir, pread_into
+from bookfs.formats.layout import (
     DEED_LEN,
     DEED_OVERHEAD,
     DEED_TAIL,
@@ -363,7 +363,7 @@ def payload_mug_problem(event: int, payload) -> tuple[str, str | None]:
     """``("ok"|"unset"|"bad", message)`` for one payload (``mug ++ jam``): the stored mug
     must equal ``noun.mug`` of the cued jam.  A stored mug of 0 is *unset* (boot events
     carry mug 0, and a real mug is never 0), so it is counted, not compared."""
-    from .noun import CueError, cue, mug
+    from bookfs.noun import CueError, cue, mug
 
     mv = memoryview(payload)
     stored = int.from_bytes(mv[:4], "little")
@@ -384,7 +384,7 @@ def check_mugs(lg, rep: CheckReport, *, progress=None) -> None:
     the noun's (:func:`payload_mug_problem`); adds ``mug`` problems to ``rep``.  Events
     the format itself refuses (a CRC or framing failure) are skipped: ``check`` reports
     them already."""
-    from .errors import CorruptDeed
+    from bookfs.errors import CorruptDeed
 
     if not lg.count:
         return
@@ -523,7 +523,7 @@ def _claim_staging(staging: str, source: str) -> int:
     import json
     import shutil
 
-    from .errors import BookError
+    from bookfs.errors import BookError
 
     stamp = os.path.join(staging, _SALVAGE_STAMP)
     if os.path.lexists(staging):
@@ -555,14 +555,14 @@ def publish_salvage(source: str, out: str, fill) -> dict:
     """Run ``fill(root)`` (which writes a salvaged log into the new directory ``root`` and
     returns the report's content) in a work directory beside ``out``
     (``out`` + :data:`SALVAGE_STAGING_SUFFIX`), write the report there, fsync everything,
-    and publish it at ``out`` by one rename (:func:`bookfs.fileio.publish_dir`, as
+    and publish it at ``out`` by one rename (:func:`bookfs.formats.fileio.publish_dir`, as
     ``bookfs migrate`` does).  ``out`` must be absent or an empty directory.  A salvage
     killed at any point leaves ``out`` as it was; the next run removes its work directory
     and starts over."""
     import shutil
 
-    from .errors import BookError
-    from .fileio import publish_dir
+    from bookfs.errors import BookError
+    from bookfs.formats.fileio import publish_dir
 
     out = os.path.abspath(os.fspath(out))
     staging = out + SALVAGE_STAGING_SUFFIX
@@ -591,7 +591,7 @@ def publish_salvage(source: str, out: str, fill) -> dict:
 def check_meta_file(directory: str, rep: CheckReport) -> bool:
     """Report a missing or wrong-sized ``meta.bin`` in ``rep``; True if it is missing
     (``repair`` then creates it zero-filled, as a writable open does)."""
-    from .layout import META_NAME, META_SIZE
+    from bookfs.formats.layout import META_NAME, META_SIZE
 
     meta = os.path.join(directory, META_NAME)
     try:
@@ -609,8 +609,8 @@ def check_meta_file(directory: str, rep: CheckReport) -> bool:
 
 def create_meta_file(directory: str) -> str | None:
     """Create a missing ``meta.bin`` zero-filled, durably; returns the action taken."""
-    from .layout import META_NAME, META_SIZE
-    from .logbase import create_files
+    from bookfs.formats.layout import META_NAME, META_SIZE
+    from bookfs.formats.logbase import create_files
 
     meta = os.path.join(directory, META_NAME)
     if os.path.lexists(meta):

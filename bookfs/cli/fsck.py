@@ -38,22 +38,22 @@ import os
 import sys
 from dataclasses import asdict
 
-from .errors import BookError, ReadOnly
-from .recovery import CheckReport
+from bookfs.errors import BookError, ReadOnly
+from bookfs.formats.recovery import CheckReport
 
 EXIT_CLEAN, EXIT_REPAIRED, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 4, 8
 
 
 def check(path: str, *, mugs: bool = False, progress=None) -> CheckReport:
     """Check the source at ``path`` through its format's recovery (nothing is modified)."""
-    from .pier import recovery_for
+    from bookfs.formats.pier import recovery_for
 
     return recovery_for(path).check(mugs=mugs, progress=progress)
 
 
 def repair(path: str, rep: CheckReport) -> list[str]:
     """The format's safe repairs for a checked source; returns what was done."""
-    from .pier import recovery_for
+    from bookfs.formats.pier import recovery_for
 
     return recovery_for(path).repair(rep)
 
@@ -62,7 +62,7 @@ def salvage(path: str, rep: CheckReport, out: str, *, progress=None) -> dict:
     """Every recoverable event of a checked source into a new log at ``out`` (the
     format's ``Recovery.salvage``: only committed events become events; the rest is kept
     in ``out/salvage-left-out.bin``; published by rename)."""
-    from .pier import recovery_for
+    from bookfs.formats.pier import recovery_for
 
     return recovery_for(path).salvage(rep, out, progress=progress)
 
@@ -87,7 +87,7 @@ def left_out_line(res: dict) -> str:
     """What a salvage left out of the new log and why, in one clause for its summary line
     (``res`` is what ``salvage`` returned): deeds never committed, payloads under 4 bytes,
     damaged bytes, and the file(s) holding them byte for byte."""
-    from .recovery import DAMAGED, NOT_COMMITTED, SHORT_PAYLOAD, left_out_summary
+    from bookfs.formats.recovery import DAMAGED, NOT_COMMITTED, SHORT_PAYLOAD, left_out_summary
 
     records = res.get("left_out") or []
     if not records:
@@ -142,9 +142,9 @@ def renumbering(res: dict) -> list[str]:
 
 def run(args) -> int:
     """The ``bookfs fsck`` command."""
-    from .cli import _progress_bar
-    from .errors import UsageError
-    from .pier import recovery_for
+    from bookfs.cli.commands import _progress_bar
+    from bookfs.errors import UsageError
+    from bookfs.formats.pier import recovery_for
 
     if args.salvage and os.path.isdir(args.salvage) and os.listdir(args.salvage):
         raise UsageError(f"--salvage {args.salvage}: not empty; expected a new or empty "
@@ -208,7 +208,7 @@ def run(args) -> int:
 def register(sub) -> None:
     s = sub.add_parser("fsck", help="check, repair or salvage any log", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    from .cliargs import dir_to_create, existing_dir, file_to_write
+    from bookfs.cli.args import dir_to_create, existing_dir, file_to_write
 
     s.add_argument("source", type=existing_dir,
                    help="a Book directory (UIP or vere layout), an LMDB epoch or a pier")

@@ -11,7 +11,8 @@ import logging
 import os
 import sys
 
-from . import __version__, cliargs
+from bookfs import __version__
+from bookfs.cli import args as cliargs
 
 DEFAULT_SAMPLE_EVENTS = 100_000
 
@@ -56,8 +57,8 @@ class _SigintFlag:
 
 
 def cmd_sample(args) -> int:
-    from .cliargs import EXIT_INTERRUPTED
-    from .sample import write_sample
+    from bookfs.cli.args import EXIT_INTERRUPTED
+    from bookfs.cli.sample import write_sample
 
     with _progress_bar(args.events, "sample", unit="ev") as bar, _SigintFlag() as stop:
         res = write_sample(args.dir, args.events, args.seed, force=args.force,
@@ -76,8 +77,8 @@ def cmd_sample(args) -> int:
 
 
 def cmd_info(args) -> int:
-    from .info import render, summary
-    from .pier import open_source
+    from bookfs.formats.info import render, summary
+    from bookfs.formats.pier import open_source
 
     with _progress_bar(None, "indexing") as bar, open_source(args.path,
                                                              progress=bar.update) as book:
@@ -114,8 +115,8 @@ def _open_damage(log) -> list[str]:
 
 
 def cmd_verify(args) -> int:
-    from .pier import open_source
-    from .recovery import CheckReport, check_mugs
+    from bookfs.formats.pier import open_source
+    from bookfs.formats.recovery import CheckReport, check_mugs
 
     with open_source(args.path) as log:
         what = {"book-v1": "every CRC checks", "vere-book": "every deed frames and the "
@@ -148,7 +149,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_mount(args) -> int:
-    from .fs.mount import mount
+    from bookfs.fs.mount import mount
 
     opts = args.options
     return mount(args.source, args.mountpoint, options=opts, foreground=args.foreground,
@@ -156,7 +157,7 @@ def cmd_mount(args) -> int:
 
 
 def cmd_umount(args) -> int:
-    from .fs.mount import umount
+    from bookfs.fs.mount import umount
 
     return umount(args.mountpoint, lazy=args.lazy)
 
@@ -176,9 +177,9 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
 def apply_index_arguments(args) -> None:
     """Configure the index cache from ``--index-dir`` / ``--no-index-cache``; an index
     directory that cannot be created or is not private raises :class:`UsageError`."""
-    from . import index
-    from .errors import BookError
-    from .fileio import private_dir
+    from bookfs.formats import index
+    from bookfs.errors import BookError
+    from bookfs.formats.fileio import private_dir
 
     if getattr(args, "no_index_cache", False):
         index.configure_cache(None, enabled=False)
@@ -203,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log what happens")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    from .fs.mount import LOG_KEEP, options_help
+    from bookfs.fs.mount import LOG_KEEP, options_help
 
     s = sub.add_parser("mount", help="mount a log", description=(
         "Mount SOURCE at MOUNTPOINT: events/<N> read-only, meta/<key>, new/ to append, "
@@ -286,9 +287,10 @@ _EXTRA_COMMANDS: list = []
 def _register_optional() -> None:
     import importlib
 
-    for name in ("fsck", "migrate", "spark_cli", "show", "report", "append"):
+    for name in ("bookfs.cli.fsck", "bookfs.cli.migrate", "bookfs.spark.cli", "bookfs.cli.show",
+                 "bookfs.cli.report", "bookfs.cli.append"):
         try:
-            module = importlib.import_module(f"bookfs.{name}")
+            module = importlib.import_module(name)
         except ImportError:
             continue
         register = getattr(module, "register", None)
@@ -322,8 +324,8 @@ def mount_calling_form(argv: list[str], commands) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Run the ``bookfs`` command; returns its exit status.  Expected errors become one
     line (see the module docstring); anything else propagates with its traceback."""
-    from .errors import BookError
-    from .fs.mount import MountError, OptionError
+    from bookfs.errors import BookError
+    from bookfs.fs.mount import MountError, OptionError
 
     _register_optional()
     parser = build_parser()

@@ -62,7 +62,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     EqualTo, GreaterThan, GreaterThanOrEqual, In,
                                     InputPartition, LessThan, LessThanOrEqual)
 
-from . import spark as bs
+from bookfs.spark import pipeline as bs
 
 NAME = "bookfs"
 #: Events per partition when reading ``events/`` (no ``segments/`` on the mount).
@@ -116,7 +116,7 @@ def check_mount(path: str) -> str:
 
 def ship_of(path: str) -> str:
     """The @p of the ship whose log is mounted at ``path`` (its ``meta/who``)."""
-    from .noun import patp
+    from bookfs.noun import patp
 
     try:
         with open(os.path.join(path, "meta", "who"), "rb") as f:
@@ -180,7 +180,7 @@ def committed(path: str, first: int | None = None) -> tuple[int, int] | None:
     if not count:
         return None
     if first is None:
-        from .info import parse
+        from bookfs.formats.info import parse
 
         with open(os.path.join(path, "info")) as f:
             first = int(parse(f.read(1 << 16))["first"])
@@ -234,7 +234,7 @@ def plan(mount: Mount, since: int | None, until: int | None, per_partition: int
 def _skip_deeds(fd: int, pos: int, count: int, size: int, path: str) -> int:
     """The byte offset ``count`` deeds after offset ``pos`` of the open segment ``fd``
     (``size`` bytes), reading only each deed's length word."""
-    from .layout import DEED_LEN, DEED_OVERHEAD
+    from bookfs.formats.layout import DEED_LEN, DEED_OVERHEAD
 
     for _ in range(count):
         head = os.pread(fd, DEED_LEN.size, pos)

@@ -15,8 +15,8 @@ import fcntl
 import os
 import stat
 
-from .errors import NotRegularFile, PathEscape, UnsafeDirectory
-from .layout import FILE_MODE
+from bookfs.errors import NotRegularFile, PathEscape, UnsafeDirectory
+from bookfs.formats.layout import FILE_MODE
 
 
 def _kind(mode: int) -> str:
@@ -39,7 +39,7 @@ def open_regular(path: str, flags: int, mode: int = FILE_MODE, *,
 
     * Never blocks on a FIFO and never follows a symlink (``O_NOFOLLOW``) unless
       ``follow=True`` is given (only for read-only opens whose target the caller has
-      checked, e.g. with :func:`bookfs.logbase.contained`); a symlink refused this way
+      checked, e.g. with :func:`bookfs.formats.logbase.contained`); a symlink refused this way
       raises :class:`PathEscape`.
     * The opened file is ``fstat``-checked: a directory, FIFO, socket or device raises
       :class:`NotRegularFile` (a :class:`FormatError`) naming the path and what it found.

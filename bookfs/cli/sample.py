@@ -98,7 +98,7 @@ _PEERS = 24
 def _rng(seed: int, stream: str) -> random.Random:
     """An independent, reproducible random stream for ``seed`` (str seeds hash with
     SHA-512, so the result does not depend on PYTHONHASHSEED)."""
-    return random.Random(f"bookfs.sample:{seed}:{stream}")
+    return random.Random(f"bookfs.cli.sample:{seed}:{stream}")
 
 
 def _blob(rng: random.Random, size: int) -> int:
@@ -396,7 +396,7 @@ def _write_mark(path: str, seed: int, events: int) -> None:
 def _meta_or_zeros(book) -> dict[str, bytes]:
     """The log's meta; all zeros when a read-only open finds no ``meta.bin`` (a first run
     interrupted between creating ``book.log`` and ``meta.bin``)."""
-    from .errors import MetaAbsent
+    from bookfs.errors import MetaAbsent
 
     try:
         return book.meta()
@@ -448,11 +448,11 @@ def write_sample(path: str, events: int, seed: int = 0, *, force: bool = False,
     is then a prefix of the sample, which a later call resumes).  ``progress(n)`` is called
     with event counts as they are saved (resumed ones first).
     """
-    from .book import Book
-    from .errors import BookError, UsageError
-    from .index import discard_index
-    from .layout import LOG_NAME, META_NAME
-    from .lock import WriterLock, lock_path_for
+    from bookfs.formats.book import Book
+    from bookfs.errors import BookError, UsageError
+    from bookfs.formats.index import discard_index
+    from bookfs.formats.layout import LOG_NAME, META_NAME
+    from bookfs.formats.lock import WriterLock, lock_path_for
 
     log_path = os.path.join(path, LOG_NAME)
     if os.path.isdir(path) and not os.path.lexists(log_path):

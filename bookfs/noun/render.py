@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from .noun import DA_UNIX_EPOCH, CueError, Noun, format_da, patp
+from bookfs.noun.codec import DA_UNIX_EPOCH, CueError, Noun, format_da, patp
 
 MAX_DEPTH = 8  # cells nested deeper than this are shown as ...
 MAX_WIDTH = 16  # elements shown of one [a b c ...]

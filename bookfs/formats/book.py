@@ -34,8 +34,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from . import recovery
-from .errors import (
+from bookfs.formats import recovery
+from bookfs.errors import (
     BadMagic,
     BadVersion,
     BookError,
@@ -44,7 +44,7 @@ from .errors import (
     TooShort,
     UnsupportedLayout,
 )
-from .index import (
+from bookfs.formats.index import (
     FileStamp,
     OffsetIndex,
     discard_index,
@@ -52,7 +52,7 @@ from .index import (
     save_index,
     scan_framing,
 )
-from .layout import (
+from bookfs.formats.layout import (
     DEED_LEN,
     DEED_OVERHEAD,
     DEED_TAIL,
@@ -70,10 +70,10 @@ from .layout import (
     crc32,
     deed_parts,
 )
-from .lock import WriterLock, lock_path_for
-from .fileio import open_regular
-from .logbase import SingleFileLog, contained, create_files
-from .types import Progress
+from bookfs.formats.lock import WriterLock, lock_path_for
+from bookfs.formats.fileio import open_regular
+from bookfs.formats.logbase import SingleFileLog, contained, create_files
+from bookfs.types import Progress
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class Book(SingleFileLog):
 
         ``create=True`` (needs ``writable``) makes the directory's ``book.log`` (header with
         ``fir_d = 0``) and ``meta.bin`` (zeros) if missing.  A writable open takes the
-        writer lock :func:`bookfs.lock.lock_path_for` names: the enclosing pier's
+        writer lock :func:`bookfs.formats.lock.lock_path_for` names: the enclosing pier's
         ``.vere.lock`` when ``path`` lies inside a pier (an epoch), else ``book.lock``;
         ``lock=False`` skips it for a caller that already holds it (a writable pier).
         Raises a :class:`FormatError` subclass for a file that is not a Book log
@@ -167,7 +167,7 @@ class Book(SingleFileLog):
 
     def _read_header(self, size: int) -> int:
         if size <= 48:  # too short for a whole vere slot: only identification may decide
-            from .vere import _identify_fd, epoch_says_vere
+            from bookfs.formats.vere import _identify_fd, epoch_says_vere
 
             _identify_fd(self._fd, self.log_path, epoch_says_vere(self.directory))
         if size < HEADER_SIZE:
@@ -682,7 +682,7 @@ class BookRecovery(recovery.Recovery):
         return Book.open(self.path)
 
     def check(self, *, mugs: bool = False, progress=None) -> recovery.CheckReport:
-        from .index import OffsetIndex
+        from bookfs.formats.index import OffsetIndex
 
         P = recovery.Problem
         log_path = self.log_path
@@ -786,7 +786,7 @@ class BookRecovery(recovery.Recovery):
         of every deed that fails its CRC, of every region that does not frame and of a
         torn or garbage tail are copied to ``salvage-left-out.bin`` (``left_out`` in the
         report), never as events."""
-        from .layout import META_FIELDS
+        from bookfs.formats.layout import META_FIELDS
 
         st: UipFindings = report.state
         log_path = self.log_path

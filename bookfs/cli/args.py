@@ -19,7 +19,7 @@ import argparse
 import os
 import sys
 
-from .errors import UsageError  # noqa: F401  (raised by commands; exit 2)
+from bookfs.errors import UsageError  # noqa: F401  (raised by commands; exit 2)
 
 #: Exit status for bad usage (argparse's own choice too).
 EXIT_USAGE = 2

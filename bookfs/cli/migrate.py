@@ -37,9 +37,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .errors import BookError, ContiguityError, CorruptDeed, LockHeld, MetaAbsent
-from .fileio import fsync_dir, publish_dir
-from .layout import META_FIELDS
+from bookfs.errors import BookError, ContiguityError, CorruptDeed, LockHeld, MetaAbsent
+from bookfs.formats.fileio import fsync_dir, publish_dir
+from bookfs.formats.layout import META_FIELDS
 
 #: A batch is written once it holds this many payload bytes ...
 BATCH_BYTES = 16 << 20
@@ -96,9 +96,9 @@ class _Job:
 def _open_dest(directory: str, layout: str, base: int):
     if layout == "vere":
         try:
-            from .vere import VereBook, epoch_of_directory
+            from bookfs.formats.vere import VereBook, epoch_of_directory
         except ImportError:
-            raise BookError("the vere layout needs bookfs.vere, which this bookfs lacks; "
+            raise BookError("the vere layout needs bookfs.formats.vere, which this bookfs lacks; "
                             "use --layout uip") from None
         named = epoch_of_directory(directory)
         if named is not None and named != base:
@@ -106,7 +106,7 @@ def _open_dest(directory: str, layout: str, base: int):
                             f"event {base}; the vere layout takes its base from the name")
         return VereBook.open(directory, writable=True, create=True,
                              epoch=None if named is not None else base)
-    from .book import Book
+    from bookfs.formats.book import Book
 
     return Book.open(directory, writable=True, create=True)
 
@@ -149,8 +149,8 @@ def migrate(source: str | os.PathLike, dest: str | os.PathLike, layout: str | No
     Book in the other layout), an LMDB epoch, or a Book directory in either layout.
     ``progress(n)`` is called with event counts as they are done (including, first, the
     events a resumed run finds already done).  Returns a :class:`MigrateReport`."""
-    from .lmdb_log import LmdbLog
-    from .pier import Pier
+    from bookfs.formats.lmdb_log import LmdbLog
+    from bookfs.formats.pier import Pier
 
     layout = layout or DEFAULT_LAYOUT
     if layout not in LAYOUTS:
@@ -167,7 +167,7 @@ def migrate(source: str | os.PathLike, dest: str | os.PathLike, layout: str | No
     if src == dst or dst.startswith(src + os.sep):
         raise BookError(f"{dst}: inside the source {src}; choose a DEST outside it")
 
-    from .pier import identify, open_book_dir
+    from bookfs.formats.pier import identify, open_book_dir
 
     pier = single = None
     try:
@@ -242,8 +242,8 @@ def _values(log, start: int, end: int):
 
 def _refuse_running(pier_dir: str) -> None:
     """Raise :class:`LockHeld` if ``pier_dir`` is a pier whose ``.vere.lock`` is held."""
-    from .lock import WriterLock, describe_holder
-    from .pier import LOCK_NAME, is_pier
+    from bookfs.formats.lock import WriterLock, describe_holder
+    from bookfs.formats.pier import LOCK_NAME, is_pier
 
     lock_path = os.path.join(pier_dir, LOCK_NAME)
     if is_pier(pier_dir) and WriterLock.is_held(lock_path):
@@ -361,9 +361,9 @@ class _Interrupted(Exception):
 def cmd_migrate(args) -> int:
     """The ``bookfs migrate`` command.  Ctrl-C stops after the batch being written is
     verified (a second Ctrl-C at once) and says what ``DEST.partial`` holds."""
-    from .cli import _progress_bar, _SigintFlag
-    from .cliargs import EXIT_INTERRUPTED
-    from .pier import open_source
+    from bookfs.cli.commands import _progress_bar, _SigintFlag
+    from bookfs.cli.args import EXIT_INTERRUPTED
+    from bookfs.formats.pier import open_source
 
     try:
         with open_source(args.source) as lg:
@@ -419,7 +419,7 @@ def register(subparsers) -> None:
         "into place at the end: after a crash or Ctrl-C, run the same command again to "
         "resume.  An "
         "existing non-empty DEST is never overwritten."))
-    from .cliargs import dir_to_create, existing_dir
+    from bookfs.cli.args import dir_to_create, existing_dir
 
     s.add_argument("source", type=existing_dir, help="LMDB epoch, Book directory or pier")
     s.add_argument("dest", type=dir_to_create,

@@ -36,9 +36,9 @@ import re
 import struct
 from collections.abc import Iterable, Iterator
 
-from . import recovery
-from .logbase import PublishedView
-from .errors import (
+from bookfs.formats import recovery
+from bookfs.formats.logbase import PublishedView
+from bookfs.errors import (
     BadMetaKey,
     BadMetaSize,
     BookError,
@@ -47,8 +47,8 @@ from .errors import (
     NoSuchEvent,
     ReadOnly,
 )
-from .layout import META_FIELDS
-from .types import EventNum
+from bookfs.formats.layout import META_FIELDS
+from bookfs.types import EventNum
 
 DATA_NAME = "data.mdb"
 EVENTS_DB = b"EVENTS"
@@ -440,8 +440,8 @@ class LmdbRecovery(recovery.Recovery):
         """Every event that reads, in key order, into a new vere-layout log in ``out`` with
         the epoch base.  A value under 4 bytes is no event bookfs writes: it is kept in
         ``salvage-left-out.bin`` and recorded (a gap of one event), never copied as one."""
-        from .book import SalvageBatch
-        from .vere import VereBook
+        from bookfs.formats.book import SalvageBatch
+        from bookfs.formats.vere import VereBook
 
         import lmdb
 

@@ -1,9 +1,9 @@
 """The small interface every on-disk log format offers, so the layers above (the pier, the
 FUSE adapter, the CLI) work with any of them.
 
-Implementations: :class:`bookfs.book.Book` (the UIP layout), :class:`bookfs.vere.VereBook`
-(vere's two-slot layout), :class:`bookfs.lmdb_log.LmdbLog` (read-only LMDB epochs), and
-:class:`bookfs.pier.Pier` (ordered epochs presented as one numbering).
+Implementations: :class:`bookfs.formats.book.Book` (the UIP layout), :class:`bookfs.formats.vere.VereBook`
+(vere's two-slot layout), :class:`bookfs.formats.lmdb_log.LmdbLog` (read-only LMDB epochs), and
+:class:`bookfs.formats.pier.Pier` (ordered epochs presented as one numbering).
 
 Contract, for every implementation:
 
@@ -21,7 +21,7 @@ Contract, for every implementation:
 * ``generation`` is an ``int`` that only grows.  It increases whenever events that were
   already published may have changed (a rebuild as above); a caller that caches event
   bytes or sizes (the FUSE layer, the kernel's page cache) must drop them when it sees a
-  new value.  Plain appends do not change it.  :class:`~bookfs.pier.Pier`'s is derived
+  new value.  Plain appends do not change it.  :class:`~bookfs.formats.pier.Pier`'s is derived
   from its epochs'; an LMDB epoch's stays 0.
 * ``save(first, payloads, epoch)`` appends durably or raises and leaves the log as it was
   (``ReadOnly`` for a read-only log or format).
@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Protocol, runtime_checkable
 
-from .types import EventNum
+from bookfs.types import EventNum
 
 
 @runtime_checkable

@@ -7,7 +7,7 @@ A pier keeps its events in epochs (``reference-formats.md`` §3)::
         epoc.txt                    1 or 2 = LMDB (data.mdb), 3 = Book (book.log, meta.bin)
     <pier>/.vere.lock               the runtime's lock (fcntl F_SETLK on byte 0)
 
-:class:`Pier` implements :class:`bookfs.eventlog.EventLog` over them: one numbering across
+:class:`Pier` implements :class:`bookfs.formats.eventlog.EventLog` over them: one numbering across
 all epochs (the oldest may start after event 1, after a *chop*), routed to the right epoch
 by bisecting over the epoch bases.  ``pier.epochs`` lists ``(name, base, log)`` so a view
 can show each epoch on its own.
@@ -42,12 +42,12 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from .logbase import LogMixin
-from .errors import BookError, ContiguityError, FormatError, NoSuchEvent, ReadOnly
-from .eventlog import EventLog
-from .fileio import open_regular
-from .layout import LOG_NAME, PIER_LOG_DIR, VERE_LOCK_NAME
-from .types import EventNum
+from bookfs.formats.logbase import LogMixin
+from bookfs.errors import BookError, ContiguityError, FormatError, NoSuchEvent, ReadOnly
+from bookfs.formats.eventlog import EventLog
+from bookfs.formats.fileio import open_regular
+from bookfs.formats.layout import LOG_NAME, PIER_LOG_DIR, VERE_LOCK_NAME
+from bookfs.types import EventNum
 
 LOG_DIR = PIER_LOG_DIR
 LOCK_NAME = VERE_LOCK_NAME  # kept for importers; lock.lock_path_for finds it from any path
@@ -73,28 +73,28 @@ def is_pier(path: str | os.PathLike) -> bool:
 
 def open_book_dir(directory: str, writable: bool = False, *,
                   pier_locked: bool = False, progress=None) -> EventLog:
-    """A directory holding ``book.log``: a :class:`~bookfs.vere.VereBook` if the log is in
-    vere's two-slot layout, else a UIP :class:`~bookfs.book.Book`.
+    """A directory holding ``book.log``: a :class:`~bookfs.formats.vere.VereBook` if the log is in
+    vere's two-slot layout, else a UIP :class:`~bookfs.formats.book.Book`.
 
-    The layout is identified by :func:`bookfs.vere.detect_layout`; a file that is neither
+    The layout is identified by :func:`bookfs.formats.vere.detect_layout`; a file that is neither
     layout is refused with a :class:`FormatError` before any engine parses it.
 
     ``pier_locked``: the caller holds the pier's ``.vere.lock``, so a writable open does
     not take it again (``lock=False``); otherwise a writable open takes the lock
     ``lock.lock_path_for(directory)`` names (the enclosing pier's, if any)."""
-    from .vere import detect_layout
+    from bookfs.formats.vere import detect_layout
 
     if detect_layout(os.path.join(directory, LOG_NAME)) == "vere":
-        from .vere import VereBook as cls
+        from bookfs.formats.vere import VereBook as cls
     else:
-        from .book import Book as cls
+        from bookfs.formats.book import Book as cls
     return cls.open(directory, writable=writable, lock=not (writable and pier_locked),
                     progress=progress)
 
 
 def identify(path: str | os.PathLike) -> tuple[str, str]:
     """``(kind, directory)`` for what ``path`` is, by the files present and, for a Book
-    directory, its layout (:func:`bookfs.vere.detect_layout`): ``pier`` (has ``.urb/log/``,
+    directory, its layout (:func:`bookfs.formats.vere.detect_layout`): ``pier`` (has ``.urb/log/``,
     or is that ``.urb/log`` directory; the pier's directory is returned), ``vere`` or
     ``uip`` (has ``book.log``), ``lmdb`` (has ``data.mdb``).  Anything else raises
     :class:`FormatError` (or :class:`BookError` for a missing directory); nothing is
@@ -107,10 +107,10 @@ def identify(path: str | os.PathLike) -> tuple[str, str]:
             and os.path.isdir(norm)):
         return "pier", os.path.dirname(os.path.dirname(norm))
     if os.path.lexists(os.path.join(p, LOG_NAME)):
-        from .vere import detect_layout
+        from bookfs.formats.vere import detect_layout
 
         return detect_layout(os.path.join(p, LOG_NAME)), p
-    from .lmdb_log import is_lmdb_dir
+    from bookfs.formats.lmdb_log import is_lmdb_dir
 
     if is_lmdb_dir(p):
         return "lmdb", p
@@ -134,13 +134,13 @@ def open_source(path: str | os.PathLike, writable: bool = False, *,
         return Pier.open(p, writable=writable, progress=progress)
     if kind in ("uip", "vere"):
         return open_book_dir(p, writable, progress=progress)
-    from .lmdb_log import LmdbLog
+    from bookfs.formats.lmdb_log import LmdbLog
 
     return LmdbLog.open(p, writable=writable)
 
 
 def recovery_for(path: str | os.PathLike, *, pier_locked: bool = False):
-    """The format's :class:`~bookfs.recovery.Recovery` (check → repair → salvage) for
+    """The format's :class:`~bookfs.formats.recovery.Recovery` (check → repair → salvage) for
     ``path``, chosen by :func:`identify`, the detection :func:`open_source` uses.  An
     unknown or mismatched layout raises :class:`FormatError` before anything is read as a
     log."""
@@ -148,14 +148,14 @@ def recovery_for(path: str | os.PathLike, *, pier_locked: bool = False):
     if kind == "pier":
         return PierRecovery(p)
     if kind == "uip":
-        from .book import BookRecovery
+        from bookfs.formats.book import BookRecovery
 
         return BookRecovery(p, pier_locked=pier_locked)
     if kind == "vere":
-        from .vere import VereRecovery
+        from bookfs.formats.vere import VereRecovery
 
         return VereRecovery(p, pier_locked=pier_locked)
-    from .lmdb_log import LmdbRecovery
+    from bookfs.formats.lmdb_log import LmdbRecovery
 
     return LmdbRecovery(p, pier_locked=pier_locked)
 
@@ -239,7 +239,7 @@ class Pier(LogMixin):
                     raise ReadOnly(f"{newest}: the newest epoch is LMDB, and LMDB epochs are "
                                    "read-only; open the pier read-only or migrate it with "
                                    "bookfs migrate")
-                from .lock import WriterLock, lock_path_for
+                from bookfs.formats.lock import WriterLock, lock_path_for
 
                 pier._lock = WriterLock(lock_path_for(directory))
             for i, ((base, name), kind) in enumerate(zip(names, kinds)):
@@ -258,7 +258,7 @@ class Pier(LogMixin):
         return pier
 
     def _open_lmdb(self, directory: str):
-        from .lmdb_log import LmdbLog, is_lmdb_dir
+        from bookfs.formats.lmdb_log import LmdbLog, is_lmdb_dir
 
         meta_from = self.log_dir if is_lmdb_dir(self.log_dir) else None
         return LmdbLog.open(directory, meta_from=meta_from)
@@ -448,7 +448,7 @@ class PierRecovery:
         self.log_dir = os.path.join(self.path, LOG_DIR)
 
     def _parts(self):
-        from .lmdb_log import LmdbRecovery, is_lmdb_dir
+        from bookfs.formats.lmdb_log import LmdbRecovery, is_lmdb_dir
 
         names, kinds = list_epochs(self.log_dir)
         meta_from = self.log_dir if is_lmdb_dir(self.log_dir) else None
@@ -471,7 +471,7 @@ class PierRecovery:
         return Pier.open(self.path)
 
     def check(self, *, mugs: bool = False, progress=None):
-        from .recovery import CheckReport, Problem
+        from bookfs.formats.recovery import CheckReport, Problem
 
         rep = CheckReport(self.log_dir, "pier")
         rep.state = self._parts()
@@ -492,7 +492,7 @@ class PierRecovery:
         return rep
 
     def repair(self, report) -> list[str]:
-        from .lock import WriterLock
+        from bookfs.formats.lock import WriterLock
 
         done = []
         lock = WriterLock(os.path.join(self.path, LOCK_NAME), what="bookfs")
@@ -513,8 +513,8 @@ class PierRecovery:
         """Each epoch salvaged by its format (``Recovery.salvage_into``) into
         ``OUT/0iN/``, with what each left out (``0iN/salvage-left-out.bin``, listed under
         ``left_out`` with its epoch), the whole built beside ``OUT`` and published by one
-        rename (:func:`bookfs.recovery.publish_salvage`)."""
-        from .recovery import publish_salvage
+        rename (:func:`bookfs.formats.recovery.publish_salvage`)."""
+        from bookfs.formats.recovery import publish_salvage
 
         return publish_salvage(self.path, out, lambda root: self._salvage_into(
             report, root, progress=progress))

@@ -13,7 +13,7 @@ DIR:
 * ``index.html``: one page showing the three images, a summary table and the largest
   events as a table.
 
-SOURCE is a bookfs mount or any log :func:`~bookfs.pier.open_source` opens.  Memory is
+SOURCE is a bookfs mount or any log :func:`~bookfs.formats.pier.open_source` opens.  Memory is
 bounded whatever the log's length: counters per (bin, tag) (at most :data:`MAX_TAGS` tags
 are told apart, the rest are ``other``), a top-K heap and a reservoir sample.  Boot events
 (no date) are counted and shown among the largest, but not placed in time.
@@ -31,8 +31,8 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .noun import da_to_datetime, format_da, peek_event
-from .render import human_bytes, human_size
+from bookfs.noun import da_to_datetime, format_da, peek_event
+from bookfs.noun.render import human_bytes, human_size
 
 HEAD_BYTES = 64 << 10  # jam bytes read per event: its date, wire and tag lie at the start
 TOP_K = 20  # largest events listed
@@ -121,12 +121,12 @@ def _bin_for(first: int | None, last: int | None) -> int:
 def gather(source, progress=None) -> Stats:
     """One pass over ``source`` (``open_any``'s interface), events in order.  The time bin
     is chosen first from the dates of the first and last dated events (see
-    :func:`bookfs.info.date_range`'s search: a few events from each end)."""
+    :func:`bookfs.formats.info.date_range`'s search: a few events from each end)."""
     first, last = source.range
     stats = Stats()
     if not last:
         return stats
-    from .info import DATE_SEARCH
+    from bookfs.formats.info import DATE_SEARCH
 
     ends = []
     for events in (range(first, min(last, first + DATE_SEARCH - 1) + 1),
@@ -266,8 +266,8 @@ td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:left}} img{{max-width:
 
 
 def run(args) -> int:
-    from .cli import _progress_bar
-    from .show import open_any
+    from bookfs.cli.commands import _progress_bar
+    from bookfs.cli.show import open_any
 
     if not os.path.exists(args.source):
         print(f"bookfs report: {args.source}: no such file or directory; expected a bookfs "

@@ -147,10 +147,10 @@ def session(master: str = "local[2]", app: str = "bookfs", *, tuned: bool = True
 
 def register(spark):
     """Make ``spark.read.format("bookfs").load(MOUNTPOINT)`` available in ``spark``
-    (:mod:`bookfs.spark_source`), with Python data source filter pushdown on so that
+    (:mod:`bookfs.spark.source`), with Python data source filter pushdown on so that
     ``event`` comparisons narrow what is read, where that is safe
-    (:data:`bookfs.spark_source.PUSHDOWN_SAFE`; not on Spark 4.3).  Returns ``spark``."""
-    from .spark_source import PUSHDOWN_KEY, BookfsDataSource
+    (:data:`bookfs.spark.source.PUSHDOWN_SAFE`; not on Spark 4.3).  Returns ``spark``."""
+    from bookfs.spark.source import PUSHDOWN_KEY, BookfsDataSource
 
     # on even where the reader pushes nothing: Spark refuses a reader with pushFilters
     # while it is off
@@ -167,7 +167,7 @@ _SECONDS_MIN, _SECONDS_MAX = -62135596800, 253402300799  # years 1..9999
 def _da_micros(da: int) -> int:
     """An @da as microseconds since the Unix epoch (fraction truncated), as
     :func:`bookfs.noun.da_to_datetime` computes it."""
-    from .noun import DA_UNIX_EPOCH
+    from bookfs.noun import DA_UNIX_EPOCH
 
     return ((da >> 64) - DA_UNIX_EPOCH) * 1_000_000 + (((da & ((1 << 64) - 1)) * 1_000_000) >> 64)
 
@@ -190,7 +190,7 @@ class _Rows:
         self.bytes = 0
 
     def add(self, event: int, payload, committed_us) -> None:
-        from .noun import peek_event
+        from bookfs.noun import peek_event
 
         n = len(payload)
         self.event.append(event)
@@ -291,7 +291,7 @@ def _deeds(seg, first: int, until: int, name: int | None = None
     CRC checked (ValueError naming the segment, event and byte otherwise).  ``name``: the
     segment's name when ``seg`` is a part of it starting at a later event (byte positions
     in errors are then relative to that part)."""
-    from .layout import DEED_LEN, DEED_OVERHEAD, DEED_TAIL, crc32
+    from bookfs.formats.layout import DEED_LEN, DEED_OVERHEAD, DEED_TAIL, crc32
 
     name = first if name is None else name
     pos, event, end = 0, first, len(seg)

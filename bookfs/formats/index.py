@@ -38,9 +38,9 @@ import time
 from array import array
 from dataclasses import dataclass, field
 
-from .errors import BookError
-from .fileio import open_regular, pread_into, private_dir
-from .layout import (
+from bookfs.errors import BookError
+from bookfs.formats.fileio import open_regular, pread_into, private_dir
+from bookfs.formats.layout import (
     DEED_LEN,
     DEED_OVERHEAD,
     DEED_TAIL_SIZE,

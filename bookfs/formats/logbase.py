@@ -13,7 +13,7 @@ import errno
 import os
 from collections.abc import Iterator
 
-from .errors import (
+from bookfs.errors import (
     BadMetaFile,
     BadMetaKey,
     BadMetaSize,
@@ -25,10 +25,10 @@ from .errors import (
     PayloadTooLarge,
     ReadOnly,
 )
-from .fileio import create_new, fsync_dir, open_regular
-from .index import OffsetIndex
-from .layout import CREATING_SUFFIX, DEED_LEN, MAX_PAYLOAD, META_FIELDS, META_SIZE, MIN_PAYLOAD
-from .types import EventNum
+from bookfs.formats.fileio import create_new, fsync_dir, open_regular
+from bookfs.formats.index import OffsetIndex
+from bookfs.formats.layout import CREATING_SUFFIX, DEED_LEN, MAX_PAYLOAD, META_FIELDS, META_SIZE, MIN_PAYLOAD
+from bookfs.types import EventNum
 
 _IOV_MAX = 1024
 _JOIN_LIMIT = 1 << 20  # buffers adding up to less than this are joined into one write
@@ -191,7 +191,7 @@ class SingleFileLog(PublishedView):
     def _open_files(log_path: str, meta_path: str, writable: bool,
                     what: str) -> tuple[int, int | None]:
         """Open the log and ``meta.bin`` (read-write or read-only) through
-        :func:`bookfs.fileio.open_regular`: a missing log is a :class:`BookError` saying
+        :func:`bookfs.formats.fileio.open_regular`: a missing log is a :class:`BookError` saying
         what was expected (``what``: the kind of log); a FIFO, socket, device or directory
         is a :class:`NotRegularFile`, never a hang.  A read-only open may follow a symlink
         the caller checked with :func:`contained`; a writable open never follows one.  A

@@ -54,8 +54,8 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from .fs.commit import NEXT_KEY, REFUSALS_HEADER
-from .fs.mountinfo import bookfs_mount_at
+from bookfs.fs.commit import NEXT_KEY, REFUSALS_HEADER
+from bookfs.fs.mountinfo import bookfs_mount_at
 
 CHUNK = 1 << 20  # bytes per write
 #: A close that fails with one of these has an unknown outcome: the daemon went away (or
@@ -277,7 +277,7 @@ class Appender:
 
 
 def run(args) -> int:
-    from .cli import _progress_bar
+    from bookfs.cli.commands import _progress_bar
 
     try:
         if not os.path.isdir(args.mountpoint):

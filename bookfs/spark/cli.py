@@ -193,7 +193,7 @@ def _mount_info(mnt: str) -> dict[str, str]:
             text = f.read(1 << 16)
     except OSError:
         return {}
-    from .info import parse
+    from bookfs.formats.info import parse
 
     return parse(text)
 
@@ -209,7 +209,7 @@ def write_mode(args) -> str:
     """The write mode of this run: ``--mode`` (``errorifexists`` read as ``error``), else
     ``append`` with ``--incremental`` and ``error`` without.  ``--incremental`` with any
     other mode raises :class:`bookfs.errors.UsageError`."""
-    from .errors import UsageError
+    from bookfs.errors import UsageError
 
     mode = getattr(args, "mode", None)
     mode = "error" if mode == "errorifexists" else mode
@@ -244,7 +244,7 @@ def refuse_existing(out: str, mode: str, shown: str) -> None:
     ``OUT/data`` already holds something; with ``append``, if what it holds is in an
     earlier bookfs's layout (a run added beside it would make a table of two layouts).
     ``shown`` is ``--out`` as the user gave it."""
-    from .errors import UsageError
+    from bookfs.errors import UsageError
 
     old = _old_layout(out) if mode == "append" else None
     if old is not None:
@@ -272,9 +272,9 @@ def check_inputs(args) -> tuple[str, int, int | None, str]:
     last, capped by ``--until``; None if the mount does not say) and the write mode
     (:func:`write_mode`).
     """
-    from .errors import UsageError
+    from bookfs.errors import UsageError
 
-    from .fs.mountinfo import mount_at
+    from bookfs.fs.mountinfo import mount_at
 
     mnt = args.mountpoint
     found = mount_at(mnt)
@@ -366,7 +366,7 @@ class _Job:
             raise KeyboardInterrupt
 
     def _run(self) -> int:
-        from . import spark as bs
+        from bookfs.spark import pipeline as bs
 
         args, out, state, first = self.args, self.out, self.state, self.first
         progress = sys.stderr.isatty() or bool(os.environ.get("BOOKFS_PROGRESS"))
@@ -461,7 +461,7 @@ def run(args) -> int:
     (:func:`check_inputs`), then Spark starts.  Ctrl-C cancels the job, discards the run
     being written and leaves ``data/`` and ``state.json`` as they were (one line, exit
     130); a run already being published is finished first and reported."""
-    from .cliargs import EXIT_INTERRUPTED
+    from bookfs.cli.args import EXIT_INTERRUPTED
 
     out, first, last, mode = check_inputs(args)
     if mode == "ignore" and _holds_data(out):
@@ -526,7 +526,7 @@ def run(args) -> int:
     if job.error is None:
         return job.result
     e = job.error
-    from . import spark as bs
+    from bookfs.spark import pipeline as bs
 
     if isinstance(e, bs.EventTooLarge):
         print(f"bookfs spark: {e}", file=sys.stderr)
@@ -558,7 +558,7 @@ def register(subparsers) -> None:
                      " Inputs are checked before Spark starts; Ctrl-C leaves OUT as it "
                      "was."),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    from .cliargs import dir_to_create, event_number, existing_dir
+    from bookfs.cli.args import dir_to_create, event_number, existing_dir
 
     s.add_argument("mountpoint", type=existing_dir, help="a bookfs mount")
     s.add_argument("--out", required=True, type=dir_to_create,

@@ -15,7 +15,7 @@ The layout is reference-formats.md §2, byte for byte (constants in ``layout.py`
 is the commit point: deeds past the newest valid header's ``las_d`` are not committed.
 This module knows nothing of FUSE, trio or Spark.
 
-Contract (the same as :class:`bookfs.book.Book`'s, where the format allows)
+Contract (the same as :class:`bookfs.formats.book.Book`'s, where the format allows)
 ---------------------------------------------------------------------------
 * **Readers** (``writable=False``) take no lock and never modify any file.  They see only
   committed events: those up to ``las_d`` of a header slot whose CRC holds and whose last
@@ -70,8 +70,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from . import recovery
-from .errors import (
+from bookfs.formats import recovery
+from bookfs.errors import (
     BadMagic,
     BadVersion,
     BookError,
@@ -81,9 +81,9 @@ from .errors import (
     TooShort,
     UnsupportedLayout,
 )
-from .fileio import open_regular, pread_into
-from .index import OffsetIndex, u64_views
-from .layout import (
+from bookfs.formats.fileio import open_regular, pread_into
+from bookfs.formats.index import OffsetIndex, u64_views
+from bookfs.formats.layout import (
     DEED_LEN,
     HEADER,
     LOG_NAME,
@@ -103,9 +103,9 @@ from .layout import (
     VERSION,
     crc32,
 )
-from .lock import WriterLock, lock_path_for
-from .logbase import SingleFileLog, contained, create_files
-from .types import Progress
+from bookfs.formats.lock import WriterLock, lock_path_for
+from bookfs.formats.logbase import SingleFileLog, contained, create_files
+from bookfs.types import Progress
 
 log = logging.getLogger(__name__)
 
@@ -370,7 +370,7 @@ class VereBook(SingleFileLog):
         ``fir_d = las_d = N``, ``seq_d = 0``, padded to 8192 bytes) and ``meta.bin`` (zeros)
         if missing.  ``N`` is taken from a directory named ``0i<N>``, else from ``epoch``
         (default 0); both given and different is a :class:`ValueError`.  A writable open
-        takes the lock :func:`bookfs.lock.lock_path_for` names (the enclosing pier's
+        takes the lock :func:`bookfs.formats.lock.lock_path_for` names (the enclosing pier's
         ``.vere.lock`` for an epoch inside a pier, else ``book.lock``); ``lock=False``
         skips it (for a caller holding the pier's lock).  Raises a
         :class:`FormatError` subclass for a file that is not a vere-layout log,
@@ -452,7 +452,7 @@ class VereBook(SingleFileLog):
         if magic_b != MAGIC and HEADER.unpack_from(raw[0])[1] == VERSION:
             raise UnsupportedLayout(
                 f"{self.log_path}: no vere header slot has a valid CRC; this looks like the "
-                "UIP layout (16-byte header), open it with bookfs.book.Book")
+                "UIP layout (16-byte header), open it with bookfs.formats.book.Book")
         raise FormatError(f"{self.log_path}: neither vere header slot is valid "
                           f"({'; '.join(why)}); refusing to guess the committed state")
 
@@ -836,7 +836,7 @@ class VereBook(SingleFileLog):
         epoch base is fixed at creation, so ``epoch`` may only be 0 or ``fir_d``).  A
         violation raises :class:`ContiguityError`, a payload under 4 bytes
         :class:`PayloadError`, one over 2^32 :class:`PayloadTooLarge`; nothing is written.
-        Payloads are bytes-like or :class:`bookfs.book.Blob` (streamed).  On a write or
+        Payloads are bytes-like or :class:`bookfs.formats.book.Blob` (streamed).  On a write or
         sync error the file is cut back and the inactive slot rewritten with its old bytes,
         so the log is exactly as before, and the ``OSError`` is raised.
         """
@@ -1249,8 +1249,8 @@ class VereRecovery(recovery.Recovery):
           ``salvage-left-out.bin``; ``past_committed_end`` counts the framed deeds past
           the committed end.  vere deeds carry no CRC, so check the payloads with
           ``bookfs verify --mugs``."""
-        from .book import SalvageBatch
-        from .layout import META_FIELDS
+        from bookfs.formats.book import SalvageBatch
+        from bookfs.formats.layout import META_FIELDS
 
         gaps: list[dict] = []
         fd = open_regular(self.log_path, os.O_RDONLY, follow=True)

@@ -31,9 +31,9 @@ import socket
 import struct
 import sys
 
-from .errors import BookError, LockHeld
-from .fileio import open_regular
-from .layout import FILE_MODE, LOCK_NAME, PIER_LOG_DIR, VERE_LOCK_NAME
+from bookfs.errors import BookError, LockHeld
+from bookfs.formats.fileio import open_regular
+from bookfs.formats.layout import FILE_MODE, LOCK_NAME, PIER_LOG_DIR, VERE_LOCK_NAME
 
 _F_OFD_GETLK = getattr(fcntl, "F_OFD_GETLK", 36)
 _F_OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", 37)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 
-from .eventlog import EventLog
-from .render import human_bytes
+from bookfs.formats.eventlog import EventLog
+from bookfs.noun.render import human_bytes
 
 DATE_SEARCH = 32  # events read from each end of the log to find the first and last @da
 DATE_PEEK = 64 << 10  # payload bytes read to find an event's date (its head is tiny)
@@ -20,8 +20,8 @@ def _event_date(log: EventLog, event: int) -> int | None:
     jam is decoded (:func:`~bookfs.noun.peek_event`); a small payload is read and checked
     whole, a large one checked by streaming and then only its first bytes read.  Cached by
     (log, generation, event): events do not change within a generation."""
-    from .errors import BookError
-    from .noun import peek_event
+    from bookfs.errors import BookError
+    from bookfs.noun import peek_event
 
     key = (log.directory, getattr(log, "generation", 0), event)
     if key in _date_cache:
@@ -46,7 +46,7 @@ def date_range(log: EventLog) -> dict | None:
     """``{"first", "last"}`` (@da text) and ``{"first_utc", "last_utc"}`` (ISO 8601) of
     the first and last dated events, looking at most :data:`DATE_SEARCH` events in from
     each end (boot events carry no date); None if none of those is dated."""
-    from .noun import da_to_datetime, format_da
+    from bookfs.noun import da_to_datetime, format_da
 
     first, last = log.gulf()
     if not last:
@@ -76,9 +76,9 @@ def summary(book: EventLog) -> dict:
     cover (``dates``: :func:`date_range`, when the log has dated events) and the meta
     fields, decoded (``fake`` as a loobean, :func:`loobean`; ``meta: absent`` when a
     read-only open found no ``meta.bin``)."""
-    from .noun import patp
+    from bookfs.noun import patp
 
-    from .errors import MetaAbsent
+    from bookfs.errors import MetaAbsent
 
     first, last = book.gulf()
     info = {
@@ -121,7 +121,7 @@ def _utc(iso: str) -> str:
 def render(info: dict, as_json: bool = False) -> str:
     """``info`` as aligned ``key: value`` lines (or JSON, with every number exact),
     newline-terminated.  In text, ``bytes`` is a human size with the exact count
-    (:func:`~bookfs.render.human_bytes`) and ``dates`` becomes two lines, ``since`` and
+    (:func:`~bookfs.noun.render.human_bytes`) and ``dates`` becomes two lines, ``since`` and
     ``until`` (@da, then UTC)."""
     if as_json:
         return json.dumps(info, indent=2) + "\n"

@@ -1,0 +1,15 @@
+"""Spark over a mount: the pipeline (:mod:`~bookfs.spark.pipeline`: a session, ``binaryFile``
+reads, Parquet by day), the data source (:mod:`~bookfs.spark.source`:
+``spark.read.format("bookfs")`` and ``readStream``) and ``bookfs spark``
+(:mod:`~bookfs.spark.cli`).
+
+``from bookfs import spark as bs`` gives the pipeline's public names.
+"""
+from bookfs.spark.pipeline import (COLUMNS, DAY, DEFAULT_MAX_LENGTH, MAX_LENGTH_KEY,
+                                   NULL_PARTITION, ROW_GROUP_KEY, SCHEMA, TUNED, EventTooLarge,
+                                   day_column, plan_segments, read_events, register, session,
+                                   tune, write_parquet)
+
+__all__ = ["COLUMNS", "DAY", "DEFAULT_MAX_LENGTH", "MAX_LENGTH_KEY", "NULL_PARTITION",
+           "ROW_GROUP_KEY", "SCHEMA", "TUNED", "EventTooLarge", "day_column", "plan_segments",
+           "read_events", "register", "session", "tune", "write_parquet"]
