@@ -20,10 +20,6 @@ from bookfs.noun import (
     SUFFIXES,
     CueError,
     Noun,
-    _fee,
-    _feen,
-    _feis,
-    _tail,
     cell,
     cord,
     cue,
@@ -48,6 +44,7 @@ from bookfs.noun import (
     unpath,
     untape,
 )
+from bookfs.noun.aura import _fee, _feen, _feis, _tail
 
 UTC = dt.timezone.utc
 ALPHABET = cord("abcdefjhijklmnopqrstuvwxyz")

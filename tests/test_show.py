@@ -31,7 +31,8 @@ from bookfs.noun import (
     peek_event,
     tape,
 )
-from bookfs.noun.render import DEFAULT, JamView, Limits, NounView, human_bytes, render_text
+from bookfs.noun.render import DEFAULT, Limits, human_bytes, render_text
+from bookfs.noun.view import JamView, NounView
 from bookfs.cli.sample import iter_sample_payloads, sample_meta
 from mounting import mounted, run_bookfs
 

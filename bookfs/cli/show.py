@@ -8,7 +8,7 @@ SOURCE is a bookfs mount (its ``events/N`` files are read) or any log
 :func:`~bookfs.formats.pier.open_source` opens (a pier, a Book directory, an LMDB epoch).
 
 By default the rendering is abbreviated (:data:`bookfs.noun.render.DEFAULT`) and the jam is
-read in place (:class:`~bookfs.noun.render.JamView`): a 100 MB event costs a few reads of its
+read in place (:class:`~bookfs.noun.view.JamView`): a 100 MB event costs a few reads of its
 bytes and prints in well under a second, and memory does not grow with the event.
 ``--full`` cues the whole event (memory as :func:`~bookfs.noun.cue` needs) and shows
 everything.  ``--json`` prints one JSON object per line (the exact noun, no heuristics).

@@ -4,7 +4,7 @@ the dojo's notation (:mod:`bookfs.noun.render`). ``bookfs show`` prints it and t
 
 A ship event ``[date [wire card]]`` shows the card as its noun; any other event (the
 lifecycle nouns a pill boots with) shows the whole noun. The jam is read in place
-(:class:`~bookfs.noun.render.JamView`) within :class:`~bookfs.noun.render.Limits` and a CPU
+(:class:`~bookfs.noun.view.JamView`) within :class:`~bookfs.noun.render.Limits` and a CPU
 budget, so memory and time do not grow with the event.
 """
 
@@ -14,10 +14,11 @@ import contextlib
 import json
 from collections.abc import Callable, Iterator
 
-from bookfs.noun.codec import CueError, cue, da_to_datetime, format_da, parse_patp
-from bookfs.noun.render import (DEFAULT, FULL_RENDER_CPU, RENDER_CPU, SHIP_MIN, Budget,
-                                Exhausted, JamView, Limits, NounView, OutOfTime, human_size, knot_text,
-                                render, render_text)
+from bookfs.noun.aura import da_to_datetime, format_da, parse_patp
+from bookfs.noun.codec import CueError, cue
+from bookfs.noun.render import (DEFAULT, FULL_RENDER_CPU, RENDER_CPU, SHIP_MIN, Budget, Limits,
+                                OutOfTime, human_size, knot_text, render, render_text)
+from bookfs.noun.view import Exhausted, JamView, NounView
 
 MAX_WIRE_KNOTS = 256  # a longer list is not read as a wire
 MUG_BYTES = 4  # a payload is a 4-byte mug, then the jam

@@ -1,17 +1,10 @@
 """Nouns as a person reads them: the dojo's notation, as far as it goes without types.
 
-One renderer, two ways to look at a noun:
-
-* :class:`NounView`: a Python noun (ints and 2-tuples, :mod:`bookfs.noun`), e.g. what
-  :func:`~bookfs.noun.cue` returned;
-* :class:`JamView`: a jam read **in place**, lazily: only the nodes the renderer shows are
-  decoded, atoms wider than :data:`CORD_MAX_BYTES` are never built (only their first and
-  last hex digits are read), and subtrees the renderer elides are skipped by walking the
-  bit stream (at most :data:`SKIP_NODES` nodes, then the rest is ``...``).  Its bytes come
-  from a ``pread(offset, size)`` callable in small blocks, so rendering a 100 MB event with
-  the default :class:`Limits` costs bounded time and memory.
-
-For the same noun and limits both views render the same text (a property test checks it).
+The renderer reads a noun through a view (:mod:`bookfs.noun.view`):
+:class:`~bookfs.noun.view.NounView` for a Python noun, :class:`~bookfs.noun.view.JamView`
+for a jam read in place and lazily, so rendering a 100 MB event with the default
+:class:`Limits` costs bounded time and memory.  For the same noun and limits both views
+render the same text (a property test checks it).
 
 Notation (what :func:`render` writes):
 
@@ -50,12 +43,11 @@ import datetime as _dt
 import json
 import re
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
 
-from bookfs.noun.codec import DA_UNIX_EPOCH, CueError, Noun, format_da, patp
+from bookfs.noun.aura import DA_UNIX_EPOCH, format_da, patp
+from bookfs.noun.view import CORD_MAX_BYTES, HEX_EDGE, BigAtom, Exhausted, JamView, View
 
 MAX_DEPTH = 8  # cells nested deeper than this are shown as ...
 MAX_WIDTH = 16  # elements shown of one [a b c ...]
@@ -63,21 +55,15 @@ MAX_NODES = 2000  # nodes rendered in all
 MAX_TEXT = 80  # characters shown of a cord or tape
 MAX_ATOM_BYTES = 32  # wider atoms (not text) are shown as 0xhead...tail (size)
 MAX_CHARS = 64 << 10  # rendering stops (...) once it has written this many characters
-CORD_MAX_BYTES = 4096  # atoms up to this wide are checked for text; wider ones never are
 MIN_TEXT = 3  # shorter byte strings are numbers, not terms or cords
 ASCII_BELOW = 16  # shorter cords must be ASCII (a 32-bit number is often valid UTF-8)
-HEX_EDGE = 8  # hex digits shown at each end of an abbreviated atom
 DECIMAL_BELOW = 1 << 32  # atoms below are decimal, the rest hex
 SHIP_MIN = 1 << 16  # only planets and above are recognised as ships from context
 DATE_YEARS = (1970, 2200)  # 128-bit atoms whose seconds fall in these years are @da
-SKIP_NODES = 100_000  # nodes a JamView walks to skip elided parts before giving up
 FULL_MAX_NODES = 10_000_000  # even --full stops here (shared subtrees multiply)
 RENDER_CPU = 1.0  # seconds of CPU one abbreviated rendering may spend (pretty/N, show)
 FULL_RENDER_CPU = 10.0  # ... and one rendering without limits (show --full)
-CPU_CHECK_EVERY = 256  # a JamView's skip walk looks at the clock once per this many nodes
 JSON_SAFE = 1 << 53  # JSON numbers above this lose precision in most readers
-BLOCK = 1 << 16  # JamView reads its source in blocks of this size ...
-BLOCKS = 16  # ... and keeps this many
 
 _TERM = re.compile(r"[a-z][a-z0-9-]*")
 _KNOT = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789-~._")
@@ -97,10 +83,6 @@ class Limits:
 
 
 DEFAULT = Limits()
-
-
-class Exhausted(Exception):
-    """A :class:`JamView` used up its skip budget: what follows is not known."""
 
 
 class OutOfTime(Exception):
@@ -143,20 +125,6 @@ class Budget:
         nodes = f"{self.nodes:,} node" + ("" if self.nodes == 1 else "s")
         return (f"stopped: {self.why} after {nodes}{where}; "
                 "what follows is shown as ...")
-
-
-@dataclass(frozen=True)
-class BigAtom:
-    """An atom wider than :data:`CORD_MAX_BYTES`, as a :class:`JamView` returns it: its
-    width and the hex digits at both ends, never the value."""
-
-    bits: int
-    head: str  # the most significant HEX_EDGE hex digits
-    tail: str  # the least significant HEX_EDGE hex digits, zero-padded
-
-    @property
-    def nbytes(self) -> int:
-        return (self.bits + 7) >> 3
 
 
 def human_size(n: int) -> str:
@@ -258,200 +226,6 @@ def atom_json(atom: int | BigAtom, limits: Limits | None = DEFAULT) -> str:
         return str(atom) if atom < JSON_SAFE else f'"0x{atom:x}"'
     big = atom if isinstance(atom, BigAtom) else _edges(atom)
     return json.dumps({"bytes": big.nbytes, "hex_head": big.head, "hex_tail": big.tail})
-
-
-# --- views ---------------------------------------------------------------------------------
-
-
-class View(Protocol):
-    """What the renderer asks of a noun; a node is whatever the view hands out."""
-
-    def is_cell(self, node) -> bool: ...
-
-    def head(self, node): ...
-
-    def tail(self, node): ...
-
-    def atom(self, node) -> int | BigAtom: ...
-
-
-class NounView:
-    """A Python noun: nodes are the nouns themselves."""
-
-    def is_cell(self, node: Noun) -> bool:
-        return isinstance(node, tuple)
-
-    def head(self, node):
-        return node[0]
-
-    def tail(self, node):
-        return node[1]
-
-    def atom(self, node: int) -> int:
-        return node
-
-
-class JamView:
-    """A jam read in place (see the module docstring).  Nodes are bit positions where a
-    cell or atom is written (back-references are followed).  ``root`` is position 0.
-
-    ``pread(offset, size)`` returns up to ``size`` bytes of the jam from ``offset``;
-    ``size`` is the jam's length in bytes.  Memory: :data:`BLOCKS` blocks of
-    :data:`BLOCK` bytes, plus a few words per node visited (at most the renderer's node
-    budget and :data:`SKIP_NODES`).  Malformed input raises :class:`CueError`;
-    a back-reference must point to an earlier position where a noun was seen to start.
-    """
-
-    root = 0
-
-    def __init__(self, size: int, pread: Callable[[int, int], bytes],
-                 skip_nodes: int = SKIP_NODES, budget: Budget | None = None):
-        if size <= 0:
-            raise CueError("cannot read an empty jam")
-        self.budget = budget  # CPU time: the skip walk looks at it (render sets it too)
-        self.total = size * 8
-        self._size = size
-        self._pread = pread
-        self._blocks: OrderedDict[int, bytes] = OrderedDict()
-        self._skip = skip_nodes
-        self._starts: set[int] = {0}
-        self._tail_raw: dict[int, int] = {}  # cell position -> raw position of its tail
-        self._ends: dict[int, int] = {}  # cell position -> end of its encoding
-
-    @classmethod
-    def of_bytes(cls, data: bytes | memoryview, **kw) -> "JamView":
-        view = memoryview(data)
-        return cls(len(view), lambda off, n: bytes(view[off:off + n]), **kw)
-
-    # bits
-
-    def _bytes(self, start: int, end: int) -> bytes:
-        first, last = start // BLOCK, (end - 1) // BLOCK
-        if last - first > 2:  # a wide read (an atom's edge never is): no caching
-            return self._pread(start, end - start)
-        parts = []
-        for b in range(first, last + 1):
-            block = self._blocks.get(b)
-            if block is None:
-                block = self._pread(b * BLOCK, BLOCK)
-                self._blocks[b] = block
-                if len(self._blocks) > BLOCKS:
-                    self._blocks.popitem(last=False)
-            else:
-                self._blocks.move_to_end(b)
-            parts.append(block)
-        joined = b"".join(parts) if len(parts) > 1 else parts[0]
-        return joined[start - first * BLOCK:end - first * BLOCK]
-
-    def _bits(self, pos: int, width: int) -> int:
-        if width == 0:
-            return 0
-        if pos + width > self.total:
-            raise CueError(f"jam ends inside a noun (bit {pos + width} of {self.total})")
-        chunk = int.from_bytes(self._bytes(pos >> 3, (pos + width + 7) >> 3), "little")
-        return (chunk >> (pos & 7)) & ((1 << width) - 1)
-
-    def _kind(self, pos: int) -> int:
-        """0 atom, 1 cell, 2 back-reference."""
-        bits = self._bits(pos, min(2, self.total - pos))
-        return 0 if not bits & 1 else (2 if bits & 2 else 1)
-
-    def _mat(self, pos: int) -> tuple[int, int, int]:
-        """``(start, width, end)`` of the mat-encoded atom at ``pos`` (value not read)."""
-        if pos >= self.total:
-            raise CueError(f"jam ends before bit {pos}")
-        window = self._bits(pos, min(64, self.total - pos))
-        if window & 1:
-            return pos + 1, 0, pos + 1
-        if not window:
-            raise CueError(f"mat length prefix at bit {pos} runs past the end")
-        c = (window & -window).bit_length() - 1
-        b = (1 << (c - 1)) | self._bits(pos + c + 1, c - 1)
-        start = pos + 2 * c
-        if start + b > self.total:
-            raise CueError(f"mat at bit {pos} claims {b} bits, past the end")
-        return start, b, start + b
-
-    def _resolve(self, raw: int) -> int:
-        """The position of the noun written (or referred to) at ``raw``.  As in ``cue``, a
-        back-reference names a position where an atom or a cell is written, never another
-        back-reference: one hop (a chain of them was followed hop by hop, for minutes)."""
-        self._starts.add(raw)
-        if self._kind(raw) == 2:
-            start, width, _ = self._mat(raw + 2)
-            target = self._bits(start, width)
-            if target >= raw or target not in self._starts or self._kind(target) == 2:
-                raise CueError(f"back-reference at bit {raw} to unknown position {target}")
-            raw = target
-        return raw
-
-    def _leaf_end(self, raw: int, kind: int) -> int:
-        return self._mat(raw + (1 if kind == 0 else 2))[2]
-
-    def _walk(self, raw: int) -> int:
-        """End of the encoding at ``raw`` found by walking it (spends the skip budget)."""
-        pos, need = raw, 1
-        budget = self.budget
-        while need:
-            self._skip -= 1
-            if self._skip < 0:
-                raise Exhausted
-            if budget is not None and not self._skip % CPU_CHECK_EVERY:
-                budget.check()
-            self._starts.add(pos)
-            kind = self._kind(pos)
-            if kind == 1:
-                pos += 2
-                need += 1
-            else:
-                pos = self._leaf_end(pos, kind)
-                need -= 1
-        return pos
-
-    def _end(self, raw: int) -> int:
-        """End of the encoding at ``raw``: known tails are followed, the rest walked."""
-        chain = []
-        pos = raw
-        while True:
-            kind = self._kind(pos)
-            if kind != 1:
-                end = self._leaf_end(pos, kind)
-                break
-            if pos in self._ends:
-                end = self._ends[pos]
-                break
-            nxt = self._tail_raw.get(pos)
-            if nxt is None:
-                end = self._walk(pos)
-                break
-            chain.append(pos)
-            pos = nxt
-        for cell in chain:
-            self._ends[cell] = end
-        return end
-
-    # the View interface
-
-    def is_cell(self, node: int) -> bool:
-        return self._kind(node) == 1
-
-    def head(self, node: int) -> int:
-        return self._resolve(node + 2)
-
-    def tail(self, node: int) -> int:
-        raw = self._tail_raw.get(node)
-        if raw is None:
-            raw = self._tail_raw[node] = self._end(node + 2)
-        return self._resolve(raw)
-
-    def atom(self, node: int) -> int | BigAtom:
-        start, width, _ = self._mat(node + 1)
-        if width <= 8 * CORD_MAX_BYTES:
-            return self._bits(start, width)
-        digits = (width + 3) >> 2
-        cut = 4 * (digits - HEX_EDGE)
-        head = self._bits(start + cut, width - cut)
-        return BigAtom(width, f"{head:x}", f"{self._bits(start, 4 * HEX_EDGE):0{HEX_EDGE}x}")
 
 
 # --- the renderer --------------------------------------------------------------------------

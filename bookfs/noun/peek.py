@@ -1,0 +1,114 @@
+"""An event's head read without cueing the event: :func:`peek_event` decodes the ``date``,
+``wire`` and card ``tag`` of a jammed ``[date [wire [tag data]]]`` and never the data.
+
+A multi-megabyte event costs the few hundred bits of its head; ``info``, ``report`` and
+the Spark source date and sort events with it.  It reads the jam's bit layout as
+:func:`~bookfs.noun.codec.cue` does, only as far as the head, with bounds on the width of
+an atom and the number of nodes it decodes.
+"""
+
+from __future__ import annotations
+
+from bookfs.noun.aura import DA_UNIX_EPOCH
+from bookfs.noun.codec import _MISSING, CueError, Noun, is_atom, is_cell, uncord
+
+__all__ = ["peek_event"]
+
+_PEEK_MAX_ATOM_BITS = 1 << 16  # a date, a knot or a tag is far smaller than this
+_PEEK_MAX_NODES = 4096  # wire nodes decoded at most
+
+
+class _Peek:
+    """Just enough of :func:`cue` to decode the first few nouns of a jam, on demand."""
+
+    __slots__ = ("buf", "total", "memo", "budget")
+
+    def __init__(self, buf: bytes):
+        self.buf, self.total, self.memo, self.budget = buf, len(buf) * 8, {}, _PEEK_MAX_NODES
+
+    def bits(self, pos: int, width: int) -> int:
+        if pos + width > self.total:
+            raise CueError("truncated")
+        chunk = int.from_bytes(self.buf[pos >> 3:(pos + width + 7) >> 3], "little")
+        return (chunk >> (pos & 7)) & ((1 << width) - 1)
+
+    def mat(self, pos: int) -> tuple[int, int]:
+        if self.bits(pos, 1):
+            return 0, pos + 1
+        window = self.bits(pos, min(64, self.total - pos))  # c zeros, then a 1
+        if not window:
+            raise CueError("mat length prefix too long or past the end")
+        c = (window & -window).bit_length() - 1
+        if c > 32:
+            raise CueError("atom too large to peek")
+        b = (1 << (c - 1)) | self.bits(pos + c + 1, c - 1) if c > 1 else 1
+        if b > _PEEK_MAX_ATOM_BITS:
+            raise CueError("atom too large to peek")
+        return self.bits(pos + 2 * c, b), pos + 2 * c + b
+
+    def tag(self, pos: int) -> int:
+        """0 atom, 1 cell, 2 back-reference."""
+        first = self.bits(pos, 1)
+        return 0 if not first else (2 if self.bits(pos + 1, 1) else 1)
+
+    def noun(self, pos: int) -> tuple[Noun, int]:
+        """Decode a whole (small) noun at ``pos``: ``(noun, next position)``."""
+        self.budget -= 1
+        if self.budget < 0:
+            raise CueError("noun too large to peek")
+        kind = self.tag(pos)
+        if kind == 0:
+            value, nxt = self.mat(pos + 1)
+        elif kind == 2:
+            ref, nxt = self.mat(pos + 2)
+            if ref not in self.memo:
+                raise CueError("back-reference to an unknown position")
+            value = self.memo[ref]
+        else:
+            head, mid = self.noun(pos + 2)
+            tail, nxt = self.noun(mid)
+            value = (head, tail)
+        self.memo[pos] = value
+        return value, nxt
+
+
+def peek_event(data: bytes | bytearray | memoryview
+               ) -> tuple[int | None, str | None, str | None]:
+    """``(date, wire, tag)`` of a jammed ``[date [wire [tag data]]]`` event, decoding only
+    the head of the noun: the data (which may be megabytes) is never cued.
+
+    ``date`` is the @da atom (see :func:`da_to_datetime`), ``wire`` the path rendered as
+    ``/a/b/c`` and ``tag`` the card's tag as text.  Anything that does not have that shape
+    (lifecycle events, a date outside years 1..9999, a wire that is not a list of text
+    knots, a tag that is not text, bad jam) gives ``(None, None, None)``.
+    """
+    p = _Peek(bytes(data[:1 << 20]) if len(data) > 1 << 20 else bytes(data))
+    try:
+        if p.tag(0) != 1:
+            return None, None, None
+        date, pos = p.noun(2)
+        if not is_atom(date):
+            return None, None, None
+        seconds = (date >> 64) - DA_UNIX_EPOCH
+        if not -62135596800 <= seconds <= 253402300799:  # years 1..9999
+            return None, None, None
+        if p.tag(pos) != 1:  # ovum
+            return None, None, None
+        p.memo[pos] = _MISSING  # a cell still being decoded: never a valid reference
+        wire, pos = p.noun(pos + 2)
+        knots: list[str] = []
+        while is_cell(wire):
+            knot, wire = wire
+            if not is_atom(knot):
+                return None, None, None
+            knots.append(uncord(knot))
+        if wire != 0:
+            return None, None, None
+        if p.tag(pos) != 1:  # card
+            return None, None, None
+        tag, _ = p.noun(pos + 2)
+        if not is_atom(tag):
+            return None, None, None
+        return date, "/" + "/".join(knots), uncord(tag)
+    except (CueError, UnicodeDecodeError, ValueError, RecursionError):
+        return None, None, None
