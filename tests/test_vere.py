@@ -28,7 +28,8 @@ from bookfs.errors import (
     UnsupportedLayout,
 )
 from bookfs.formats.eventlog import EventLog
-from bookfs.formats.vere import VereBook, is_vere_layout
+from bookfs.formats.vere import VereBook
+from bookfs.formats.detect import is_vere_layout
 
 MAGIC = 0x424F4F4B
 

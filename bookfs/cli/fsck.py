@@ -87,7 +87,7 @@ def left_out_line(res: dict) -> str:
     """What a salvage left out of the new log and why, in one clause for its summary line
     (``res`` is what ``salvage`` returned): deeds never committed, payloads under 4 bytes,
     damaged bytes, and the file(s) holding them byte for byte."""
-    from bookfs.formats.recovery import DAMAGED, NOT_COMMITTED, SHORT_PAYLOAD, left_out_summary
+    from bookfs.formats.salvage import DAMAGED, NOT_COMMITTED, SHORT_PAYLOAD, left_out_summary
 
     records = res.get("left_out") or []
     if not records:

@@ -1,16 +1,28 @@
 """The on-disk formats: every log kind behind one interface, knowing nothing of FUSE.
 
-``layout``    every constant and byte layout of the formats (one place)
-``eventlog``  the interface every format offers (:class:`~bookfs.formats.eventlog.EventLog`)
-``logbase``   what the file-backed formats share: published view, meta, walk, writes
-``book``      the UIP layout's engine (``book.log`` + ``meta.bin``)
-``vere``      vere's two-slot layout's engine
-``lmdb_log``  LMDB epochs (read-only)
-``pier``      a pier = ordered epochs, one numbering; ``identify``/``open_source`` pick the format
-``recovery``  the Recovery ladder (check → repair → salvage) each format fills in
-``index``     the persisted offset index (8 B/event), validated and rebuilt when stale
-``segments``  the bulk view: the log cut into byte ranges of whole deeds
-``info``      the summary of any opened log (``bookfs info``, a mount's ``info`` file)
-``lock``      the single-writer lock
-``fileio``    safe opens, preads into reusable buffers, directory fsync, publish by rename
+``layout``          every constant and byte layout of the formats (one place)
+``eventlog``        the interface every format offers (:class:`~bookfs.formats.eventlog.EventLog`)
+``logbase``         what the formats share: walk, published view; the Book engines' base
+                    (open, meta, bad-region handling, vectored writes, closing)
+``book``            the UIP layout's engine (``book.log`` + ``meta.bin``)
+``vere``            vere's two-slot layout's engine
+``vere_header``     vere's two header slots: parse, pack, choose
+``vere_deeds``      vere's deeds: framing scan, batch CRC, framed deeds at any offset
+``detect``          telling the two Book layouts apart, without guessing
+``lmdb_log``        LMDB epochs (read-only)
+``pier``            a pier = ordered epochs, one numbering; ``identify``/``open_source``/
+                    ``recovery_for`` pick the format
+``recovery``        the Recovery ladder (check → repair → salvage), its report types, the
+                    UIP deed checks (CRC, torn tail, quarantine) and what every ladder shares
+``book_recovery``   the ladder for the UIP layout
+``vere_recovery``   the ladder for vere's layout
+``lmdb_recovery``   the ladder for LMDB epochs (check and salvage)
+``pier_recovery``   the ladder for a pier: each epoch by its format, then the chain
+``salvage``         what a salvage writes: batched events, the bytes left out, publishing
+``index``           the persisted offset index (8 B/event), validated and rebuilt when stale;
+                    the framing scan of both Book layouts
+``segments``        the bulk view: the log cut into byte ranges of whole deeds
+``info``            the summary of any opened log (``bookfs info``, a mount's ``info`` file)
+``lock``            the single-writer lock
+``fileio``          safe opens, preads into reusable buffers, directory fsync, publish by rename
 """

@@ -1,7 +1,9 @@
 """The Book storage engine: one append-only event log in the UIP's layout.
 
 A Book is a directory holding ``book.log`` and ``meta.bin`` (layouts in ``layout.py``).
-This module knows nothing of FUSE, trio or Spark.
+This module is the engine, :class:`Book`; its ``bookfs fsck`` is ``book_recovery.py``, and
+what it shares with vere's layout (opening, the published view, bad-region handling, meta,
+writes) is in ``logbase.py``.  This module knows nothing of FUSE, trio or Spark.
 
 Contract
 --------
@@ -31,7 +33,6 @@ import struct
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from bookfs.formats import recovery
@@ -40,7 +41,6 @@ from bookfs.errors import (
     BadVersion,
     BookError,
     ContiguityError,
-    CorruptDeed,
     TooShort,
     UnsupportedLayout,
 )
@@ -63,16 +63,15 @@ from bookfs.formats.layout import (
     MAGIC,
     MAX_PAYLOAD,
     META_NAME,
-    META_SIZE,
     MIN_PAYLOAD,
     PADDED_DEED_OVERHEAD,
     VERSION,
     crc32,
     deed_parts,
 )
-from bookfs.formats.lock import WriterLock, lock_path_for
-from bookfs.formats.fileio import open_regular
-from bookfs.formats.logbase import SingleFileLog, contained, create_files
+from bookfs.formats.detect import epoch_says_vere, identify_fd, slot_crc_ok
+from bookfs.formats.lock import WriterLock
+from bookfs.formats.logbase import SingleFileLog
 from bookfs.types import Progress
 
 log = logging.getLogger(__name__)
@@ -92,6 +91,7 @@ class Book(SingleFileLog):
     state, meta and read accessors it shares with vere's layout are in ``logbase.py``."""
 
     DEED_OVERHEAD = DEED_OVERHEAD
+    WHAT = "a Book log"
 
     def __init__(self, directory: str, fd: int, meta_fd: int | None, writable: bool,
                  lock: WriterLock | None):
@@ -132,44 +132,13 @@ class Book(SingleFileLog):
         that resolves outside ``path`` (or any symlink, for a writable open).
         ``progress`` is called with byte counts during long scans.
         """
-        directory = os.fspath(path)
-        if create and not writable:
-            raise ValueError("create=True needs writable=True")
-        if not os.path.isdir(directory):
-            if create:
-                os.makedirs(directory, exist_ok=True)
-            else:
-                raise BookError(f"{directory}: not a directory holding {LOG_NAME}")
-        log_path = contained(directory, LOG_NAME)
-        meta_path = contained(directory, META_NAME)
-        held = WriterLock(lock_path_for(directory)) if writable and lock else None
-        try:
-            if create:
-                cls._create_files(directory, log_path, meta_path)
-            fd, meta_fd = cls._open_files(log_path, meta_path, writable, "a Book log")
-            book = cls(directory, fd, meta_fd, writable, held)
-        except BaseException:
-            if held:
-                held.release()
-            raise
-        try:
-            book._check_meta_file()
-            book._load(progress, use_index_cache)
-        except BaseException:
-            book.close(save=False)
-            raise
-        return book
-
-    @staticmethod
-    def _create_files(directory: str, log_path: str, meta_path: str) -> None:
-        create_files(directory, [(log_path, HEADER.pack(MAGIC, VERSION, 0)),
-                                 (meta_path, bytes(META_SIZE))])
+        return cls._open_directory(
+            path, writable, create, lock, lambda _: HEADER.pack(MAGIC, VERSION, 0),
+            lambda book: book._load(progress, use_index_cache))
 
     def _read_header(self, size: int) -> int:
         if size <= 48:  # too short for a whole vere slot: only identification may decide
-            from bookfs.formats.vere import _identify_fd, epoch_says_vere
-
-            _identify_fd(self._fd, self.log_path, epoch_says_vere(self.directory))
+            identify_fd(self._fd, self.log_path, epoch_says_vere(self.directory))
         if size < HEADER_SIZE:
             raise TooShort(f"{self.log_path}: {size} bytes, under the {HEADER_SIZE}-byte header")
         head = os.pread(self._fd, 48, 0)
@@ -179,7 +148,7 @@ class Book(SingleFileLog):
         if version != VERSION:
             raise BadVersion(f"{self.log_path}: version {version}, expected {VERSION}")
         slot_b = os.pread(self._fd, 48, 4096) if size >= 4096 + 48 else b""
-        if _vere_slot_ok(head) or (slot_b[:8] == head[:8] and _vere_slot_ok(slot_b)):
+        if slot_crc_ok(head) or (slot_b[:8] == head[:8] and slot_crc_ok(slot_b)):
             raise UnsupportedLayout(
                 f"{self.log_path}: this is vere's two-slot Book layout (header CRC matches), "
                 "not the UIP layout this engine reads"
@@ -282,26 +251,8 @@ class Book(SingleFileLog):
         if self._index_dirty or not use_cache:
             self._persist_index()
 
-    def _handle_bad_region(self, off: int, size: int) -> None:
-        report = self.recovery
-        if not self.writable:
-            report.bad_region = (off, size - off)
-            log.warning("%s: %d bytes at offset %d are not valid deeds; a writable open "
-                        "would recover them (read-only: left untouched)",
-                        self.log_path, size - off, off)
-            return
-        if recovery.is_torn_tail(self._fd, off, size):
-            report.torn_tail = (off, size - off)
-            log.warning("%s: cut a torn final deed of %d bytes at offset %d",
-                        self.log_path, size - off, off)
-        else:
-            qpath = recovery.quarantine(self.directory, self._fd, off, size)
-            report.quarantined.append((qpath, off, size - off))
-            log.warning("%s: %d bytes at offset %d do not continue the log; copied to %s "
-                        "before cutting them (try `bookfs fsck --salvage`)",
-                        self.log_path, size - off, off, qpath)
-        os.ftruncate(self._fd, off)
-        os.fsync(self._fd)
+    def _is_torn_tail(self, off: int, size: int) -> bool:
+        return recovery.is_torn_tail(self._fd, off, size)
 
     def _persist_index(self) -> None:
         if not self._index_untrusted:
@@ -363,13 +314,6 @@ class Book(SingleFileLog):
         if let != n or crc32(mv[: n + 8]) != crc:
             self._corrupt(event, off)
         return bytes(mv[8 : n + 8])
-
-    def _corrupt(self, event: int, off: int, what: str = "CRC", detail: str = ""):
-        msg = f"{self.log_path}: event {event} at offset {off} fails its {what} check"
-        if detail:
-            msg += f": {detail}"
-        log.error("%s", msg)
-        raise CorruptDeed(msg, event=event, offset=off)
 
     def _confirm_offset(self, event: int, i: int) -> bool:
         """Walk the chain of deeds from the last confirmed offset through deed ``i`` (one
@@ -626,273 +570,7 @@ class Book(SingleFileLog):
         self._close_files()
 
 
-def _vere_slot_ok(slot: bytes) -> bool:
-    """A 48-byte vere header slot whose CRC (of bytes 0..43, stored at 44) matches."""
-    return len(slot) == 48 and crc32(slot[:44]) == struct.unpack_from("<I", slot, 44)[0]
-
-
 def _first_at_or_after(offsets, pos: int) -> int:
     import bisect
 
     return bisect.bisect_left(offsets, pos)
-
-
-# --- fsck: the recovery ladder for the UIP layout ------------------------------------------
-
-
-@dataclass
-class UipFindings:
-    """What :meth:`BookRecovery.check` found beyond the problem list."""
-
-    #: (offset, bytes) of regions past framing breaks that may hold valid deeds
-    damaged: list[tuple[int, int]] = field(default_factory=list)
-    torn_tail: tuple[int, int] | None = None
-    #: offsets of every framed deed, in log order (across damaged regions)
-    offsets: list[int] = field(default_factory=list, repr=False)
-    #: how many framed deeds precede the first framing break (their numbers are certain)
-    numbered: int = 0
-    meta_missing: bool = False
-
-
-class BookRecovery(recovery.Recovery):
-    """``check``/``repair``/``salvage`` for a UIP-layout Book directory.
-
-    * ``check`` reads the log raw (never the recovering open): the header, ``meta.bin``,
-      broken framing, every deed whose CRC fails, a torn tail, bytes past the last deed
-      that are not a torn tail; optionally every mug.
-    * ``repair`` cuts a torn tail (shown to hold no valid deed) and creates a missing
-      ``meta.bin``; nothing else.  It holds ``book.lock`` unless the pier's lock is held.
-    * ``salvage`` rescans damaged regions at every byte offset for valid deeds (length
-      trailer and CRC agree) and writes every recoverable event, in log order, to a new
-      UIP log, numbered from the original first event; the report lists the gaps, and
-      the damaged bytes (deeds whose CRC fails, regions that do not frame, a torn tail)
-      are kept aside in ``salvage-left-out.bin``, never as events.
-    """
-
-    kind = "uip"
-
-    @property
-    def log_path(self) -> str:
-        return os.path.join(self.path, LOG_NAME)
-
-    def size(self) -> int:
-        return 2 * os.path.getsize(self.log_path)  # the framing pass, then every CRC
-
-    def open_log(self) -> "Book":
-        return Book.open(self.path)
-
-    def check(self, *, mugs: bool = False, progress=None) -> recovery.CheckReport:
-        from bookfs.formats.index import OffsetIndex
-
-        P = recovery.Problem
-        log_path = self.log_path
-        rep = recovery.CheckReport(log_path, "book-v1 (UIP layout)")
-        st = rep.state = UipFindings()
-        fd = open_regular(log_path, os.O_RDONLY, follow=True)
-        try:
-            size = os.fstat(fd).st_size
-            if size < HEADER_SIZE:
-                rep.problems.append(P("header", 0, f"{size} bytes, under the 16-byte header"))
-                return rep
-            magic, version, fir = HEADER.unpack(os.pread(fd, HEADER_SIZE, 0))
-            if magic != MAGIC or version != VERSION:
-                raise BadMagic(f"{log_path}: not a UIP Book log (magic {magic:#010x}, "
-                               f"version {version})")
-            st.meta_missing = recovery.check_meta_file(self.path, rep)
-            index = OffsetIndex(first=fir)
-            pos = HEADER_SIZE
-            numbered = None
-            while True:
-                index.end = pos
-                stop = scan_framing(fd, index, size, progress=progress)
-                if stop >= size:
-                    break
-                if numbered is None:
-                    numbered = len(index.offsets)
-                if recovery.is_torn_tail(fd, stop, size):
-                    st.torn_tail = (stop, size - stop)
-                    rep.problems.append(P("torn-tail", stop, f"{size - stop} bytes at offset "
-                                          f"{stop} are an incomplete final deed"))
-                    rep.repairs.append(f"cut the torn tail at offset {stop}")
-                    break
-                nxt = recovery.find_valid_deeds(fd, stop + 1, size, limit=1)
-                end = nxt[0] if nxt else size
-                st.damaged.append((stop, end - stop))
-                rep.problems.append(P("framing", stop, f"{end - stop} bytes at offset {stop} "
-                                      "do not frame a deed" +
-                                      (f"; valid deeds resume at {end}" if nxt else "")))
-                if not nxt:
-                    break
-                pos = end
-            # every CRC, continuing past failures (framing holds, so positions are known)
-            i = 0
-            while True:
-                bad = recovery.first_bad_deed(fd, index.offsets, i, index.end,
-                                              progress=progress)
-                if bad is None:
-                    break
-                off = index.offsets[bad]
-                known = numbered is None or bad < numbered
-                rep.problems.append(P(
-                    "crc", off, f"deed at offset {off} fails its CRC check" +
-                    ("" if known else " (its event number is unknown: it follows damage)"),
-                    event=fir + bad if known else None))
-                i = bad + 1
-            st.offsets = list(index.offsets)
-            st.numbered = len(st.offsets) if numbered is None else numbered
-            rep.events = len(index.offsets)
-            rep.first = fir if rep.events else 0
-            rep.last = fir + rep.events - 1 if rep.events else 0
-        finally:
-            os.close(fd)
-        for p in rep.problems:
-            p.path = p.path or log_path
-        if mugs:
-            self._check_mugs(rep, progress)
-        return rep
-
-    def repair(self, report: recovery.CheckReport) -> list[str]:
-        """Cut a torn tail (the only cut that is always safe) and create a missing
-        ``meta.bin``; returns what was done."""
-        st: UipFindings = report.state
-        done = []
-        lock = None if self.pier_locked else WriterLock(lock_path_for(self.path))
-        try:
-            if st.torn_tail is not None:
-                fd = open_regular(self.log_path, os.O_RDWR)
-                try:
-                    off, n = st.torn_tail
-                    if os.fstat(fd).st_size != off + n:
-                        raise BookError(f"{self.path}: the log changed while being checked")
-                    os.ftruncate(fd, off)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                done.append(f"cut the torn tail of {n} bytes at offset {off} of "
-                            f"{self.log_path}")
-                st.torn_tail = None
-            if st.meta_missing:
-                made = recovery.create_meta_file(self.path)
-                if made:
-                    done.append(made)
-        finally:
-            if lock is not None:
-                lock.release()
-        return done
-
-    def salvage_into(self, report: recovery.CheckReport, out: str, *, progress=None) -> dict:
-        """Write every recoverable event of the checked log to a new UIP log in ``out``, in
-        log order; each deed is re-checked here and only valid ones are copied.  The bytes
-        of every deed that fails its CRC, of every region that does not frame and of a
-        torn or garbage tail are copied to ``salvage-left-out.bin`` (``left_out`` in the
-        report), never as events."""
-        from bookfs.formats.layout import META_FIELDS
-
-        st: UipFindings = report.state
-        log_path = self.log_path
-        first = report.first or 1
-        gaps: list[dict] = []
-        fd = open_regular(log_path, os.O_RDONLY, follow=True)
-        try:
-            size = os.fstat(fd).st_size
-            with Book.open(out, writable=True, create=True) as dst, \
-                    recovery.LeftOut(out) as left:
-                meta_src = os.path.join(self.path, META_NAME)
-                if os.path.exists(meta_src) and os.path.getsize(meta_src) == META_SIZE:
-                    with open(meta_src, "rb") as f:
-                        raw = f.read()
-                    for key, (o, n) in META_FIELDS.items():
-                        dst.save_meta(key, raw[o : o + n])
-                batch = SalvageBatch(dst, first, epoch=first - 1, left_out=left, gaps=gaps)
-                original_known = True
-                prev_end = HEADER_SIZE
-                for i, off in enumerate(st.offsets):
-                    if off != prev_end:  # bytes lost to broken framing: count unknown
-                        gaps.append({"offset": prev_end, "bytes": off - prev_end,
-                                     "after_new_event": batch.next_event - 1,
-                                     "events_lost": "unknown"})
-                        left.copy(fd, prev_end, off - prev_end, kind=recovery.DAMAGED,
-                                  why="bytes that do not frame a deed")
-                        original_known = False
-                    (n,) = DEED_LEN.unpack(os.pread(fd, 8, off))
-                    prev_end = off + n + DEED_OVERHEAD
-                    original = first + i if original_known else None
-                    if not recovery.deed_crc_ok(fd, off, n):
-                        gaps.append({"offset": off, "bytes": n + DEED_OVERHEAD,
-                                     "after_new_event": batch.next_event - 1,
-                                     "events_lost": 1, "original_event": original})
-                        left.copy(fd, off, n + DEED_OVERHEAD, kind=recovery.DAMAGED,
-                                  why="a deed whose CRC fails", deeds=1,
-                                  original_event=original)
-                        continue  # framing is intact: later original numbers stay known
-                    batch.add(os.pread(fd, n, off + 8), offset=off, original_event=original)
-                    if progress is not None:
-                        progress(n + DEED_OVERHEAD)
-                batch.flush()
-                if prev_end < size:
-                    torn = st.torn_tail is not None and st.torn_tail[0] == prev_end
-                    gaps.append({"offset": prev_end, "bytes": size - prev_end,
-                                 "after_new_event": batch.next_event - 1,
-                                 "events_lost": 0 if torn else "unknown"})
-                    left.copy(fd, prev_end, size - prev_end, kind=recovery.DAMAGED,
-                              why=("a torn tail: an incomplete final deed" if torn else
-                                   "bytes after the last valid deed that do not frame one"))
-                result = {
-                    "source": log_path, "out": os.path.abspath(out), "layout": "uip",
-                    "recovered": dst.count, "first": dst.first, "last": dst.last,
-                    "gaps": gaps, "left_out": left.records,
-                    "note": ("a Book log is contiguous, so recovered events are numbered in "
-                             "log order from the original first event; after the first gap "
-                             "their original numbers are higher than their new ones"),
-                }
-        finally:
-            os.close(fd)
-        return result
-
-
-class SalvageBatch:
-    """Payloads appended to a new log ``dst`` in batches (at most 4096 events or 16 MiB
-    each, one ``save`` per batch), numbered from ``first``.
-
-    A payload under 4 bytes (no room for a mug; vere's API and LMDB can hold one) is no
-    event bookfs writes: :meth:`add` copies it to ``left_out`` instead, records a gap of
-    one event in ``gaps`` (the events after it get lower numbers) and returns False."""
-
-    def __init__(self, dst, first: int, epoch: int, *, left_out=None,
-                 gaps: list | None = None):
-        self.dst = dst
-        self.next_event = first
-        self.epoch = epoch
-        self.left_out = left_out
-        self.gaps = gaps if gaps is not None else []
-        self.skipped = 0
-        self._batch: list[bytes] = []
-        self._bytes = 0
-
-    def add(self, payload: bytes, *, offset: int | None = None,
-            original_event: int | None = None) -> bool:
-        """Queue ``payload`` as the next event, or leave it out (see the class); ``offset``
-        and ``original_event`` say where it came from, for the report."""
-        if len(payload) < MIN_PAYLOAD:
-            why = (f"a {len(payload)}-byte payload, under the {MIN_PAYLOAD} bytes of a mug: "
-                   "not an event bookfs writes")
-            where = {"source_offset": offset} if offset is not None else {}
-            if self.left_out is not None:
-                self.left_out.add(payload, kind=recovery.SHORT_PAYLOAD, why=why, deeds=1,
-                                  original_event=original_event, **where)
-            self.gaps.append({"offset": offset, "bytes": len(payload),
-                              "after_new_event": self.next_event - 1, "events_lost": 1,
-                              "original_event": original_event, "why": why})
-            self.skipped += 1
-            return False
-        self._batch.append(payload)
-        self._bytes += len(payload)
-        self.next_event += 1
-        if len(self._batch) >= 4096 or self._bytes >= 16 << 20:
-            self.flush()
-        return True
-
-    def flush(self) -> None:
-        if self._batch:
-            self.dst.save(self.next_event - len(self._batch), self._batch, epoch=self.epoch)
-            self._batch, self._bytes = [], 0

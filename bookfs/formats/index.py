@@ -282,15 +282,28 @@ def scan_framing(fd: int, index: OffsetIndex, size: int, *, progress=None) -> in
     chunks with ``pread`` (no mmap, so a concurrent truncation cannot crash a reader);
     memory stays constant whatever the deed sizes.
     """
+    return scan_deeds(fd, index, size, trailer=DEED_TAIL_SIZE - 8, progress=progress)
+
+
+def scan_deeds(fd: int, index: OffsetIndex, size: int, *, trailer: int,
+               min_len: int = MIN_PAYLOAD, limit: int | None = None, progress=None) -> int:
+    """The framing scan of either Book layout: deeds ``u64 len_d | payload | trailer bytes
+    | u64 let_d`` (``trailer``: 4 for the UIP layout's CRC, 0 for vere's), from
+    ``index.end`` up to ``size`` and at most ``limit`` deeds in all; each needs
+    ``min_len <= len_d <= MAX_PAYLOAD``, to fit in the file, and ``let_d == len_d``.
+    Returns where the scan stopped (== ``index.end``).  Constant memory."""
     if sys.byteorder != "little":  # pragma: no cover - the views below assume LE
         raise NotImplementedError("bookfs indexes logs on little-endian machines only")
-    append = index.offsets.append
+    offsets = index.offsets
+    append = offsets.append
+    limit = 1 << 62 if limit is None else limit
     off = index.end
     reported = off
-    lo, hi = MIN_PAYLOAD, MAX_PAYLOAD
+    lo, hi = min_len, MAX_PAYLOAD
+    gap = 8 + trailer  # from the payload's start to let_d, less the payload
     scratch = bytearray(min(_CHUNK, max(size - off, 0)))  # no 4 MiB for a small growth
     stopped = False
-    while not stopped and off + DEED_OVERHEAD + MIN_PAYLOAD <= size:
+    while not stopped and len(offsets) < limit and off + gap + 8 + lo <= size:
         buf = pread_into(fd, scratch, min(_CHUNK, size - off), off)
         if len(buf) < 8:
             break
@@ -300,7 +313,7 @@ def scan_framing(fd: int, index: OffsetIndex, size: int, *, progress=None) -> in
         rel = 0
         while rel <= last_len:
             n = views[rel & 7][rel >> 3]
-            t = rel + n + 12  # relative position of let_d
+            t = rel + n + gap  # relative position of let_d
             if n < lo or n > hi or base + t + 8 > size:
                 stopped = True  # the bytes at base + rel frame no deed
                 break
@@ -314,6 +327,10 @@ def scan_framing(fd: int, index: OffsetIndex, size: int, *, progress=None) -> in
             append(base + rel)
             rel = t + 8
         off = base + rel
+        if len(offsets) > limit:  # the chunk held more deeds than wanted: keep ``limit``
+            off = offsets[limit]
+            del offsets[limit:]
+            stopped = True
         index.end = off
         if progress is not None and off - reported >= 64 << 20:
             progress(off - reported)

@@ -36,7 +36,6 @@ import re
 import struct
 from collections.abc import Iterable, Iterator
 
-from bookfs.formats import recovery
 from bookfs.formats.logbase import PublishedView
 from bookfs.errors import (
     BadMetaKey,
@@ -272,11 +271,16 @@ class LmdbLog(PublishedView):
             raise NoSuchEvent(f"{self.data_path}: event {event} is missing from EVENTS")
         return value
 
-    def payload_size(self, event: int) -> int:
-        """Bytes of ``event``'s payload (the value's length; nothing is copied)."""
+    def _with_value(self, event: int, use):
+        """``use(value)`` for ``event``'s value, a buffer into the map that is valid only
+        inside the one read transaction this opens."""
         self._check(event)
         with self._env.begin(db=self._db, buffers=True) as txn:
-            return len(self._get(txn, event))
+            return use(self._get(txn, event))
+
+    def payload_size(self, event: int) -> int:
+        """Bytes of ``event``'s payload (the value's length; nothing is copied)."""
+        return self._with_value(event, len)
 
     def mtime_ns(self, event: int) -> int:
         """``data.mdb``'s mtime (LMDB keeps no per-event time)."""
@@ -287,22 +291,16 @@ class LmdbLog(PublishedView):
 
     def read(self, event: int) -> bytes:
         """The payload of ``event`` (mug ++ jam): the value bytes as LMDB stores them."""
-        self._check(event)
-        with self._env.begin(db=self._db, buffers=True) as txn:
-            return bytes(self._get(txn, event))
+        return self._with_value(event, bytes)
 
     def verify_event(self, event: int) -> None:
         """LMDB checks its own pages; this only checks that ``event`` exists."""
-        self._check(event)
-        with self._env.begin(db=self._db, buffers=True) as txn:
-            self._get(txn, event)
+        self._with_value(event, len)
 
     def read_slice(self, event: int, offset: int, size: int) -> bytes:
         """Up to ``size`` bytes of ``event``'s payload from ``offset``."""
-        self._check(event)
-        with self._env.begin(db=self._db, buffers=True) as txn:
-            value = self._get(txn, event)
-            return bytes(value[offset : offset + size]) if offset < len(value) else b""
+        return self._with_value(event, lambda value: bytes(value[offset : offset + size])
+                                if offset < len(value) else b"")
 
     def walk(self, start: int | None = None, end: int | None = None
              ) -> Iterator[tuple[EventNum, bytes]]:
@@ -316,15 +314,10 @@ class LmdbLog(PublishedView):
         """Like :meth:`walk`, but zero-copy: each value is a ``memoryview`` into the map,
         valid only until the generator advances or is closed (one read transaction stays
         open meanwhile).  Used by ``migrate`` to stream without copying."""
-        first, last = self.gulf()
-        if not self.count:
+        walked = self._walk_range(start, end, self._check)
+        if walked is None:
             return
-        start = first if start is None else start
-        end = last if end is None else end
-        if start > end:
-            return
-        self._check(start)
-        self._check(end)
+        start, end = walked
         with self._env.begin(db=self._db, buffers=True) as txn:
             cur = txn.cursor()
             if not cur.set_key(KEY.pack(start)):
@@ -394,78 +387,3 @@ class LmdbLog(PublishedView):
         if self._env is not None:
             self._env.close()
             self._env = None
-
-
-# --- fsck: the recovery ladder for LMDB epochs (check only) --------------------------------
-
-
-class LmdbRecovery(recovery.Recovery):
-    """``check`` reads an LMDB epoch through :class:`LmdbLog` (contiguous keys from
-    ``N + 1``, ``MDB_INTEGERKEY``, every value readable; optionally every mug).  bookfs never
-    writes LMDB, so ``repair`` refuses (:class:`ReadOnly`).  ``salvage`` copies every event
-    that reads into a new vere-layout Book log with the same epoch base."""
-
-    kind = "lmdb"
-    writes = False
-
-    def __init__(self, path: str, *, pier_locked: bool = False, meta_from: str | None = None):
-        super().__init__(path, pier_locked=pier_locked)
-        self.meta_from = meta_from
-
-    def size(self) -> int:
-        return os.path.getsize(os.path.join(self.path, DATA_NAME))
-
-    def open_log(self) -> LmdbLog:
-        return LmdbLog.open(self.path, meta_from=self.meta_from)
-
-    def check(self, *, mugs: bool = False, progress=None) -> recovery.CheckReport:
-        with self.open_log() as lg:
-            rep = recovery.CheckReport(lg.data_path, lg.format)
-            for event, _ in lg.verify(progress=progress):
-                rep.problems.append(recovery.Problem(
-                    "read", None, f"event {event} cannot be read from EVENTS; the events "
-                    "after it were not checked", event=event, path=lg.data_path))
-            rep.first, rep.last = lg.gulf()
-            rep.events = lg.count
-            if mugs:
-                recovery.check_mugs(lg, rep, progress=progress)
-        return rep
-
-    def repair(self, report: recovery.CheckReport) -> list[str]:
-        raise ReadOnly(f"{os.path.join(self.path, DATA_NAME)}: LMDB epochs are not written "
-                       "by bookfs, so fsck checks them but never repairs them (copy the "
-                       "readable events with --salvage OUT, or convert with bookfs migrate)")
-
-    def salvage_into(self, report: recovery.CheckReport, out: str, *, progress=None) -> dict:
-        """Every event that reads, in key order, into a new vere-layout log in ``out`` with
-        the epoch base.  A value under 4 bytes is no event bookfs writes: it is kept in
-        ``salvage-left-out.bin`` and recorded (a gap of one event), never copied as one."""
-        from bookfs.formats.book import SalvageBatch
-        from bookfs.formats.vere import VereBook
-
-        import lmdb
-
-        with self.open_log() as lg:
-            base = lg.base if lg.base is not None else (lg.first - 1 if lg.count else 0)
-            lost = None
-            gaps: list[dict] = []
-            with VereBook.open(out, writable=True, create=True, epoch=base) as dst, \
-                    recovery.LeftOut(out) as left:
-                for key, value in lg.meta().items():
-                    dst.save_meta(key, value)
-                batch = SalvageBatch(dst, base + 1, epoch=base, left_out=left, gaps=gaps)
-                try:
-                    for event, value in lg.iter_buffers():
-                        batch.add(bytes(value), original_event=event)
-                        if progress is not None:
-                            progress(len(value))
-                except (lmdb.Error, BookError) as e:
-                    lost = f"reading stopped after event {batch.next_event - 1}: {e}"
-                batch.flush()
-                if lost is not None:
-                    gaps.append({"after_new_event": batch.next_event - 1,
-                                 "events_lost": "unknown", "why": lost})
-                result = {"source": lg.data_path, "out": os.path.abspath(out),
-                          "layout": "vere", "recovered": dst.count, "first": dst.first,
-                          "last": dst.last, "gaps": gaps, "left_out": left.records}
-        return result

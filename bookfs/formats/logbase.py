@@ -2,14 +2,18 @@
 
 ``LogMixin`` gives any ``EventLog`` (``eventlog.py``) the members derived from its
 ``gulf``/``read``/``read_meta``: ``first``, ``last``, ``meta``, ``walk`` and the context
-manager.  ``SingleFileLog`` is the common body of the two Book layouts (``book.py``, the
-UIP's; ``vere.py``, vere's): one log file plus ``meta.bin``, an offset index, the published
-view readers see, the meta fields, vectored writes and closing.
+manager.  ``SingleFileLog`` is the engine base of the two Book layouts (``book.py``, the
+UIP's; ``vere.py``, vere's): one log file plus ``meta.bin``, opened the same way (the
+directory, the writer lock, the files), an offset index, the published view readers see,
+what an open does with bytes past the valid prefix (cut a torn tail, else quarantine
+first), the meta fields, vectored writes and closing.  Each layout adds its header, its
+deeds' checks, its recovery rule and its commit.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from collections.abc import Iterator
 
@@ -18,6 +22,7 @@ from bookfs.errors import (
     BadMetaKey,
     BadMetaSize,
     BookError,
+    CorruptDeed,
     MetaAbsent,
     NoSuchEvent,
     PathEscape,
@@ -25,10 +30,23 @@ from bookfs.errors import (
     PayloadTooLarge,
     ReadOnly,
 )
+from bookfs.formats import recovery
 from bookfs.formats.fileio import create_new, fsync_dir, open_regular
 from bookfs.formats.index import OffsetIndex
-from bookfs.formats.layout import CREATING_SUFFIX, DEED_LEN, MAX_PAYLOAD, META_FIELDS, META_SIZE, MIN_PAYLOAD
+from bookfs.formats.layout import (
+    CREATING_SUFFIX,
+    DEED_LEN,
+    LOG_NAME,
+    MAX_PAYLOAD,
+    META_FIELDS,
+    META_NAME,
+    META_SIZE,
+    MIN_PAYLOAD,
+)
+from bookfs.formats.lock import WriterLock, lock_path_for
 from bookfs.types import EventNum
+
+log = logging.getLogger(__name__)
 
 _IOV_MAX = 1024
 _JOIN_LIMIT = 1 << 20  # buffers adding up to less than this are joined into one write
@@ -137,6 +155,23 @@ class LogMixin:
         for event in range(start, end + 1):
             yield EventNum(event), self.read(event)
 
+    def _walk_range(self, start: int | None, end: int | None, check
+                    ) -> tuple[int, int] | None:
+        """The inclusive range a walk of ``start..end`` covers (``None``: the log's own
+        bound), after ``check(start)`` and ``check(end)`` (each raises for an event the log
+        does not hold); ``None`` when it covers nothing: the log is empty, or
+        ``start > end``."""
+        first, last = self.gulf()
+        if not self.count:
+            return None
+        start = first if start is None else start
+        end = last if end is None else end
+        if start > end:
+            return None
+        check(start)
+        check(end)
+        return start, end
+
     def __enter__(self):
         return self
 
@@ -167,10 +202,17 @@ class PublishedView(LogMixin):
 
 
 class SingleFileLog(PublishedView):
-    """The shared body of a one-file Book log.  Subclasses set ``DEED_OVERHEAD`` (bytes a
-    deed adds to its payload), keep ``_index`` and call ``_publish_view`` after it grows."""
+    """The engine base of a one-file Book log.  Subclasses set ``DEED_OVERHEAD`` (bytes a
+    deed adds to its payload) and ``WHAT``, keep ``_index`` and ``recovery`` (a
+    :class:`~bookfs.formats.recovery.RecoveryReport`), call ``_publish_view`` after the
+    index grows, and say what a torn tail is (``_is_torn_tail``)."""
 
     DEED_OVERHEAD: int
+    #: the kind of log a missing ``book.log`` was expected to be (error messages)
+    WHAT: str
+    #: what the bytes past the valid prefix are not, and what quarantined ones do (logs)
+    _NOT_VALID = "valid deeds"
+    _QUARANTINED = "do not continue the log"
 
     def __init__(self, directory: str, log_name: str, meta_name: str, fd: int,
                  meta_fd: int | None, writable: bool, lock):
@@ -186,6 +228,46 @@ class SingleFileLog(PublishedView):
         #: Grows whenever published events may have changed (see ``eventlog.py``).
         self.generation = 0
         self._retired_fds: list[int] = []
+
+    @classmethod
+    def _open_directory(cls, path: str | os.PathLike, writable: bool, create: bool,
+                        lock: bool, initial_log, load):
+        """``open``'s steps, the same for both layouts: refuse ``create`` without
+        ``writable``; make the directory (``create``) or refuse a missing one; refuse a
+        ``book.log`` or ``meta.bin`` resolving outside it (:func:`contained`); take the
+        writer lock :func:`bookfs.formats.lock.lock_path_for` names (writable, unless
+        ``lock`` is False); create missing files (``create``: ``initial_log(directory)``,
+        called before the lock is taken, gives a new log's bytes); open the files; check
+        ``meta.bin``'s size; then ``load(log)``.  Anything failing releases what was
+        taken (the lock, the files) before it propagates."""
+        directory = os.fspath(path)
+        if create and not writable:
+            raise ValueError("create=True needs writable=True")
+        if not os.path.isdir(directory):
+            if create:
+                os.makedirs(directory, exist_ok=True)
+            else:
+                raise BookError(f"{directory}: not a directory holding {LOG_NAME}")
+        log_path = contained(directory, LOG_NAME)
+        meta_path = contained(directory, META_NAME)
+        initial = initial_log(directory) if create else b""
+        held = WriterLock(lock_path_for(directory)) if writable and lock else None
+        try:
+            if create:
+                create_files(directory, [(log_path, initial), (meta_path, bytes(META_SIZE))])
+            fd, meta_fd = cls._open_files(log_path, meta_path, writable, cls.WHAT)
+            opened = cls(directory, fd, meta_fd, writable, held)
+        except BaseException:
+            if held:
+                held.release()
+            raise
+        try:
+            opened._check_meta_file()
+            load(opened)
+        except BaseException:
+            opened.close(save=False)
+            raise
+        return opened
 
     @staticmethod
     def _open_files(log_path: str, meta_path: str, writable: bool,
@@ -238,6 +320,40 @@ class SingleFileLog(PublishedView):
         ix = self._index
         self._view = (ix.first, ix.count, end, *extra)
 
+    # --- recovery on open ----------------------------------------------------------------
+
+    def _is_torn_tail(self, off: int, size: int) -> bool:
+        """Whether ``[off, size)`` can only be an incomplete final deed (the layout's rule)."""
+        raise NotImplementedError
+
+    def _handle_bad_region(self, off: int, size: int, *, claimed: bool = False) -> None:
+        """Bytes ``[off, size)`` past the valid prefix (``recovery.py``'s rules).  A
+        read-only open records them as ``bad_region`` and changes nothing.  A writable open
+        cuts them: at once when they are a torn tail, else after copying them to a
+        quarantine file beside the log.  ``claimed``: a valid header slot says events there
+        were committed (vere: a batch that failed its check), so however short they are
+        they are evidence, never a torn tail: a flipped ``len_d`` can make a whole deed
+        look incomplete."""
+        report = self.recovery
+        if not self.writable:
+            report.bad_region = (off, size - off)
+            log.warning("%s: %d bytes at offset %d are not %s; a writable open "
+                        "would recover them (read-only: left untouched)",
+                        self.log_path, size - off, off, self._NOT_VALID)
+            return
+        if not claimed and self._is_torn_tail(off, size):
+            report.torn_tail = (off, size - off)
+            log.warning("%s: cut a torn final deed of %d bytes at offset %d",
+                        self.log_path, size - off, off)
+        else:
+            qpath = recovery.quarantine(self.directory, self._fd, off, size)
+            report.quarantined.append((qpath, off, size - off))
+            log.warning("%s: %d bytes at offset %d %s; copied to %s "
+                        "before cutting them (try `bookfs fsck --salvage`)",
+                        self.log_path, size - off, off, self._QUARANTINED, qpath)
+        os.ftruncate(self._fd, off)
+        os.fsync(self._fd)
+
     # --- state ---------------------------------------------------------------------------
 
     @property
@@ -281,8 +397,13 @@ class SingleFileLog(PublishedView):
         if len(len_bytes) != 8 or DEED_LEN.unpack(len_bytes)[0] != n:
             self._corrupt(event, off, f"framing (len_d is not the indexed {n} bytes)")
 
-    def _corrupt(self, event: int, off: int, what: str):
-        raise NotImplementedError
+    def _corrupt(self, event: int, off: int, what: str = "CRC", detail: str = ""):
+        """Log and raise :class:`CorruptDeed`: ``event``'s deed at ``off`` fails ``what``."""
+        msg = f"{self.log_path}: event {event} at offset {off} fails its {what} check"
+        if detail:
+            msg += f": {detail}"
+        log.error("%s", msg)
+        raise CorruptDeed(msg, event=event, offset=off)
 
     def read_slice(self, event: int, offset: int, size: int) -> bytes:
         """Up to ``size`` bytes of ``event``'s payload from ``offset``.  Only the framing is

@@ -76,13 +76,13 @@ def open_book_dir(directory: str, writable: bool = False, *,
     """A directory holding ``book.log``: a :class:`~bookfs.formats.vere.VereBook` if the log is in
     vere's two-slot layout, else a UIP :class:`~bookfs.formats.book.Book`.
 
-    The layout is identified by :func:`bookfs.formats.vere.detect_layout`; a file that is neither
+    The layout is identified by :func:`bookfs.formats.detect.detect_layout`; a file that is neither
     layout is refused with a :class:`FormatError` before any engine parses it.
 
     ``pier_locked``: the caller holds the pier's ``.vere.lock``, so a writable open does
     not take it again (``lock=False``); otherwise a writable open takes the lock
     ``lock.lock_path_for(directory)`` names (the enclosing pier's, if any)."""
-    from bookfs.formats.vere import detect_layout
+    from bookfs.formats.detect import detect_layout
 
     if detect_layout(os.path.join(directory, LOG_NAME)) == "vere":
         from bookfs.formats.vere import VereBook as cls
@@ -94,7 +94,7 @@ def open_book_dir(directory: str, writable: bool = False, *,
 
 def identify(path: str | os.PathLike) -> tuple[str, str]:
     """``(kind, directory)`` for what ``path`` is, by the files present and, for a Book
-    directory, its layout (:func:`bookfs.formats.vere.detect_layout`): ``pier`` (has ``.urb/log/``,
+    directory, its layout (:func:`bookfs.formats.detect.detect_layout`): ``pier`` (has ``.urb/log/``,
     or is that ``.urb/log`` directory; the pier's directory is returned), ``vere`` or
     ``uip`` (has ``book.log``), ``lmdb`` (has ``data.mdb``).  Anything else raises
     :class:`FormatError` (or :class:`BookError` for a missing directory); nothing is
@@ -107,7 +107,7 @@ def identify(path: str | os.PathLike) -> tuple[str, str]:
             and os.path.isdir(norm)):
         return "pier", os.path.dirname(os.path.dirname(norm))
     if os.path.lexists(os.path.join(p, LOG_NAME)):
-        from bookfs.formats.vere import detect_layout
+        from bookfs.formats.detect import detect_layout
 
         return detect_layout(os.path.join(p, LOG_NAME)), p
     from bookfs.formats.lmdb_log import is_lmdb_dir
@@ -146,16 +146,18 @@ def recovery_for(path: str | os.PathLike, *, pier_locked: bool = False):
     log."""
     kind, p = identify(path)
     if kind == "pier":
+        from bookfs.formats.pier_recovery import PierRecovery
+
         return PierRecovery(p)
     if kind == "uip":
-        from bookfs.formats.book import BookRecovery
+        from bookfs.formats.book_recovery import BookRecovery
 
         return BookRecovery(p, pier_locked=pier_locked)
     if kind == "vere":
-        from bookfs.formats.vere import VereRecovery
+        from bookfs.formats.vere_recovery import VereRecovery
 
         return VereRecovery(p, pier_locked=pier_locked)
-    from bookfs.formats.lmdb_log import LmdbRecovery
+    from bookfs.formats.lmdb_recovery import LmdbRecovery
 
     return LmdbRecovery(p, pier_locked=pier_locked)
 
@@ -368,15 +370,10 @@ class Pier(LogMixin):
     def walk(self, start: int | None = None, end: int | None = None
              ) -> Iterator[tuple[EventNum, bytes]]:
         """``(event, payload)`` for ``start..end`` inclusive across epochs."""
-        first, last = self.gulf()
-        if not self.count:
+        walked = self._walk_range(start, end, self.epoch_of)
+        if walked is None:
             return
-        start = first if start is None else start
-        end = last if end is None else end
-        if start > end:
-            return
-        self.epoch_of(start)
-        self.epoch_of(end)
+        start, end = walked
         for e in self.epochs:
             if not e.log.count or e.log.last < start or e.log.first > end:
                 continue
@@ -427,114 +424,3 @@ class Pier(LogMixin):
             self._lock = None
         if err is not None:
             raise err
-
-
-# --- fsck: a pier is checked epoch by epoch, each through its own format --------------------
-
-
-class PierRecovery:
-    """``check`` walks each epoch through its own format's recovery (LMDB, UIP or vere
-    layout, by ``epoc.txt`` and the layout detection) and then the chain of epochs;
-    ``repair`` holds the runtime's ``.vere.lock`` (refused while a ship runs) and repairs
-    each Book epoch (LMDB epochs are checked only, and the output says so); ``salvage``
-    writes ``OUT/0iN/`` for each epoch (with its ``epoc.txt``: 3 for the Book epochs it
-    writes, in vere's layout when the epoch was LMDB or vere's)."""
-
-    kind = "pier"
-    writes = True
-
-    def __init__(self, path: str):
-        self.path = os.fspath(path)
-        self.log_dir = os.path.join(self.path, LOG_DIR)
-
-    def _parts(self):
-        from bookfs.formats.lmdb_log import LmdbRecovery, is_lmdb_dir
-
-        names, kinds = list_epochs(self.log_dir)
-        meta_from = self.log_dir if is_lmdb_dir(self.log_dir) else None
-        out = []
-        for (base, name), kind in zip(names, kinds):
-            d = os.path.join(self.log_dir, name)
-            if kind == "lmdb":
-                out.append((name, LmdbRecovery(d, pier_locked=True, meta_from=meta_from)))
-            else:
-                rec = recovery_for(d, pier_locked=True)
-                if rec.kind not in ("uip", "vere"):
-                    raise FormatError(f"{d}: epoc.txt says Book, but there is no book.log")
-                out.append((name, rec))
-        return out
-
-    def size(self) -> int:
-        return sum(r.size() for _, r in self._parts())
-
-    def open_log(self) -> "Pier":
-        return Pier.open(self.path)
-
-    def check(self, *, mugs: bool = False, progress=None):
-        from bookfs.formats.recovery import CheckReport, Problem
-
-        rep = CheckReport(self.log_dir, "pier")
-        rep.state = self._parts()
-        for name, rec in rep.state:
-            part = rec.check(mugs=mugs, progress=progress)
-            part.path = f"{name}: {part.path}"
-            rep.parts.append(part)
-        rep.format = "pier (" + ", ".join(f"{n} {r.kind}" for n, r in rep.state) + ")"
-        counted = [p for p in rep.parts if p.events]
-        if counted:
-            rep.first, rep.last = counted[0].first, counted[-1].last
-        rep.events = sum(p.events for p in rep.parts)
-        if all(p.clean for p in rep.parts):  # the chain: only meaningful once each opens
-            try:
-                Pier.open(self.path).close()
-            except (ContiguityError, FormatError) as e:
-                rep.problems.append(Problem("chain", None, str(e), path=self.log_dir))
-        return rep
-
-    def repair(self, report) -> list[str]:
-        from bookfs.formats.lock import WriterLock
-
-        done = []
-        lock = WriterLock(os.path.join(self.path, LOCK_NAME), what="bookfs")
-        try:
-            for (name, rec), part in zip(report.state, report.parts):
-                if part.clean:
-                    continue
-                if rec.kind == "lmdb":
-                    done.append(f"{name}: not repaired: LMDB epochs are not written by "
-                                "bookfs (checked only)")
-                    continue
-                done += [f"{name}: {line}" for line in rec.repair(part)]
-        finally:
-            lock.release()
-        return done
-
-    def salvage(self, report, out: str, *, progress=None) -> dict:
-        """Each epoch salvaged by its format (``Recovery.salvage_into``) into
-        ``OUT/0iN/``, with what each left out (``0iN/salvage-left-out.bin``, listed under
-        ``left_out`` with its epoch), the whole built beside ``OUT`` and published by one
-        rename (:func:`bookfs.formats.recovery.publish_salvage`)."""
-        from bookfs.formats.recovery import publish_salvage
-
-        return publish_salvage(self.path, out, lambda root: self._salvage_into(
-            report, root, progress=progress))
-
-    def _salvage_into(self, report, out: str, *, progress=None) -> dict:
-        epochs, gaps, left_out = {}, [], []
-        for (name, rec), part in zip(report.state, report.parts):
-            target = os.path.join(out, name)
-            os.mkdir(target)
-            res = rec.salvage_into(part, target, progress=progress)
-            if res.get("layout") == "vere":  # never epoc.txt 3 beside a UIP-layout log
-                with open(os.path.join(target, EPOC_NAME), "w") as f:
-                    f.write("3")
-            epochs[name] = {k: res.get(k) for k in ("recovered", "first", "last", "layout",
-                                                    "past_committed_end") if k in res}
-            gaps += [{"epoch": name, **g} for g in res["gaps"]]
-            left_out += [{"epoch": name, **r, "file": os.path.join(name, r["file"])}
-                         for r in res.get("left_out", [])]
-        return {"source": self.log_dir, "out": os.path.abspath(out),
-                "recovered": sum(e["recovered"] for e in epochs.values()),
-                "past_committed_end": sum(e.get("past_committed_end", 0)
-                                          for e in epochs.values()),
-                "epochs": epochs, "gaps": gaps, "left_out": left_out}

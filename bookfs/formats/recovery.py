@@ -15,21 +15,31 @@ The rules (``docs/format.md`` states them for users):
    quarantine file beside the log (fsync'd), then the log is cut back to the valid prefix.
    The quarantine file is reported; ``bookfs fsck --salvage`` can recover events from it.
 5. A read-only open never modifies anything; it simply stops at the valid prefix.
+
+Here are those checks of UIP deeds, the reports an open and ``bookfs fsck`` make
+(:class:`RecoveryReport`, :class:`CheckReport`), and the ladder every format fills in
+(:class:`Recovery`: check → repair → salvage; :class:`BookDirRecovery` for the two Book
+layouts), with the steps they share (``meta.bin``, mugs, quarantine).  Each format's ladder
+is beside its engine (``book_recovery.py``, ``vere_recovery.py``, ``lmdb_recovery.py``,
+``pier_recovery.py``); what a salvage writes is ``salvage.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from dataclasses import dataclass, field
 
 from bookfs.formats.fileio import fsync_dir, pread_into
+from bookfs.formats.lock import WriterLock, lock_path_for
 from bookfs.formats.layout import (
     DEED_LEN,
     DEED_OVERHEAD,
     DEED_TAIL,
     FILE_MODE,
+    LOG_NAME,
     MAX_PAYLOAD,
     MIN_PAYLOAD,
     QUARANTINE_PREFIX,
@@ -54,6 +64,21 @@ class RecoveryReport:
     @property
     def clean(self) -> bool:
         return self.torn_tail is None and not self.quarantined and self.bad_region is None
+
+
+@dataclass
+class VereRecoveryReport(RecoveryReport):
+    """What opening a vere log found and did, beyond :class:`RecoveryReport`."""
+
+    slot: str | None = None  # "A"/"B": the slot whose state is committed; None: framing only
+    bad_slots: list[str] = field(default_factory=list)  # "B: CRC mismatch (...)", ...
+    rolled_back: tuple[int, int] | None = None  # (first, last) events a header claimed, dropped
+    header_repaired: str | None = None  # the slot rewritten to describe the recovered state
+
+    @property
+    def clean(self) -> bool:
+        return (super().clean and not self.bad_slots and self.rolled_back is None
+                and self.header_repaired is None)
 
 
 def deed_crc_ok(fd: int, off: int, n: int) -> bool:
@@ -252,9 +277,11 @@ def quarantine(dir_fd_path: str, fd: int, off: int, size: int) -> str:
 # --- the recovery ladder every format fills in ---------------------------------------------
 #
 # ``bookfs fsck`` (and nothing else) drives it: ``pier.recovery_for(path)`` identifies the
-# source with the same detection ``open_source`` uses and returns the format's ``Recovery``:
-# ``book.BookRecovery`` (UIP layout), ``vere.VereRecovery``, ``lmdb_log.LmdbRecovery``,
-# ``pier.PierRecovery``.  No tool parses bytes of a format it has not identified.
+# source with the same detection ``open_source`` uses and returns the format's ``Recovery``,
+# each beside its engine: ``book_recovery.BookRecovery`` (UIP layout),
+# ``vere_recovery.VereRecovery``, ``lmdb_recovery.LmdbRecovery``,
+# ``pier_recovery.PierRecovery``.  What a salvage writes is ``salvage.py``.  No tool parses
+# bytes of a format it has not identified.
 
 
 @dataclass
@@ -344,6 +371,8 @@ class Recovery:
         The result is built beside ``out`` and published by rename
         (:func:`publish_salvage`): a killed salvage leaves ``out`` as it was, and running
         it again starts over."""
+        from bookfs.formats.salvage import publish_salvage
+
         return publish_salvage(self.path, out, lambda root: self.salvage_into(
             report, root, progress=progress))
 
@@ -357,6 +386,43 @@ class Recovery:
     def _check_mugs(self, rep: CheckReport, progress=None) -> None:
         with self.open_log() as lg:
             check_mugs(lg, rep, progress=progress)
+
+
+class BookDirRecovery(Recovery):
+    """The ladder for a Book directory in either layout (``book_recovery.py``,
+    ``vere_recovery.py``): its ``book.log``, its layout's ``engine``, and repairs made
+    under the writer lock."""
+
+    #: the layout's engine (:class:`~bookfs.formats.book.Book` or
+    #: :class:`~bookfs.formats.vere.VereBook`)
+    engine: type
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.path, LOG_NAME)
+
+    def open_log(self):
+        return self.engine.open(self.path)
+
+    def _finish_check(self, rep: CheckReport, mugs: bool, progress) -> CheckReport:
+        """``check``'s last steps: each problem names the log unless it names another
+        file (``meta.bin``); then, when ``mugs``, every mug is checked."""
+        for p in rep.problems:
+            p.path = p.path or self.log_path
+        if mugs:
+            self._check_mugs(rep, progress)
+        return rep
+
+    @contextlib.contextmanager
+    def _repairing(self):
+        """Hold the writer lock a repair needs: the one :func:`lock_path_for` names for
+        the directory, or none when the caller holds the pier's (``pier_locked``)."""
+        lock = None if self.pier_locked else WriterLock(lock_path_for(self.path))
+        try:
+            yield
+        finally:
+            if lock is not None:
+                lock.release()
 
 
 def payload_mug_problem(event: int, payload) -> tuple[str, str | None]:
@@ -406,186 +472,6 @@ def check_mugs(lg, rep: CheckReport, *, progress=None) -> None:
             progress(len(payload))
 
 
-# --- salvage: what is left out, and publishing by rename --------------------------------------
-
-#: Bytes a salvage did not copy as events, byte for byte, beside the salvaged log.
-LEFT_OUT_NAME = "salvage-left-out.bin"
-SALVAGE_REPORT_NAME = "salvage-report.json"
-#: A salvage is built in ``OUT + SALVAGE_STAGING_SUFFIX`` and renamed into place.
-SALVAGE_STAGING_SUFFIX = ".salvage-partial"
-_SALVAGE_STAMP = ".bookfs-salvage"
-
-#: ``kind`` of a left-out range: deeds no committed header vouches for (never
-#: acknowledged), bytes that are damaged, a payload too short to be an event.
-NOT_COMMITTED, DAMAGED, SHORT_PAYLOAD = "not-committed", "damaged", "short-payload"
-
-
-class LeftOut:
-    """The bytes of a source that a salvage did not copy as events, kept byte for byte in
-    ``<out>/salvage-left-out.bin`` (created only when something is left out), each range
-    recorded with where it came from, its offset in that file, its ``kind``
-    (:data:`NOT_COMMITTED`, :data:`DAMAGED`, :data:`SHORT_PAYLOAD`) and why.  Use as a
-    context manager: the file is fsync'd on exit."""
-
-    def __init__(self, directory: str):
-        self.path = os.path.join(directory, LEFT_OUT_NAME)
-        self.records: list[dict] = []
-        self._fd: int | None = None
-        self._size = 0
-
-    def __enter__(self) -> "LeftOut":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def _write(self, data) -> None:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                               FILE_MODE)
-            os.fchmod(self._fd, FILE_MODE)
-        mv = memoryview(data)
-        while len(mv):
-            mv = mv[os.write(self._fd, mv):]
-
-    def _record(self, n: int, kind: str, why: str, extra: dict) -> None:
-        self.records.append({"kind": kind, "bytes": n, "file": LEFT_OUT_NAME,
-                             "file_offset": self._size, "why": why, **extra})
-        self._size += n
-
-    def copy(self, fd: int, off: int, n: int, *, kind: str, why: str, **extra) -> None:
-        """Copy the source's bytes ``[off, off + n)`` (``fd``), streamed."""
-        if n <= 0:
-            return
-        pos, stop = off, off + n
-        while pos < stop:
-            chunk = os.pread(fd, min(_CRC_CHUNK, stop - pos), pos)
-            if not chunk:
-                break
-            self._write(chunk)
-            pos += len(chunk)
-        self._record(pos - off, kind, why, {"source_offset": off, **extra})
-
-    def add(self, data, *, kind: str, why: str, **extra) -> None:
-        """Keep ``data`` (bytes that are not at a file offset, e.g. an LMDB value)."""
-        self._write(data)
-        self._record(len(data), kind, why, extra)
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = None
-
-
-def left_out_summary(records: list[dict]) -> dict:
-    """``{kind: {"ranges", "bytes", "deeds"}}`` over left-out records (``deeds``: framed
-    deeds counted in them, when known)."""
-    out: dict = {}
-    for r in records:
-        k = out.setdefault(r["kind"], {"ranges": 0, "bytes": 0, "deeds": 0})
-        k["ranges"] += 1
-        k["bytes"] += r["bytes"]
-        k["deeds"] += r.get("deeds", 0) or 0
-    return out
-
-
-def write_salvage_report(out: str, result: dict) -> dict:
-    """Write ``result`` as ``out/salvage-report.json``, durably."""
-    import json
-
-    path = os.path.join(out, SALVAGE_REPORT_NAME)
-    with open(path, "w") as f:
-        json.dump(result, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    return result
-
-
-def _sync_tree(root: str) -> None:
-    """fsync every file and directory under ``root`` (deepest first)."""
-    for dirpath, _, files in os.walk(root, topdown=False):
-        for name in files:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_dir(dirpath)
-
-
-def _claim_staging(staging: str, source: str) -> int:
-    """Create the work directory ``staging`` with its stamp, locked (``flock``) while this
-    salvage runs; returns the stamp's descriptor.  A work directory that a killed salvage
-    left (its stamp unlocked, or nothing in it) is removed first; one that another salvage
-    holds, or that is not a salvage's, is refused."""
-    import fcntl
-    import json
-    import shutil
-
-    from bookfs.errors import BookError
-
-    stamp = os.path.join(staging, _SALVAGE_STAMP)
-    if os.path.lexists(staging):
-        if not os.path.isdir(staging) or os.path.islink(staging) or (
-                os.listdir(staging) and not os.path.isfile(stamp)):
-            raise BookError(f"{staging}: exists and is not an unfinished salvage's work "
-                            "directory; expected nothing there (remove it or choose another OUT)")
-        if os.path.isfile(stamp):
-            fd = os.open(stamp, os.O_RDWR | os.O_CLOEXEC)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise BookError(f"{staging}: another salvage is writing it now; expected "
-                                "it to finish first (or choose another OUT)") from None
-            log.warning("%s: removing what a salvage that did not finish left", staging)
-            shutil.rmtree(staging)
-            os.close(fd)
-        else:
-            os.rmdir(staging)
-    os.mkdir(staging)
-    fd = os.open(stamp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    os.write(fd, json.dumps({"source": os.path.abspath(source), "pid": os.getpid()}).encode())
-    return fd
-
-
-def publish_salvage(source: str, out: str, fill) -> dict:
-    """Run ``fill(root)`` (which writes a salvaged log into the new directory ``root`` and
-    returns the report's content) in a work directory beside ``out``
-    (``out`` + :data:`SALVAGE_STAGING_SUFFIX`), write the report there, fsync everything,
-    and publish it at ``out`` by one rename (:func:`bookfs.formats.fileio.publish_dir`, as
-    ``bookfs migrate`` does).  ``out`` must be absent or an empty directory.  A salvage
-    killed at any point leaves ``out`` as it was; the next run removes its work directory
-    and starts over."""
-    import shutil
-
-    from bookfs.errors import BookError
-    from bookfs.formats.fileio import publish_dir
-
-    out = os.path.abspath(os.fspath(out))
-    staging = out + SALVAGE_STAGING_SUFFIX
-    root = os.path.join(staging, os.path.basename(out))
-    if os.path.lexists(out) and not (os.path.isdir(out) and not os.path.islink(out)
-                                     and not os.listdir(out)):
-        raise BookError(f"{out}: not empty; expected a new or empty directory (a salvage "
-                        "never writes into an existing log)")
-    fd = _claim_staging(staging, source)
-    try:
-        os.mkdir(root)
-        result = fill(root)
-        result["out"] = out
-        write_salvage_report(root, result)
-        _sync_tree(root)
-        publish_dir(root, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)  # nothing was published
-        raise
-    finally:
-        os.close(fd)
-    shutil.rmtree(staging)
-    return result
 
 
 def check_meta_file(directory: str, rep: CheckReport) -> bool:

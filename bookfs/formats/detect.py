@@ -1,0 +1,155 @@
+"""Telling the two Book layouts apart, without guessing.
+
+A ``book.log`` is in vere's two-slot layout (``vere.py``) or the UIP layout (``book.py``);
+the version number cannot tell them apart (both are 1), a header slot's CRC can.
+:func:`detect_layout` decides (``pier.identify`` and ``pier.open_book_dir`` ask it), and
+the UIP engine runs the same check on open (:func:`identify_fd`), so no path reaches a
+layout by another road.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+from bookfs.errors import BadMagic, BadVersion, BookError, FormatError, TooShort
+from bookfs.formats.fileio import open_regular
+from bookfs.formats.layout import (
+    DEED_LEN,
+    HEADER,
+    MAGIC,
+    MAX_PAYLOAD,
+    VERE_SLOT_BODY,
+    VERE_SLOT_CRC,
+    VERE_SLOT_OFFSETS,
+    VERE_SLOT_SIZE,
+    VERSION,
+    crc32,
+)
+from bookfs.formats.recovery import deed_crc_ok
+
+
+def slot_crc_ok(raw: bytes) -> bool:
+    """A vere header slot (48 bytes) whose CRC (of bytes 0..43, stored at 44) matches."""
+    return (len(raw) >= VERE_SLOT_SIZE
+            and crc32(raw[: VERE_SLOT_BODY.size]) == VERE_SLOT_CRC.unpack_from(raw, 44)[0])
+
+
+def is_vere_layout(path: str | os.PathLike) -> bool:
+    """True when the file at ``path`` (a ``book.log``) is in vere's two-slot layout: slot A
+    or slot B has a matching header CRC and the Book magic.  The version number cannot tell
+    the layouts apart (both are 1); the CRC can.  False for a missing or short file."""
+    try:
+        fd = open_regular(os.fspath(path), os.O_RDONLY, follow=True)
+    except (OSError, BookError):  # missing, or not a regular file: the opener says why
+        return False
+    try:
+        for off in VERE_SLOT_OFFSETS:
+            raw = os.pread(fd, VERE_SLOT_SIZE, off)
+            if slot_crc_ok(raw) and struct.unpack_from("<I", raw)[0] == MAGIC:
+                return True
+        return False
+    finally:
+        os.close(fd)
+
+
+def epoch_says_vere(directory: str | os.PathLike) -> bool:
+    """True when ``directory`` is a pier's epoch whose ``epoc.txt`` is ``3``: vere opens
+    such an epoch only in its own two-slot layout, so that is the layout its ``book.log``
+    was written in (bookfs never writes a UIP-layout log beside ``epoc.txt`` 3).  An
+    unreadable or absent ``epoc.txt`` says nothing."""
+    try:
+        fd = open_regular(os.path.join(os.fspath(directory), "epoc.txt"), os.O_RDONLY,
+                          follow=True)
+    except (OSError, BookError):
+        return False
+    try:
+        return os.pread(fd, 64, 0).strip() == b"3"
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def detect_layout(log_path: str | os.PathLike) -> str:
+    """``"vere"`` or ``"uip"`` for the ``book.log`` at ``log_path``, or a
+    :class:`FormatError` saying why it is neither (nothing is parsed as a layout it has not
+    been identified as).  Missing file: :class:`BookError`.
+
+    Identification never guesses; a file is refused (untouched, one line saying why and
+    what to do) unless its bytes decide, or bytes that are not decisive meet a context
+    that is (``epoc.txt`` 3 beside it: :func:`epoch_says_vere`):
+
+    * a header slot whose CRC holds and whose magic is Book's: vere's layout;
+    * under 16 bytes: refused (no Book header of either layout);
+    * the Book magic and version 1 at offset 0, and a whole UIP deed at offset 16 whose
+      CRC holds: the UIP layout (a vere slot cannot hold one: its CRC would have to hold
+      by chance);
+    * otherwise the bytes after the 16-byte header are either a UIP log's torn first
+      deed or the rest of a vere slot that lost its CRC, whose cutting would destroy
+      vere's ``las_d``/``seq_d``: refused when the file is too short to hold a whole vere
+      slot (16 < size <= 48), when vere's zero padding follows (both slots damaged), and
+      whenever ``epoc.txt`` 3 says the file is vere's;
+    * exactly the 16-byte header and nothing else, with no ``epoc.txt`` 3: the UIP layout
+      (an empty UIP log is exactly this; a vere log is never shorter than 8192 bytes, so
+      such a file holds no vere event, and appending after it cuts nothing);
+    * longer files with non-zero bytes where vere keeps zeros: the UIP layout (a UIP log
+      whose first deed is damaged, which its recovery quarantines before cutting)."""
+    path = os.fspath(log_path)
+    try:  # a FIFO or directory is refused here (NotRegularFile), never waited on
+        fd = open_regular(path, os.O_RDONLY, follow=True)
+    except FileNotFoundError:
+        raise BookError(f"{path}: no such file (expected a Book log)") from None
+    try:
+        return identify_fd(fd, path, epoch_says_vere(os.path.dirname(path) or "."))
+    finally:
+        os.close(fd)
+
+
+_REFUSED = ("refused, nothing was changed; if it is a UIP log whose first append was torn, "
+            "copy it aside and `truncate -s 16` it, else restore book.log from a backup")
+
+
+_REFUSED_VERE = "refused, nothing was changed: restore book.log from a backup"
+
+
+def identify_fd(fd: int, path: str, vere_context: bool) -> str:
+    """:func:`detect_layout` on an open descriptor (also the UIP engine's own check on
+    open, so no path reaches a layout by another road)."""
+    size = os.fstat(fd).st_size
+    for off in VERE_SLOT_OFFSETS:
+        raw = os.pread(fd, VERE_SLOT_SIZE, off)
+        if slot_crc_ok(raw) and struct.unpack_from("<I", raw)[0] == MAGIC:
+            return "vere"
+    context = " (epoc.txt 3 beside it says vere's layout)" if vere_context else ""
+    head = os.pread(fd, 16, 0)
+    if len(head) < 16:
+        raise TooShort(f"{path}: {size} bytes, under the 16-byte header of either Book "
+                       f"layout{context}; refused, nothing was changed: restore book.log "
+                       "from a backup")
+    magic, version, _ = HEADER.unpack(head)
+    if magic != MAGIC:
+        raise BadMagic(f"{path}: magic {magic:#010x}, expected {MAGIC:#010x} (BOOK); not "
+                       "a Book log in either layout")
+    if version != VERSION:
+        raise BadVersion(f"{path}: version {version}, expected {VERSION}")
+    if size == 16 and not vere_context:
+        return "uip"  # an empty UIP log (see detect_layout)
+    (n,) = DEED_LEN.unpack(os.pread(fd, 8, 16).ljust(8, b"\0"))
+    if 4 <= n <= MAX_PAYLOAD and deed_crc_ok(fd, 16, n):
+        return "uip"
+    if size <= VERE_SLOT_SIZE and vere_context:
+        raise TooShort(f"{path}: {size} bytes, but epoc.txt 3 beside it says vere's layout, "
+                       f"whose header slot alone is {VERE_SLOT_SIZE} bytes (the file was cut "
+                       f"and holds no whole slot); {_REFUSED_VERE}")
+    if size <= VERE_SLOT_SIZE:
+        raise TooShort(f"{path}: {size} bytes with Book's header: too short to tell a UIP "
+                       "log with a torn first deed from vere's layout cut inside its "
+                       f"{VERE_SLOT_SIZE}-byte header slot; {_REFUSED}")
+    pad = os.pread(fd, min(size, VERE_SLOT_OFFSETS[1]) - VERE_SLOT_SIZE, VERE_SLOT_SIZE)
+    if vere_context or not any(pad):
+        raise FormatError(f"{path}: looks like vere's two-slot layout with both "
+                          f"header slots damaged (no slot CRC holds){context}; refusing to "
+                          "guess the committed state, nothing was changed: restore "
+                          "book.log from a backup")
+    return "uip"
