@@ -96,7 +96,8 @@ class _Job:
 def _open_dest(directory: str, layout: str, base: int):
     if layout == "vere":
         try:
-            from bookfs.formats.vere import VereBook, epoch_of_directory
+            from bookfs.formats.layout import epoch_of_directory
+            from bookfs.formats.vere import VereBook
         except ImportError:
             raise BookError("the vere layout needs bookfs.formats.vere, which this bookfs lacks; "
                             "use --layout uip") from None

@@ -14,6 +14,8 @@ byte; ``docs/format.md`` explains it in one page.
 
 from __future__ import annotations
 
+import os
+import re
 import struct
 from typing import Final
 
@@ -38,6 +40,16 @@ CREATING_SUFFIX: Final = ".creating"
 
 #: A pier keeps its epochs in ``<pier>/PIER_LOG_DIR``; a directory holding it is a pier.
 PIER_LOG_DIR: Final = ".urb/log"
+#: An epoch is the directory ``<pier>/PIER_LOG_DIR/0i<N>``: its first event is ``N + 1``.
+EPOCH_NAME: Final = re.compile(r"0i(\d+)")
+
+
+def epoch_of_directory(directory: str | os.PathLike) -> int | None:
+    """``N`` for a directory named ``0i<N>`` (plain decimal digits), else ``None``."""
+    m = EPOCH_NAME.fullmatch(os.path.basename(os.path.normpath(os.fspath(directory))))
+    return int(m.group(1)) if m else None
+
+
 #: The runtime's writer lock, ``<pier>/VERE_LOCK_NAME``: a PID, fcntl-locked on byte 0.
 VERE_LOCK_NAME: Final = ".vere.lock"
 

@@ -32,7 +32,6 @@ an epoch that is already open raises :class:`BookError` saying so.
 from __future__ import annotations
 
 import os
-import re
 import struct
 from collections.abc import Iterable, Iterator
 
@@ -46,7 +45,7 @@ from bookfs.errors import (
     NoSuchEvent,
     ReadOnly,
 )
-from bookfs.formats.layout import META_FIELDS
+from bookfs.formats.layout import META_FIELDS, epoch_of_directory
 from bookfs.types import EventNum
 
 DATA_NAME = "data.mdb"
@@ -54,14 +53,7 @@ EVENTS_DB = b"EVENTS"
 META_DB = b"META"
 KEY = struct.Struct("<Q")  # event number, 8 bytes little-endian (vere's native c3_d)
 
-_EPOCH_NAME = re.compile(r"^0i(\d+)$")
 _READ_ONLY_MSG = "LMDB epochs are read-only; migrate them with bookfs migrate"
-
-
-def epoch_base(directory: str) -> int | None:
-    """``N`` for a directory named ``0i<N>``, else ``None``."""
-    m = _EPOCH_NAME.match(os.path.basename(os.path.normpath(directory)))
-    return int(m.group(1)) if m else None
 
 
 def is_lmdb_dir(directory: str) -> bool:
@@ -179,7 +171,7 @@ class LmdbLog(PublishedView):
                         f"{os.path.join(directory, DATA_NAME)}: EVENTS was not created with "
                         "MDB_INTEGERKEY, so its keys sort as bytes, not as event numbers")
             meta, source = cls._find_meta(directory, env, meta_from)
-            self = cls(directory, env, db, epoch_base(directory), meta, source)
+            self = cls(directory, env, db, epoch_of_directory(directory), meta, source)
             self._scan()
         except BaseException:
             env.close()

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import re
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
@@ -46,14 +45,13 @@ from bookfs.formats.logbase import LogMixin
 from bookfs.errors import BookError, ContiguityError, FormatError, NoSuchEvent, ReadOnly
 from bookfs.formats.eventlog import EventLog
 from bookfs.formats.fileio import open_regular
-from bookfs.formats.layout import LOG_NAME, PIER_LOG_DIR, VERE_LOCK_NAME
+from bookfs.formats.layout import EPOCH_NAME, LOG_NAME, PIER_LOG_DIR, VERE_LOCK_NAME
 from bookfs.types import EventNum
 
 LOG_DIR = PIER_LOG_DIR
 LOCK_NAME = VERE_LOCK_NAME  # kept for importers; lock.lock_path_for finds it from any path
 EPOC_NAME = "epoc.txt"
 
-_EPOCH_NAME = re.compile(r"^0i(\d+)$")
 
 
 class Epoch(NamedTuple):
@@ -194,7 +192,7 @@ def list_epochs(log_dir: str) -> tuple[list[tuple[int, str]], list[str]]:
     from :func:`epoch_kind`.  :class:`FormatError` when there is no epoch."""
     names = []
     for name in os.listdir(log_dir):
-        m = _EPOCH_NAME.match(name)
+        m = EPOCH_NAME.fullmatch(name)
         if m and os.path.isdir(os.path.join(log_dir, name)):
             names.append((int(m.group(1)), name))
     names.sort()

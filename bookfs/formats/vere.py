@@ -69,7 +69,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import re
 import time
 from collections.abc import Iterable
 
@@ -85,6 +84,7 @@ from bookfs.formats.layout import (
     VERE_SLOT_OFFSETS,
     VERE_SLOT_SIZE,
     crc32,
+    epoch_of_directory,
 )
 from bookfs.formats.lock import WriterLock
 from bookfs.formats.logbase import SingleFileLog
@@ -105,9 +105,6 @@ log = logging.getLogger(__name__)
 #: deeds take at most this many bytes.
 BATCH_RECHECK_LIMIT = 1 << 20
 
-_EPOCH_DIR = re.compile(r"0i(\d+)")
-
-
 class EmptyPayload(FormatError):
     """A committed event of a vere log has a 0-byte payload (see :meth:`VereBook.open`)."""
 
@@ -115,12 +112,6 @@ class EmptyPayload(FormatError):
         super().__init__(message)
         self.event = event
         self.offset = offset
-
-
-def epoch_of_directory(directory: str | os.PathLike) -> int | None:
-    """``N`` for a directory named ``0i<N>`` (plain decimal digits), else ``None``."""
-    m = _EPOCH_DIR.fullmatch(os.path.basename(os.path.normpath(os.fspath(directory))))
-    return int(m.group(1)) if m else None
 
 
 class VereBook(SingleFileLog):
