@@ -5,6 +5,9 @@ serves until unmounted or until SIGINT/SIGTERM, which unmount cleanly and releas
 lock.  Unless ``foreground``, it forks: the parent returns only when the mount is ready
 (or failed, with the daemon's one-line reason) and the daemon logs to a file.  The mount
 uses ``auto_unmount``, so a daemon that dies never leaves a dead mount behind.
+
+The ``-o`` options are sorted in :mod:`bookfs.fs.options` (re-exported here:
+``parse_options``, ``options_help``, ``MountError``, ``OptionError``).
 """
 
 from __future__ import annotations
@@ -20,231 +23,20 @@ import stat
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 
 from bookfs.errors import BookError, UsageError
 from bookfs.formats.fileio import private_dir
-from bookfs.fs.mountinfo import FSNAME_PREFIX, FUSE_SUBTYPE, bookfs_mount_at, mount_at
-from bookfs.formats.segments import DEFAULT_SPAN as DEFAULT_SEGMENT_SPAN
+from bookfs.fs.mountinfo import bookfs_mount_at, mount_at
+from bookfs.fs.options import (DEFAULT_STALL_TIMEOUT, MountError, MountOptions, OptionError,
+                               options_help, parse_options)
+
+__all__ = ["DEFAULT_STALL_TIMEOUT", "LOG_KEEP", "MountError", "MountOptions", "OptionError",
+           "check_places", "log_dir", "max_tasks", "mount", "open_log_file", "options_help",
+           "parse_options", "umount"]
 
 log = logging.getLogger(__name__)
 
 LOG_KEEP = 50  # daemon logs kept in the log directory; older ones are pruned
-DEFAULT_STALL_TIMEOUT = 30.0  # seconds a new/ writer waits for a stalled predecessor
-
-
-class MountError(Exception):
-    """A mount that could not be made; the message is one line for the user."""
-
-
-class OptionError(MountError):
-    """A ``-o`` option bookfs cannot accept (bad usage: exit status 2)."""
-
-
-# --- -o options ------------------------------------------------------------------------------
-#
-# Every -o option falls in exactly one class.  Anything in none of them is handed to FUSE,
-# which has the last word (its refusal is reported naming the option).
-
-
-def _positive_number(what: str):
-    def parse(value: str) -> float:
-        try:
-            x = float(value)
-        except ValueError:
-            x = float("nan")
-        if not (x > 0 and x < float("inf")):
-            raise ValueError(f"expected a positive number of {what}")
-        return x
-    return parse
-
-
-def _directory(value: str) -> str:
-    if not value:
-        raise ValueError("expected a directory path")
-    return os.path.abspath(os.path.expanduser(value))
-
-
-MAX_ID = (1 << 32) - 2  # the largest uid/gid (2**32 - 1 is the kernel's "no id")
-
-
-def _numeric_id(value: str) -> int:
-    n = int(value)
-    if n > MAX_ID:
-        raise ValueError(f"expected an id from 0 to {MAX_ID}")
-    return n
-
-
-def _user_id(value: str) -> int:
-    import pwd
-
-    if value.isdigit():
-        return _numeric_id(value)
-    try:
-        return pwd.getpwnam(value).pw_uid
-    except KeyError:
-        raise ValueError("expected a numeric uid or a user name") from None
-
-
-def _group_id(value: str) -> int:
-    import grp
-
-    if value.isdigit():
-        return _numeric_id(value)
-    try:
-        return grp.getgrnam(value).gr_gid
-    except KeyError:
-        raise ValueError("expected a numeric gid or a group name") from None
-
-
-def _umask(value: str) -> int:
-    try:
-        mask = int(value, 8)
-    except ValueError:
-        mask = -1
-    if not 0 <= mask <= 0o777:
-        raise ValueError("expected an octal mask from 0 to 777, like 022")
-    return mask
-
-
-#: bookfs's own options: name -> (value parser or None for a flag, what it does).
-OWN_OPTIONS = {
-    "stall_timeout": (_positive_number("seconds"),
-                      "SECONDS a new/ writer waits for a stalled predecessor "
-                      f"(default {DEFAULT_STALL_TIMEOUT:g})"),
-    "segment_mb": (_positive_number("MiB"), "MB: the byte span of each segments/ file "
-                   f"(default {DEFAULT_SEGMENT_SPAN >> 20})"),
-    "index_dir": (_directory, "DIR: keep the persisted offset index there"),
-    "noindex_cache": (None, "never read or write a persisted index (read-only media, "
-                      "throwaway mounts)"),
-}
-#: Options libfuse 3's low-level API no longer implements, so bookfs does.
-IMPLEMENTED_OPTIONS = {
-    "uid": (_user_id, "N|NAME: report this owner instead of the log file's"),
-    "gid": (_group_id, "N|NAME: report this group instead of the log file's"),
-    "umask": (_umask, "OCTAL: permission bits = 0777 & ~umask instead of the log file's "
-              "(write bits only on a read-write mount)"),
-    "nonempty": (None, "accepted: FUSE 3 always mounts over a non-empty directory"),
-}
-#: Read-only or read-write (read-write by default).
-MODE_OPTIONS = {"ro": "read-only (follows the writer, takes no lock)",
-                "rw": "read-write (takes the writer lock; the default)"}
-#: fstab / mount(8) / mount.fuse bookkeeping, and atime variants libfuse 3.14 does not
-#: know (FUSE leaves atime to the filesystem, and bookfs serves its own times): accepted,
-#: no effect.  (mount.fuse itself consumes setuid= and drop_privileges; given to bookfs
-#: directly they go to FUSE, which refuses them, rather than being silently dropped.)
-IGNORED_OPTIONS = {"defaults", "auto", "noauto", "user", "users", "nouser", "owner",
-                   "group", "_netdev", "nofail", "comment", "relatime", "norelatime", "strictatime", "nostrictatime", "lazytime",
-                   "nolazytime", "nodiratime", "diratime", "loud", "silent"}
-IGNORED_PREFIXES = ("x-",)
-#: Options bookfs always gives FUSE (fsname= is added too: bookfs:<source>, unless given).
-ALWAYS_FUSE = ("subtype=" + FUSE_SUBTYPE, "default_permissions", "auto_unmount")
-#: Examples of what goes to FUSE untouched (for --help; FUSE decides what it accepts).
-FUSE_EXAMPLES = ("dev", "nodev", "suid", "nosuid", "exec", "noexec", "atime", "noatime",
-                 "sync", "async", "dirsync", "allow_other", "allow_root", "max_read=N",
-                 "fsname=NAME", "blksize=N", "context=...")
-
-
-@dataclass
-class MountOptions:
-    """``-o`` options, sorted into what bookfs does with each."""
-
-    readonly: bool = False
-    rw: bool = False  # rw given explicitly: refuse to fall back to read-only
-    stall_timeout: float = DEFAULT_STALL_TIMEOUT
-    segment_span: int = DEFAULT_SEGMENT_SPAN
-    index_dir: str | None = None
-    index_cache: bool = True
-    uid: int | None = None
-    gid: int | None = None
-    umask: int | None = None
-    fuse: list[str] = field(default_factory=list)  # handed to FUSE as given
-    ignored: list[str] = field(default_factory=list)  # accepted, no effect
-
-    def fuse_options(self, source: str, readonly: bool) -> set[str]:
-        """What ``pyfuse3.init`` gets: the pass-through options, bookfs's fixed ones,
-        ``ro`` for a read-only mount and an ``fsname`` naming the source."""
-        opts = set(self.fuse) | set(ALWAYS_FUSE)
-        if not any(o.startswith("fsname=") for o in opts):
-            # libfuse splits -o at commas unless escaped with a backslash
-            escaped = source.replace("\\", "\\\\").replace(",", "\\,")
-            opts.add("fsname=" + FSNAME_PREFIX + escaped)
-        opts.discard("rw")
-        if readonly:
-            opts.add("ro")
-        return opts
-
-
-def parse_options(text: str | None) -> MountOptions:
-    """Sort ``-o`` text (``ro,nodev,uid=1000,stall_timeout=5``) into :class:`MountOptions`.
-    bookfs's own and implemented options get their values checked; a bad value, a value
-    where none belongs or a missing one raises :class:`OptionError` with one line naming
-    the option and what was expected.  Bookkeeping options are accepted and ignored;
-    everything else is kept for FUSE."""
-    mo = MountOptions()
-    for item in filter(None, (text or "").split(",")):
-        key, eq, value = item.partition("=")
-        if key in MODE_OPTIONS:
-            if eq:
-                raise OptionError(f"mount option {key!r} takes no value")
-            setattr(mo, "readonly" if key == "ro" else "rw", True)
-        elif key in OWN_OPTIONS or key in IMPLEMENTED_OPTIONS:
-            parse, _ = OWN_OPTIONS.get(key) or IMPLEMENTED_OPTIONS[key]
-            if parse is None:
-                if eq:
-                    raise OptionError(f"mount option {key!r} takes no value")
-                if key == "noindex_cache":
-                    mo.index_cache = False
-                continue  # nonempty
-            if not eq:
-                raise OptionError(f"mount option {key!r} needs a value: {key}=...")
-            try:
-                parsed = parse(value)
-            except ValueError as e:
-                raise OptionError(f"mount option {key}={value!r}: {e}") from None
-            if key == "segment_mb":
-                mo.segment_span = max(1, int(parsed * (1 << 20)))
-            else:
-                setattr(mo, key, parsed)
-        elif key == "subtype":
-            raise OptionError(f"mount option {item!r}: a bookfs mount's subtype is always "
-                              f"{FUSE_SUBTYPE} (bookfs umount finds its mounts by it)")
-        elif key in IGNORED_OPTIONS or key.startswith(IGNORED_PREFIXES):
-            mo.ignored.append(item)
-        else:
-            mo.fuse.append(item)
-    if mo.readonly and mo.rw:
-        raise OptionError("options ro and rw contradict each other; expected one of them")
-    if mo.index_dir and not mo.index_cache:
-        raise OptionError("options index_dir and noindex_cache contradict each other")
-    return mo
-
-
-def options_help() -> str:
-    """The ``-o`` options by class, for ``bookfs mount --help``."""
-    import textwrap
-
-    def rows(table):
-        return "\n".join(textwrap.fill(v[1] if isinstance(v, tuple) else v, 78,
-                                       initial_indent=f"  {k:<15} ",
-                                       subsequent_indent=" " * 18)
-                         for k, v in table.items())
-
-    def words(items):
-        return textwrap.fill(", ".join(items), 78, initial_indent="  ",
-                             subsequent_indent="  ")
-
-    return "\n".join([
-        "mount options (-o, comma-separated):",
-        "read-only or read-write:", rows(MODE_OPTIONS),
-        "bookfs's own:", rows(OWN_OPTIONS),
-        "implemented by bookfs (libfuse 3 dropped them):", rows(IMPLEMENTED_OPTIONS),
-        "passed to FUSE as given (FUSE refuses what it does not know), e.g.:",
-        words(FUSE_EXAMPLES),
-        "accepted and ignored (fstab/mount bookkeeping, atime variants):",
-        words([*sorted(IGNORED_OPTIONS), "x-*"]),
-        "always on:", words([*ALWAYS_FUSE, "fsname=bookfs:SOURCE"]),
-    ])
 
 
 def log_dir() -> str:

@@ -1,0 +1,235 @@
+"""Following the log: a read-only mount picks up what the writer commits, and one read
+stream never mixes two generations of the log.
+
+Read-only mounts follow the writer: :meth:`Follower.loop` checks the log every second,
+and handlers look again (:meth:`Follower.follow`) when asked for an event, a segment or a
+directory the mount has not seen yet.  When the log grew, the kernel is told to drop the
+attributes that changed (``CHANGING``: the root, ``events/``, the epochs' directories and
+the info files; a writer's append is not slowed by that notification: its directories
+may show the old size and mtime for up to 1 s).  When it shrank or was replaced (the
+log's ``generation`` changed) every cache is dropped, the kernel's too, and handles
+opened before answer ESTALE.
+
+One read stream, one generation (issue 19, item 1).  Without opens there is no handle to
+carry a generation, so the inodes do: ``events/N``, ``pretty/N`` and ``segments/K`` carry
+the *slot* of the generation they were looked up in (``inodes.py``).  A new generation
+takes another slot and drops every name of the old one from the kernel's dentry cache,
+so a new lookup answers a new node ID (the kernel then drops its dentry:
+``fs/fuse/dir.c``, ``fuse_dentry_revalidate()``), while a file opened before reads on by
+its old node ID and is answered ESTALE.  Bytes read straight from the log file (a large
+event, a segment, a small event not cached yet) are served only if the log is still the
+same generation after the ``pread`` (:meth:`Follower.read_then_recheck`): a writer's
+recovery cuts and rewrites the file in place before the follower notices.  A slot is
+taken again only when the kernel has forgotten all its inodes: lookups and readdirplus
+entries are counted (``fs/fuse/inode.c``, ``fuse_iget()``; ``fs/fuse/readdir.c``,
+``fuse_direntplus_link()``) and FORGETs subtracted (:meth:`Follower.forget`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+from typing import TYPE_CHECKING
+
+import pyfuse3
+import trio
+
+from bookfs.fs import inodes as I
+from bookfs.fs.commit import refuse
+
+if TYPE_CHECKING:
+    from bookfs.fs.ops import BookOperations
+
+log = logging.getLogger(__name__)
+
+FOLLOW_EVERY = 1.0  # seconds between a read-only mount's checks of the log
+
+
+class Follower:
+    """The log's generation as the mount knows it, the generation slots of its inodes,
+    and the kernel's caches to drop when the log changes."""
+
+    def __init__(self, fs: BookOperations):
+        self.fs = fs
+        self.book = fs.book
+        self.generation = getattr(fs.book, "generation", 0)
+        # the generation slot of events/, pretty/ and segments/ inodes (inodes.py), None
+        # while no slot is free; and how many lookups of each slot's inodes the kernel
+        # has not forgotten yet (a slot is taken again only at 0)
+        self.slot: int | None = 0
+        self.slot_refs = [0] * I.SLOTS
+        self.known = fs.book.gulf()  # the range the kernel may have cached
+
+    # --- generation slots (inodes.py; issue 19, item 1) ----------------------------------
+
+    def slot_now(self) -> int:
+        """The slot new lookups of events, renderings and segments get.  While none is
+        free (the kernel still holds inodes of every other slot: files of older
+        generations held open) those lookups answer EIO, until one is forgotten."""
+        if self.slot is None:
+            self.slot = self._free_slot(None)
+            if self.slot is None:
+                raise refuse(errno.EIO, "files of the log's older generations are still "
+                                        "open (the log was replaced or recovered "
+                                        f"{I.SLOTS} times while they were held); close "
+                                        "them to read the new log")
+            log.info("generation slot %d taken", self.slot)
+        return self.slot
+
+    def _free_slot(self, old: int | None) -> int | None:
+        """A slot other than ``old`` whose inodes the kernel has all forgotten."""
+        start = 0 if old is None else old + 1
+        for k in range(I.SLOTS):
+            s = (start + k) % I.SLOTS
+            if s != old and not self.slot_refs[s]:
+                return s
+        return None
+
+    def entry(self, attrs: pyfuse3.EntryAttributes) -> pyfuse3.EntryAttributes:
+        """Count an entry handed to the kernel (a lookup or a readdirplus entry: the
+        kernel's ``nlookup`` grows by one, ``fs/fuse/inode.c``, ``fuse_iget()``)."""
+        slot = I.slot_of(attrs.st_ino)
+        if slot is not None and slot < I.SLOTS:
+            self.slot_refs[slot] += 1
+        return attrs
+
+    def stale(self, inode: int) -> bool:
+        """Whether ``inode`` names a file of an older generation of the log."""
+        slot = I.slot_of(inode)
+        return slot is not None and slot != self.slot
+
+    def current(self, inode: int, what: str) -> None:
+        """ESTALE for a file of an older generation: it was looked up before the log
+        was replaced or recovered, and its bytes are not the new log's."""
+        if self.stale(inode):
+            raise refuse(errno.ESTALE, f"{what}: the log was recovered or replaced since "
+                                       "this file was looked up; open it again")
+
+    def forget(self, inode_list) -> None:
+        """FORGET: the kernel dropped ``nlookup`` references to each inode."""
+        for inode, nlookup in inode_list:
+            slot = I.slot_of(inode)
+            if slot is not None and slot < I.SLOTS:
+                self.slot_refs[slot] = max(0, self.slot_refs[slot] - nlookup)
+
+    # --- following the writer ------------------------------------------------------------
+
+    def follow(self) -> None:
+        """On a read-only mount, pick up events another process committed; if the log
+        shrank or was replaced under us, drop every cache (ours and the kernel's)."""
+        fs = self.fs
+        if not fs.readonly:
+            return
+        self.book.refresh()
+        gen = getattr(self.book, "generation", 0)
+        old = self.known
+        self.known = self.book.gulf()
+        if gen == self.generation and self.known != old and fs.mountpoint:
+            trio.lowlevel.spawn_system_task(self._drop_attrs)  # it grew
+        if gen != self.generation:
+            self.generation = gen
+            old_slot, self.slot = self.slot, self._free_slot(self.slot)
+            if self.slot is None:
+                log.error("the log changed again while files of %d older generations are "
+                          "still open: events, renderings and segments answer EIO until "
+                          "they are closed", I.SLOTS - 1)
+            fs.event_files.drop()
+            fs.segment_files.checked.clear()
+            fs.pretty_files.drop()
+            log.warning("the log changed under the mount (it shrank or was replaced): "
+                        "events %s..%s are reread from disk", old[0], old[1])
+            segments, fs.segment_files.names = fs.segment_files.names, {}
+            trio.lowlevel.spawn_system_task(self._invalidate_kernel, old, self.known,
+                                            segments, old_slot)
+
+    def read_then_recheck(self, inode: int | None, what: str, read, *args) -> bytes:
+        """``read(*args)``: bytes straight from the log file, served only if the log is
+        still the generation of ``inode`` (or of the handle's ``generation``, when
+        ``inode`` is None) *after* they were read.  A writer's recovery rewrites the file
+        in place (cut, then appended again), which the follower notices only at its
+        next check: without this look after the ``pread``, a stream could get the old
+        event's first bytes and the new one's rest.  A rename leaves the old file open
+        until that check, so the bytes read before it are the old generation's."""
+        generation = self.generation
+        data = read(*args)
+        self.follow()  # one fstat, one stat and two small preads while nothing changed
+        if self.generation != generation or (inode is not None and self.stale(inode)):
+            raise refuse(errno.ESTALE, f"{what}: the log was recovered or replaced while "
+                                       "it was read; open it again")
+        return data
+
+    async def loop(self) -> None:
+        """Run by the daemon of a read-only mount: check the log every ``FOLLOW_EVERY``
+        seconds, so a recovery or replacement by the writer is noticed even while the
+        kernel serves every read from its cache."""
+        while True:
+            await trio.sleep(FOLLOW_EVERY)
+            try:
+                self.follow()
+            except Exception:
+                log.exception("following the log failed; trying again")
+
+    # --- the kernel's caches -------------------------------------------------------------
+
+    def _changing_inodes(self) -> list[int]:
+        """Inodes whose attributes an append changes and the kernel caches for
+        ``CHANGING`` (the root, ``events/``, every epoch's directories) and the info files."""
+        inos = [I.ROOT, I.EVENTS, I.INFO]
+        for k in range(len(self.fs.epochs)):
+            inos += [I.epoch_inode(k, kind)
+                     for kind in (I.EPOCH_DIR, I.EPOCH_EVENTS, I.EPOCH_INFO)]
+        return inos
+
+    def _drop_attrs_sync(self, inodes: list[int]) -> None:
+        for ino in inodes:
+            with contextlib.suppress(OSError):  # ENOENT: the kernel holds nothing of it
+                pyfuse3.invalidate_inode(ino, attr_only=True)
+
+    async def _drop_attrs(self) -> None:
+        """Make the kernel forget the attributes the log's growth changed (a worker
+        thread, as every notification: see ``_invalidate_kernel``)."""
+        try:
+            await trio.to_thread.run_sync(self._drop_attrs_sync, self._changing_inodes())
+        except Exception:  # never let a system task kill the mount
+            log.exception("invalidating the kernel's cached attributes failed")
+
+    async def _invalidate_kernel(self, old: tuple[int, int], new: tuple[int, int],
+                                 segments: dict[int, bytes], slot: int | None) -> None:
+        """Make the kernel forget what it cached of events ``old`` and of ``segments``
+        (index -> name), looked up in generation ``slot`` (a worker thread: dropping
+        pages waits for reads in flight, which this loop must keep serving)."""
+        try:
+            await trio.to_thread.run_sync(self._invalidate_sync, old, new, segments, slot)
+        except Exception:  # never let a system task kill the mount
+            log.exception("invalidating the kernel's caches failed")
+
+    def _invalidate_sync(self, old: tuple[int, int], new: tuple[int, int],
+                         segments: dict[int, bytes], slot: int | None) -> None:
+        """Every name of the old generation is dropped from the kernel's dentry cache,
+        gone or not: its next lookup answers the new slot's inode, and the dentry's
+        inode, no longer held, is evicted and forgotten (``slot_refs``).  Names other
+        than the two canonical ones are never cached (``BookOperations.lookup``)."""
+        slot = 0 if slot is None else slot
+        for k, name in segments.items():  # a segment's bytes may have changed
+            with contextlib.suppress(OSError):
+                pyfuse3.invalidate_inode(I.segment_inode(k, slot))
+            with contextlib.suppress(OSError):
+                pyfuse3.invalidate_entry(I.SEGMENTS, name)
+        first, last = old
+        if not last:
+            return
+        self._drop_attrs_sync(self._changing_inodes())
+        parents = [I.EVENTS, I.PRETTY] + [I.epoch_inode(k, I.EPOCH_EVENTS)
+                                          for k in range(len(self.fs.epochs))]
+        for event in range(first, last + 1):  # names first: new opens find the new log
+            for name in (I.event_name(event), str(event).encode()):
+                for parent in parents:
+                    with contextlib.suppress(OSError):  # ENOENT: nothing cached
+                        pyfuse3.invalidate_entry(parent, name)
+        for event in range(first, last + 1):  # then the old inodes' pages and attributes
+            with contextlib.suppress(OSError):
+                pyfuse3.invalidate_inode(I.event_inode(event, slot))
+            if self.fs.no_open:  # renderings were cached by inode too
+                with contextlib.suppress(OSError):
+                    pyfuse3.invalidate_inode(I.pretty_inode(event, slot))

@@ -1,0 +1,281 @@
+"""The directories (``/``, ``events/``, ``meta/``, ``new/``, ``pretty/``, ``segments/``,
+``epochs/`` and each epoch's), their listings, and the info files (``info``,
+``epochs/*/info``).
+
+Caching: the names of the fixed directories and files never change: entries cached for
+a day (``FOREVER``).  The attributes of directories (``events/``'s size and mtime) change
+on append and are cached for ``CHANGING`` (1 s); without attribute caching on
+directories, ``default_permissions`` would cost a round trip per directory on every path
+walk.  A read-only mount tells the kernel to drop them when it sees the log grow
+(:mod:`bookfs.fs.follow`; a writer's append is not slowed by that notification: its
+directories may show the old size and mtime for up to 1 s).
+
+The info files change as the log grows: attribute timeout ``GROWING`` (0), so every
+``stat`` asks, and they are served with ``direct_io``, so their content is always
+current.  On the no-open path (the kernel reads through its page cache) they report a
+new mtime whenever their content changed (``changed_mtime``), so the kernel, which
+rechecks their attributes before reading, drops its stale pages.
+
+Listings: with patched pyfuse3 directories are opened with ``cache_readdir``, and keep
+the kernel's listing while the log has not changed since the last opendir (``ls -l
+events/`` costs OPENDIR and RELEASEDIR).  ``events/`` lists every event (readdirplus:
+each entry counted as a lookup, :meth:`~bookfs.fs.follow.Follower.entry`); ``new/`` and
+``pretty/`` list as empty (write-only; reached by name).  Errors: a file opened as a
+directory is ENOTDIR, a directory opened as a file EISDIR, an info file opened for
+writing EACCES.
+"""
+
+from __future__ import annotations
+
+import errno
+import stat
+import time
+
+import pyfuse3
+
+from bookfs.formats.info import render, summary
+from bookfs.fs import inodes as I
+from bookfs.fs.commit import NEXT_KEY, refuse
+from bookfs.fs.nodes.base import CHANGING, FOREVER, GROWING, BytesHandle, Kind
+
+_ROOT_ENTRIES = [(b"events", I.EVENTS), (b"meta", I.META), (b"new", I.NEW), (b"info", I.INFO)]
+
+
+class Directories(Kind):
+    """The directories and the info files: the inodes below ``META_BASE`` and the
+    epochs' (``inodes.py``)."""
+
+    def __init__(self, fs):
+        super().__init__(fs)
+        self.root = list(_ROOT_ENTRIES)
+        self.root.append((b"pretty", I.PRETTY))  # readable renderings (bookfs show)
+        if fs.segments is not None:
+            self.root.append((b"segments", I.SEGMENTS))
+        if fs.epochs:
+            self.root.append((b"epochs", I.EPOCHS))
+        self.root_names = dict(self.root)
+        #: the directories' inodes (the root's entries but info)
+        self.inodes = {ino for _, ino in self.root if ino != I.INFO} | {I.ROOT}
+        self.epoch_by_name = {e.name.encode(): k for k, e in enumerate(fs.epochs)}
+        self.listed: dict[int, tuple] = {}  # directory inode -> log state at its opendir
+        self.content_mtime: dict[int, tuple[bytes, int]] = {}  # inode -> (content, mtime)
+
+    def owns(self, ino: int) -> bool:
+        return ino in self.inodes or ino == I.INFO or I.is_epoch(ino)
+
+    # --- attributes ----------------------------------------------------------------------
+
+    def _log_mtime(self) -> int:
+        last = self.book.last
+        return self.book.mtime_ns(last) if last else self.fs.mounted_ns
+
+    def changed_mtime(self, ino: int, content: bytes, mtime_ns: int) -> int:
+        """The mtime to report for a small file whose content changes (``info``): at least
+        ``mtime_ns``, and later whenever ``content`` differs from what was last reported,
+        so the kernel (which rechecks it before reading) drops its cached pages."""
+        seen = self.content_mtime.get(ino)
+        if seen is not None and seen[0] != content:
+            mtime_ns = max(mtime_ns, time.time_ns(), seen[1] + 1)
+        elif seen is not None:
+            mtime_ns = max(mtime_ns, seen[1])
+        self.content_mtime[ino] = (content, mtime_ns)
+        return mtime_ns
+
+    def _dir_attrs(self, ino: int) -> pyfuse3.EntryAttributes:
+        fs = self.fs
+        mode = fs.modes.new if ino == I.NEW else fs.modes.dir
+        size = self.book.count if ino == I.EVENTS else 0
+        return fs.entry_attrs(ino, stat.S_IFDIR | mode, size, self._log_mtime(), CHANGING,
+                              nlink=2, entry_timeout=FOREVER)
+
+    def _epoch_attrs(self, ino: int) -> pyfuse3.EntryAttributes:
+        fs = self.fs
+        k, kind = I.inode_epoch(ino)
+        if k >= len(fs.epochs):
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        if kind == I.EPOCH_INFO:
+            data = self._epoch_info(k)
+            return fs.entry_attrs(ino, stat.S_IFREG | fs.modes.read, len(data),
+                                  self.changed_mtime(ino, data, self._log_mtime()), GROWING,
+                                  entry_timeout=FOREVER)
+        if kind in (I.EPOCH_DIR, I.EPOCH_EVENTS):
+            size = fs.epochs[k].log.count if kind == I.EPOCH_EVENTS else 0
+            return fs.entry_attrs(ino, stat.S_IFDIR | fs.modes.dir, size, self._log_mtime(),
+                                  CHANGING, nlink=2, entry_timeout=FOREVER)
+        raise pyfuse3.FUSEError(errno.ENOENT)
+
+    async def attrs(self, ino: int) -> pyfuse3.EntryAttributes:
+        fs = self.fs
+        if I.is_epoch(ino):
+            fs.follower.follow()
+            return self._epoch_attrs(ino)
+        if ino in self.inodes:
+            fs.follower.follow()
+            return self._dir_attrs(ino)
+        if ino == I.INFO:
+            fs.follower.follow()
+            data = self.info_bytes()
+            return fs.entry_attrs(ino, stat.S_IFREG | fs.modes.read, len(data),
+                                  self.changed_mtime(ino, data, self._log_mtime()), GROWING,
+                                  entry_timeout=FOREVER)
+        raise pyfuse3.FUSEError(errno.ENOENT)
+
+    async def lookup(self, parent_inode: int, name: bytes) -> pyfuse3.EntryAttributes:
+        """A name in ``/``, ``epochs/`` or an epoch's directory."""
+        fs = self.fs
+        if parent_inode == I.EPOCHS:
+            k = self.epoch_by_name.get(name)
+            if k is None:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            return self._epoch_attrs(I.epoch_inode(k, I.EPOCH_DIR))
+        if I.is_epoch(parent_inode):
+            k, kind = I.inode_epoch(parent_inode)
+            if k >= len(fs.epochs):
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            if kind == I.EPOCH_DIR:
+                sub = {b"events": I.EPOCH_EVENTS, b"info": I.EPOCH_INFO}.get(name)
+                if sub is None:
+                    raise pyfuse3.FUSEError(errno.ENOENT)
+                return self._epoch_attrs(I.epoch_inode(k, sub))
+            event = I.parse_number(name)
+            if event is None or event not in fs.epochs[k].log:
+                fs.follower.follow()
+                if event is None or event not in fs.epochs[k].log:
+                    raise pyfuse3.FUSEError(errno.ENOENT)
+            return fs.event_files.event_attrs(event)
+        ino = self.root_names.get(name) if parent_inode == I.ROOT else None
+        if ino is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return await fs.attrs_of(ino)
+
+    # --- the info files ------------------------------------------------------------------
+
+    def info_bytes(self) -> bytes:
+        """The info file: the log's summary; on a read-write mount ``next:``, the number
+        the next ``new/<N>`` must have now; then the last refused appends and meta writes
+        (a shell ignores close()'s errno, so this is where a user reads why).  A read-only
+        mount refuses writes at open(), where the shell sees the error, so it has no
+        record and its info is exactly ``bookfs info``'s."""
+        fs = self.fs
+        info = summary(self.book)
+        info["fuse"] = fs.fuse_path()
+        if fs.readonly:
+            return render(info).encode()
+        info[NEXT_KEY] = fs.queue.next_free()
+        return (render(info) + fs.refusals.render()).encode()
+
+    def _epoch_info(self, k: int) -> bytes:
+        e = self.fs.epochs[k]
+        first, last = e.log.gulf()
+        return render({"epoch": e.name, "format": e.log.format, "base": e.base,
+                       "first": first, "last": last, "events": e.log.count,
+                       "bytes": e.log.log_bytes, "path": e.log.directory}).encode()
+
+    async def open(self, ino: int, flags: int, writing: int, ctx) -> pyfuse3.FileInfo:
+        fs = self.fs
+        if I.is_epoch(ino):
+            k, kind = I.inode_epoch(ino)
+            if kind != I.EPOCH_INFO or k >= len(fs.epochs):
+                raise pyfuse3.FUSEError(errno.EISDIR)
+            if writing:
+                raise refuse(errno.EACCES, "epochs/*/info is read-only")
+            return fs.file_info(fs.new_fh(BytesHandle(self._epoch_info(k))),
+                                direct_io=True, keep_cache=False)
+        if ino == I.INFO:
+            if writing:
+                raise refuse(errno.EACCES, "info is read-only")
+            fs.follower.follow()
+            return fs.file_info(fs.new_fh(BytesHandle(self.info_bytes())),
+                                direct_io=True, keep_cache=False)
+        raise pyfuse3.FUSEError(errno.EISDIR if ino in self.inodes else errno.ENOENT)
+
+    async def read_inode(self, ino: int, off: int, size: int) -> bytes:
+        if ino == I.INFO:
+            return self.info_bytes()[off : off + size]
+        if I.is_epoch(ino):
+            k, kind = I.inode_epoch(ino)
+            if kind == I.EPOCH_INFO and k < len(self.fs.epochs):
+                return self._epoch_info(k)[off : off + size]
+        raise pyfuse3.FUSEError(errno.EISDIR if ino in self.inodes else errno.EBADF)
+
+    # --- listings ------------------------------------------------------------------------
+
+    async def opendir(self, inode: int):
+        fs = self.fs
+        is_dir = inode in self.inodes or (
+            I.is_epoch(inode) and I.inode_epoch(inode)[1] != I.EPOCH_INFO)
+        if not is_dir:
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        fs.follower.follow()
+        if not fs.cache_dirs:
+            return inode
+        # the kernel may keep its cached listing unless the log changed since the last
+        # opendir of this directory (an append, a recovery, a replacement)
+        state = (fs.follower.generation, self.book.gulf())
+        unchanged = self.listed.get(inode) == state
+        self.listed[inode] = state
+        return pyfuse3.FileInfo(fh=inode, cache_readdir=True, keep_cache=unchanged)
+
+    async def readdir(self, fh: int, start_id: int, token) -> None:
+        fs = self.fs
+        if fh == I.NEW:
+            return  # write-only: lists as empty, so find, du, rsync and tar work
+        if fh == I.EVENTS or (I.is_epoch(fh) and I.inode_epoch(fh)[1] == I.EPOCH_EVENTS):
+            # cookie = position in the log + 1 (an off_t: event numbers may pass 2^63)
+            log = self.book if fh == I.EVENTS else fs.epochs[I.inode_epoch(fh)[0]].log
+            first, last = log.gulf()
+            if not last:
+                return
+            event = first + start_id
+            if event > last:
+                return
+            # readdir_reply copies the attributes into the reply buffer, so one object is
+            # reused and only the fields that differ are set (this is the ls -l hot path)
+            a = fs.event_files.event_attrs(event)
+            reply, name, inode = pyfuse3.readdir_reply, I.event_name, I.event_inode
+            size_of, mtime_of = log.payload_size, log.mtime_ns
+            slot, refs = fs.follower.slot, fs.follower.slot_refs
+            while event <= last:
+                size = size_of(event)
+                a.st_ino = inode(event, slot)
+                a.st_size = size
+                a.st_blocks = (size + 511) >> 9
+                a.st_mtime_ns = a.st_ctime_ns = a.st_atime_ns = mtime_of(event)
+                if not reply(token, name(event), a, event - first + 1):
+                    return
+                refs[slot] += 1  # an entry the kernel links (readdirplus): Follower.entry
+                event += 1
+            return
+        if fh == I.PRETTY:
+            # lists as empty: pretty/N is reached by name.  A listing would make every
+            # whole-mount walk (grep -r, tar, rsync, cp -r) render every event, and copy
+            # size-0 entries as empty files.
+            return
+        if fh == I.SEGMENTS:  # cookie = segment index + 1
+            for k in range(start_id, fs.segments.slots()):
+                seg = fs.segments.get(k)
+                if seg is None:
+                    continue
+                attrs = fs.segment_files.seg_attrs(seg)
+                if not pyfuse3.readdir_reply(token, I.event_name(seg.first), attrs, k + 1):
+                    return
+                fs.follower.entry(attrs)
+            return
+        entries = self._small_dir(fh)
+        for i in range(start_id, len(entries)):  # cookie = position + 1
+            name, ino = entries[i]
+            if not pyfuse3.readdir_reply(token, name, await fs.attrs_of(ino), i + 1):
+                return
+
+    def _small_dir(self, fh: int) -> list[tuple[bytes, int]]:
+        """The fixed entries of /, meta/, epochs/ and an epoch's directory."""
+        if fh == I.ROOT:
+            return self.root
+        if fh == I.META:
+            return [(k.encode(), ino) for k, ino in I.META_INODES.items()]
+        if fh == I.EPOCHS:
+            return [(e.name.encode(), I.epoch_inode(k, I.EPOCH_DIR))
+                    for k, e in enumerate(self.fs.epochs)]
+        k = I.inode_epoch(fh)[0]
+        return [(b"events", I.epoch_inode(k, I.EPOCH_EVENTS)),
+                (b"info", I.epoch_inode(k, I.EPOCH_INFO))]

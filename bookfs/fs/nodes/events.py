@@ -1,0 +1,159 @@
+"""``events/<N>``: the log's events, one immutable file each.
+
+Caching: ``events/<N>`` files are immutable: entry and attribute timeouts of a day
+(``FOREVER``), and the kernel page cache is kept across opens (``keep_cache``).
+``st_ino`` is derived from the event number and the log's generation slot
+(``inodes.py``), so it is stable across remounts; ``st_size`` is exact.  A name other
+than the two canonical ones (``42``, ``000000000042``) is not cached (entry timeout 0:
+``BookOperations.lookup``).  A name that is not a number can never exist: a negative
+entry cached for a day (Hadoop's ``.<name>.crc``, say).
+
+Checking: reading an event checks its CRC on ``open`` (streamed, in a worker thread, for
+large events), so corrupt bytes are never served.  Small events (up to ``SMALL_EVENT``)
+are held once, checked, in the daemon's bounded :class:`~bookfs.fs.cache.EventCache`
+shared by every handle; large ones are served with ``pread`` per request, so memory
+never holds a whole large event and never grows with the number of open handles.  On the
+no-open path (patched pyfuse3, read-only mount) the check moves to the first read of an
+event: a failed check answers EIO, and the kernel caches no byte of that event.
+
+Errors: an event not in the log is ENOENT (ESTALE when read by inode: it was there when
+looked up); any write is EROFS (events are immutable; append through ``new/``); a failed
+check is EIO; a file of an older generation of the log, or a handle opened before the
+log was recovered or replaced, is ESTALE (:mod:`bookfs.fs.follow`).
+"""
+
+from __future__ import annotations
+
+import errno
+import stat
+
+import pyfuse3
+import trio
+
+from bookfs.fs import inodes as I
+from bookfs.fs.cache import EventCache
+from bookfs.fs.commit import refuse
+from bookfs.fs.nodes.base import FOREVER, Kind, negative
+
+SMALL_EVENT = 128 << 10  # events up to this size are read whole and cached
+
+
+class EventHandle:
+    """An open event: its number and the log generation it was opened in (the bytes
+    live in the shared cache or on disk, never in the handle)."""
+
+    __slots__ = ("event", "generation", "small")
+
+    def __init__(self, event: int, generation: int, small: bool):
+        self.event, self.generation, self.small = event, generation, small
+
+
+class EventFiles(Kind):
+    """``events/<N>`` (and ``epochs/*/events/<N>``, the same inodes)."""
+
+    def __init__(self, fs):
+        super().__init__(fs)
+        self.cache = EventCache()
+        self.verified_large: set[int] = set()  # large events whose check passed (8 B each)
+
+    def drop(self) -> None:
+        """Forget every checked event: the log changed under the mount."""
+        self.cache.clear()
+        self.verified_large.clear()
+
+    def event_of(self, ino: int) -> int:
+        return I.inode_event(ino, self.book.first)
+
+    def event_attrs(self, event: int) -> pyfuse3.EntryAttributes:
+        fs = self.fs
+        return fs.entry_attrs(I.event_inode(event, fs.follower.slot_now()),
+                              stat.S_IFREG | fs.modes.read,
+                              self.book.payload_size(event), self.book.mtime_ns(event),
+                              FOREVER)
+
+    async def attrs(self, ino: int) -> pyfuse3.EntryAttributes:
+        event = self.event_of(ino)
+        if event not in self.book:
+            self.fs.follower.follow()
+        if event not in self.book:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return self.event_attrs(event)
+
+    async def lookup(self, name: bytes) -> pyfuse3.EntryAttributes:
+        """``events/<name>``."""
+        event = I.parse_number(name)
+        if event is None:  # can never exist (Hadoop's .<name>.crc, say): cache that
+            return negative()
+        if event not in self.book:
+            self.fs.follower.follow()
+            if event not in self.book:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+        return self.event_attrs(event)
+
+    # --- checking ------------------------------------------------------------------------
+
+    async def check(self, event: int) -> bytes | None:
+        """Check ``event`` before any of its bytes are served: a small one is read whole,
+        checked and kept in the shared cache (returned); a large one is checked by
+        streaming it in a worker thread, once per log generation (None: read it with
+        ``read_slice``).  A failed check raises, which the handlers answer EIO."""
+        if self.book.payload_size(event) <= SMALL_EVENT:
+            return self.checked(event)
+        if event not in self.verified_large:
+            await trio.to_thread.run_sync(self.book.verify_event, event)
+            self.verified_large.add(event)
+        return None
+
+    def checked(self, event: int) -> bytes:
+        """The payload of small ``event``, checked, from the shared cache or the disk."""
+        data = self.cache.get(event)
+        if data is None:
+            # the format's check (CRC); kept only if the log is still this generation
+            # once it was read (a recovery rewrites the file in place: read_then_recheck)
+            data = self.fs.follower.read_then_recheck(None, f"events/{event}",
+                                                      self.book.read, event)
+            self.cache.put(event, data)
+        return data
+
+    # --- reading -------------------------------------------------------------------------
+
+    async def open(self, ino: int, flags: int, writing: int, ctx) -> pyfuse3.FileInfo:
+        fs = self.fs
+        event = self.event_of(ino)
+        if writing:
+            raise refuse(errno.EROFS, f"events/{event} is immutable; append through new/")
+        if event not in self.book:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        generation = fs.follower.generation
+        small = await self.check(event) is not None
+        handle = EventHandle(event, generation, small)
+        return fs.file_info(fs.new_fh(handle), keep_cache=True)
+
+    async def read_inode(self, ino: int, off: int, size: int) -> bytes:
+        """A read with no open behind it.  An event is checked on its first read (CRC;
+        streamed, in a worker thread, for a large one): a failed check answers EIO, so
+        the kernel caches none of its bytes."""
+        follower = self.fs.follower
+        event = self.event_of(ino)
+        follower.current(ino, f"events/{event}")
+        if event not in self.book:
+            follower.follow()
+            if event not in self.book:
+                raise refuse(errno.ESTALE, f"events/{event}: no longer in the log")
+        follower.current(ino, f"events/{event}")
+        data = await self.check(event)
+        follower.current(ino, f"events/{event}")
+        if data is not None:
+            return data[off : off + size]
+        return follower.read_then_recheck(ino, f"events/{event}", self.book.read_slice,
+                                          event, off, size)
+
+    def read_handle(self, h: EventHandle, off: int, size: int) -> bytes:
+        """A read through a handle ``open`` made."""
+        if h.generation != self.fs.follower.generation:
+            raise refuse(errno.ESTALE, f"events/{h.event}: the log was recovered or "
+                                       "replaced since this file was opened; reopen it")
+        if h.small:
+            return self.checked(h.event)[off : off + size]
+        return self.fs.follower.read_then_recheck(None, f"events/{h.event}",
+                                                  self.book.read_slice, h.event, off, size)
