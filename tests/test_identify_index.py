@@ -26,7 +26,8 @@ import pytest
 from bookfs.formats import index as index_mod
 from bookfs.formats.book import Book
 from bookfs.errors import FormatError
-from bookfs.formats.pier import identify, open_source, recovery_for
+from bookfs.formats.pier import identify, open_source
+from bookfs.formats.pier_recovery import recovery_for
 from bookfs.formats.vere import VereBook
 from index_fixtures import write_index
 from lmdb_fixtures import make_pier, payloads

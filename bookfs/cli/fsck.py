@@ -46,14 +46,14 @@ EXIT_CLEAN, EXIT_REPAIRED, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 4, 8
 
 def check(path: str, *, mugs: bool = False, progress=None) -> CheckReport:
     """Check the source at ``path`` through its format's recovery (nothing is modified)."""
-    from bookfs.formats.pier import recovery_for
+    from bookfs.formats.pier_recovery import recovery_for
 
     return recovery_for(path).check(mugs=mugs, progress=progress)
 
 
 def repair(path: str, rep: CheckReport) -> list[str]:
     """The format's safe repairs for a checked source; returns what was done."""
-    from bookfs.formats.pier import recovery_for
+    from bookfs.formats.pier_recovery import recovery_for
 
     return recovery_for(path).repair(rep)
 
@@ -62,7 +62,7 @@ def salvage(path: str, rep: CheckReport, out: str, *, progress=None) -> dict:
     """Every recoverable event of a checked source into a new log at ``out`` (the
     format's ``Recovery.salvage``: only committed events become events; the rest is kept
     in ``out/salvage-left-out.bin``; published by rename)."""
-    from bookfs.formats.pier import recovery_for
+    from bookfs.formats.pier_recovery import recovery_for
 
     return recovery_for(path).salvage(rep, out, progress=progress)
 
@@ -144,7 +144,7 @@ def run(args) -> int:
     """The ``bookfs fsck`` command."""
     from bookfs.cli.commands import _progress_bar
     from bookfs.errors import UsageError
-    from bookfs.formats.pier import recovery_for
+    from bookfs.formats.pier_recovery import recovery_for
 
     if args.salvage and os.path.isdir(args.salvage) and os.listdir(args.salvage):
         raise UsageError(f"--salvage {args.salvage}: not empty; expected a new or empty "

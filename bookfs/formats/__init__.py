@@ -10,14 +10,15 @@
 ``vere_deeds``      vere's deeds: framing scan, batch CRC, framed deeds at any offset
 ``detect``          telling the two Book layouts apart, without guessing
 ``lmdb_log``        LMDB epochs (read-only)
-``pier``            a pier = ordered epochs, one numbering; ``identify``/``open_source``/
-                    ``recovery_for`` pick the format
+``pier``            a pier = ordered epochs, one numbering; ``identify``/``open_source``
+                    pick the format
 ``recovery``        the Recovery ladder (check → repair → salvage), its report types, the
                     UIP deed checks (CRC, torn tail, quarantine) and what every ladder shares
 ``book_recovery``   the ladder for the UIP layout
 ``vere_recovery``   the ladder for vere's layout
 ``lmdb_recovery``   the ladder for LMDB epochs (check and salvage)
-``pier_recovery``   the ladder for a pier: each epoch by its format, then the chain
+``pier_recovery``   the ladder for a pier (each epoch by its format, then the chain), and
+                    ``recovery_for(path)``: the ladder for any source, by ``identify``
 ``salvage``         what a salvage writes: batched events, the bytes left out, publishing
 ``index``           the persisted offset index (8 B/event), validated and rebuilt when stale;
                     the framing scan of both Book layouts

@@ -16,7 +16,7 @@ import os
 import stat
 
 from bookfs.errors import NotRegularFile, PathEscape, UnsafeDirectory
-from bookfs.formats.layout import FILE_MODE
+from bookfs.formats.layout import CREATING_SUFFIX, FILE_MODE
 
 
 def _kind(mode: int) -> str:
@@ -135,3 +135,25 @@ def publish_dir(staged: str, dest: str) -> None:
         os.rmdir(dest)  # empty, or this raises: nothing is ever overwritten
     os.rename(staged, dest)
     fsync_dir(os.path.dirname(os.path.abspath(dest)))
+
+
+def create_files(directory: str, files: list[tuple[str, bytes]]) -> None:
+    """Create each missing ``(path, content)`` atomically and durably: written to a fresh
+    ``<path>.creating`` temp file (:func:`create_new`: exclusive, mode 0644 regardless of
+    umask, never through a planted symlink), fsync'd, renamed into place, then the
+    directory fsync'd.  Existing files are left alone."""
+    made = False
+    for path, content in files:
+        if os.path.lexists(path):
+            continue
+        tmp = path + CREATING_SUFFIX
+        fd = create_new(tmp)
+        try:
+            os.write(fd, content)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        made = True
+    if made:
+        fsync_dir(directory)

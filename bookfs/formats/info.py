@@ -111,6 +111,8 @@ def summary(book: EventLog) -> dict:
         info["epochs"] = "; ".join(
             f"{e.name} {e.log.format.split(' ')[0]} {e.log.first}..{e.log.last}"
             for e in epochs)
+    from bookfs.noun import core_description
+    info["nouns"] = core_description()  # the noun core: compiled, or pure and why
     return info
 
 

@@ -31,10 +31,9 @@ from bookfs.errors import (
     ReadOnly,
 )
 from bookfs.formats import recovery
-from bookfs.formats.fileio import create_new, fsync_dir, open_regular
+from bookfs.formats.fileio import create_files, open_regular
 from bookfs.formats.index import OffsetIndex
 from bookfs.formats.layout import (
-    CREATING_SUFFIX,
     DEED_LEN,
     LOG_NAME,
     MAX_PAYLOAD,
@@ -60,28 +59,6 @@ def contained(directory: str, name: str) -> str:
     if os.path.dirname(real) != os.path.realpath(directory):
         raise PathEscape(f"{path}: resolves to {real}, outside {directory}; refusing it")
     return path
-
-
-def create_files(directory: str, files: list[tuple[str, bytes]]) -> None:
-    """Create each missing ``(path, content)`` atomically and durably: written to a fresh
-    ``<path>.creating`` temp file (``fileio.create_new``: exclusive, mode 0644 regardless of
-    umask, never through a planted symlink), fsync'd, renamed into place, then the
-    directory fsync'd.  Existing files are left alone."""
-    made = False
-    for path, content in files:
-        if os.path.lexists(path):
-            continue
-        tmp = path + CREATING_SUFFIX
-        fd = create_new(tmp)
-        try:
-            os.write(fd, content)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        made = True
-    if made:
-        fsync_dir(directory)
 
 
 def pwritev_all(fd: int, bufs: list, off: int) -> int:

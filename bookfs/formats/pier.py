@@ -96,7 +96,7 @@ def identify(path: str | os.PathLike) -> tuple[str, str]:
     or is that ``.urb/log`` directory; the pier's directory is returned), ``vere`` or
     ``uip`` (has ``book.log``), ``lmdb`` (has ``data.mdb``).  Anything else raises
     :class:`FormatError` (or :class:`BookError` for a missing directory); nothing is
-    modified.  :func:`open_source` and :func:`recovery_for` both decide by this."""
+    modified.  :func:`open_source` and :func:`~bookfs.formats.pier_recovery.recovery_for` both decide by this."""
     p = os.fspath(path)
     if is_pier(p):
         return "pier", p
@@ -135,29 +135,6 @@ def open_source(path: str | os.PathLike, writable: bool = False, *,
     from bookfs.formats.lmdb_log import LmdbLog
 
     return LmdbLog.open(p, writable=writable)
-
-
-def recovery_for(path: str | os.PathLike, *, pier_locked: bool = False):
-    """The format's :class:`~bookfs.formats.recovery.Recovery` (check → repair → salvage) for
-    ``path``, chosen by :func:`identify`, the detection :func:`open_source` uses.  An
-    unknown or mismatched layout raises :class:`FormatError` before anything is read as a
-    log."""
-    kind, p = identify(path)
-    if kind == "pier":
-        from bookfs.formats.pier_recovery import PierRecovery
-
-        return PierRecovery(p)
-    if kind == "uip":
-        from bookfs.formats.book_recovery import BookRecovery
-
-        return BookRecovery(p, pier_locked=pier_locked)
-    if kind == "vere":
-        from bookfs.formats.vere_recovery import VereRecovery
-
-        return VereRecovery(p, pier_locked=pier_locked)
-    from bookfs.formats.lmdb_recovery import LmdbRecovery
-
-    return LmdbRecovery(p, pier_locked=pier_locked)
 
 
 def epoch_kind(directory: str) -> str:

@@ -1,5 +1,7 @@
 """The recovery ladder (``recovery.py``) for a pier: :class:`PierRecovery`, each epoch
-through its own format's recovery, then the chain of epochs."""
+through its own format's recovery, then the chain of epochs; and :func:`recovery_for`,
+which picks the recovery for any path by :func:`~bookfs.formats.pier.identify` (a pier,
+a UIP or vere Book directory, an LMDB epoch). ``bookfs fsck`` goes through it only."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import os
 
 from bookfs.errors import ContiguityError, FormatError
 from bookfs.formats.lock import WriterLock
-from bookfs.formats.pier import EPOC_NAME, LOCK_NAME, LOG_DIR, Pier, list_epochs, recovery_for
+from bookfs.formats.pier import EPOC_NAME, LOCK_NAME, LOG_DIR, Pier, identify, list_epochs
 from bookfs.formats.recovery import CheckReport, Problem
 from bookfs.formats.salvage import publish_salvage
 
@@ -113,3 +115,24 @@ class PierRecovery:
                 "past_committed_end": sum(e.get("past_committed_end", 0)
                                           for e in epochs.values()),
                 "epochs": epochs, "gaps": gaps, "left_out": left_out}
+
+
+def recovery_for(path: str | os.PathLike, *, pier_locked: bool = False):
+    """The format's :class:`~bookfs.formats.recovery.Recovery` (check → repair → salvage) for
+    ``path``, chosen by :func:`identify`, the detection :func:`open_source` uses.  An
+    unknown or mismatched layout raises :class:`FormatError` before anything is read as a
+    log."""
+    kind, p = identify(path)
+    if kind == "pier":
+        return PierRecovery(p)
+    if kind == "uip":
+        from bookfs.formats.book_recovery import BookRecovery
+
+        return BookRecovery(p, pier_locked=pier_locked)
+    if kind == "vere":
+        from bookfs.formats.vere_recovery import VereRecovery
+
+        return VereRecovery(p, pier_locked=pier_locked)
+    from bookfs.formats.lmdb_recovery import LmdbRecovery
+
+    return LmdbRecovery(p, pier_locked=pier_locked)

@@ -276,7 +276,7 @@ def quarantine(dir_fd_path: str, fd: int, off: int, size: int) -> str:
 
 # --- the recovery ladder every format fills in ---------------------------------------------
 #
-# ``bookfs fsck`` (and nothing else) drives it: ``pier.recovery_for(path)`` identifies the
+# ``bookfs fsck`` (and nothing else) drives it: ``pier_recovery.recovery_for(path)`` identifies the
 # source with the same detection ``open_source`` uses and returns the format's ``Recovery``,
 # each beside its engine: ``book_recovery.BookRecovery`` (UIP layout),
 # ``vere_recovery.VereRecovery``, ``lmdb_recovery.LmdbRecovery``,
@@ -495,8 +495,8 @@ def check_meta_file(directory: str, rep: CheckReport) -> bool:
 
 def create_meta_file(directory: str) -> str | None:
     """Create a missing ``meta.bin`` zero-filled, durably; returns the action taken."""
+    from bookfs.formats.fileio import create_files
     from bookfs.formats.layout import META_NAME, META_SIZE
-    from bookfs.formats.logbase import create_files
 
     meta = os.path.join(directory, META_NAME)
     if os.path.lexists(meta):
