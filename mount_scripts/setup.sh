@@ -32,7 +32,8 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 stamp="$venv/.bookfs-installed"
 if [ ! -f "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ] ||
-        [ "$here/bookfs/fs/_fdscan.c" -nt "$stamp" ]; then
+        [ "$here/bookfs/fs/_fdscan.c" -nt "$stamp" ] ||
+        [ "$here/bookfs/noun/_core.pyx" -nt "$stamp" ]; then
     echo "setup: installing bookfs and its dependencies into $venv" >&2
     pip_log="$venv/pip-install.log"
     if ! { "$venv/bin/python" -m pip install --upgrade pip &&

@@ -3,20 +3,58 @@ auras bookfs reads (:mod:`~bookfs.noun.aura`: @da, @p), an event's head without 
 (:mod:`~bookfs.noun.peek`), and the dojo-style rendering (:mod:`bookfs.noun.render`,
 :mod:`bookfs.noun.view`, :mod:`bookfs.noun.event`).
 
-The names of the codec, the auras and :func:`peek_event` are re-exported here; other
-layers import them from this package (``from bookfs.noun import cue``).
+The names of the codec, the scanner (:mod:`~bookfs.noun.scanner`), the auras and
+:func:`peek_event` are re-exported here; other layers import them from this package
+(``from bookfs.noun import cue``).  ``jam``, ``cue``, ``mug``, ``scan`` and ``Scanner`` are
+the compiled core's (``bookfs/noun/_core.pyx``) when it built, else the pure reference's:
+:data:`CORE` says which (``"compiled"`` or ``"pure"``), :data:`CORE_REASON` why not
+compiled, and :func:`core_description` puts it in one line for ``info``.
 """
+import os as _os
+
 from bookfs.noun.aura import (DA_UNIX_EPOCH, PREFIXES, SUFFIXES, Prf, da_to_datetime,
                               datetime_to_da, fein, format_da, fynd, parse_da, parse_patp, patp)
-# The codec: pure Python, the reference implementation.  A compiled core (issue 21) would be
-# chosen here, over these names, and tested against bookfs.noun.codec.
-from bookfs.noun.codec import (Cell, CueError, Noun, cell, cord, cue, from_list, is_atom,
-                               is_cell, jam, muk, mug, murmur3_32, murmur3_32_fast, noun_equal,
-                               path, tape, to_list, uncord, unpath, untape)
+# The codec and the scanner in pure Python: the reference implementation ...
+from bookfs.noun import codec as _codec
+from bookfs.noun import scanner as _scanner
+from bookfs.noun.codec import (Cell, CueError, Noun, cell, cord, from_list, is_atom, is_cell,
+                               muk, murmur3_32, murmur3_32_fast, noun_equal, path, tape,
+                               to_list, uncord, unpath, untape)
 from bookfs.noun.peek import peek_event
+from bookfs.noun.scanner import REASONS, ScanResult
 
-__all__ = ["DA_UNIX_EPOCH", "PREFIXES", "SUFFIXES", "Cell", "CueError", "Noun", "Prf", "cell",
+# ... and the same functions compiled (bookfs/noun/_core.pyx, issue 21), chosen over them
+# when the extension built and imports.  tests/test_noun_core.py holds the two equal.
+# BOOKFS_PURE_NOUNS=1 in the environment keeps the pure ones.
+CORE = "pure"
+#: why the pure core is in use (None when the compiled one is)
+CORE_REASON: str | None = None
+_impl = None
+if _os.environ.get("BOOKFS_PURE_NOUNS"):
+    CORE_REASON = "BOOKFS_PURE_NOUNS is set"
+else:
+    try:
+        from bookfs.noun import _core as _impl
+    except ImportError as _exc:
+        CORE_REASON = f"bookfs/noun/_core.pyx did not build or import ({_exc})"
+    else:
+        CORE = "compiled"
+if _impl is not None:
+    jam, cue, mug, scan, Scanner = _impl.jam, _impl.cue, _impl.mug, _impl.scan, _impl.Scanner
+else:
+    jam, cue, mug = _codec.jam, _codec.cue, _codec.mug
+    scan, Scanner = _scanner.scan, _scanner.Scanner
+
+
+def core_description() -> str:
+    """Which noun core is in use, for ``info``: compiled, or pure and why."""
+    if CORE == "compiled":
+        return "compiled (bookfs/noun/_core.pyx)"
+    return f"pure Python: {CORE_REASON} (mount_scripts/setup.sh builds the compiled one)"
+
+__all__ = ["CORE", "CORE_REASON", "DA_UNIX_EPOCH", "PREFIXES", "REASONS", "SUFFIXES", "Cell",
+           "CueError", "Noun", "Prf", "ScanResult", "Scanner", "cell", "core_description",
            "cord", "cue", "da_to_datetime", "datetime_to_da", "fein", "format_da", "from_list",
            "fynd", "is_atom", "is_cell", "jam", "muk", "mug", "murmur3_32", "murmur3_32_fast",
-           "noun_equal", "parse_da", "parse_patp", "path", "patp", "peek_event", "tape",
+           "noun_equal", "parse_da", "parse_patp", "path", "patp", "peek_event", "scan", "tape",
            "to_list", "uncord", "unpath", "untape"]

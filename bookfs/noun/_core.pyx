@@ -1,0 +1,1223 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False, nonecheck=False
+"""The noun codec compiled (issue 21): jam, cue, mug and the validating scanner.
+
+The same functions as the pure-Python reference, :mod:`bookfs.noun.codec` (``jam``,
+``cue``, ``mug``) and :mod:`bookfs.noun.scanner` (``scan``, ``Scanner``), with the same
+results, byte for byte, mug for mug and verdict for verdict (``tests/test_noun_core.py``
+holds them equal); read those modules' docstrings for the definitions.  This module only
+says how it does it.  It is over 600 lines because it is one extension module: the bit
+reader, murmur3 and the growable arrays inline into cue's and the scanner's loops, which
+split across extension modules would become calls through Python's import machinery.
+
+* ``cue`` reads the bitstream with unaligned 64-bit loads, keeps every atom's and cell's
+  start in a sorted array (back-references are found by binary search) and builds ints
+  and 2-tuples directly: a wide atom's 30-bit digits are written straight from the
+  bitstream on CPython 3.11-3.13 (elsewhere through ``_PyLong_FromByteArray``), and the
+  tuples, which cannot be in a cycle, are not tracked by the garbage collector.
+* ``scan`` / ``Scanner`` never build the noun.  Per node (atom, cell or back-reference) they
+  keep its start position, delta-coded in blocks of 32 (about 1.5 bytes a node), one bit
+  saying whether it may be referred to (an atom, or a cell once complete) and, with
+  ``mug=True``, its mug (4 bytes).  Open cells are a stack of delta-coded node numbers (a
+  byte or two each); the head of the cell numbered ``i`` is node ``i + 1``, so its mug is
+  found there.  ``scan`` of 64 KiB or more, and ``Scanner.feed``, run without the GIL.
+* Assumes a little-endian machine (elsewhere the import fails) and GCC/Clang builtins
+  (elsewhere the build fails); either way bookfs uses the pure version
+  (``bookfs.noun.CORE`` says which).
+"""
+
+import sys
+
+cimport cython
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.long cimport PyLong_AsUnsignedLongLong, PyLong_Check, PyLong_FromUnsignedLongLong
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from cpython.tuple cimport PyTuple_New
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memmove, memset
+
+from bookfs.noun.codec import CueError
+from bookfs.noun.scanner import ScanResult, _failure, _ok
+
+if sys.byteorder != "little":  # pragma: no cover
+    raise ImportError("the compiled noun core assumes a little-endian machine")
+
+__all__ = ["jam", "cue", "mug", "scan", "Scanner"]
+
+cdef extern from "Python.h":
+    void _set_item "PyTuple_SET_ITEM" (object, Py_ssize_t, PyObject*)
+    void PyObject_GC_UnTrack(void*)
+
+cdef extern from *:
+    int __builtin_ctzll(unsigned long long) nogil
+    int __builtin_clzll(unsigned long long) nogil
+
+
+# --------------------------------------------------------------------------- bits
+
+cdef extern from *:
+    """
+    /* An int from `b` bits at bit `pos` of p[0..nbytes) (bits past nbytes read 0). */
+    static inline uint64_t bookfs_load64(const uint8_t *p, uint64_t nbytes, uint64_t byte) {
+        uint64_t v = 0;
+        if (byte + 8 <= nbytes) memcpy(&v, p + byte, 8);
+        else if (byte < nbytes) memcpy(&v, p + byte, nbytes - byte);
+        return v;
+    }
+    static inline uint64_t bookfs_bits(const uint8_t *p, uint64_t nbytes, uint64_t pos,
+                                       uint64_t width) {
+        uint64_t byte = pos >> 3, sh = pos & 7, v;
+        if (width == 0) return 0;
+        v = bookfs_load64(p, nbytes, byte) >> sh;
+        if (sh + width > 64) v |= bookfs_load64(p, nbytes, byte + 8) << (64 - sh);
+        if (width < 64) v &= (((uint64_t)1) << width) - 1;
+        return v;
+    }
+    #if !defined(PYPY_VERSION) && PYLONG_BITS_IN_DIGIT == 30 && \
+        PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030E0000
+    #  if PY_VERSION_HEX >= 0x030C0000
+    #    define BOOKFS_DIGITS(v) (((PyLongObject *)(v))->long_value.ob_digit)
+    #  else
+    #    define BOOKFS_DIGITS(v) (((PyLongObject *)(v))->ob_digit)
+    #  endif
+    #  define BOOKFS_FAST_LONG 1
+    #else
+    #  define BOOKFS_FAST_LONG 0
+    #endif
+    static PyObject *bookfs_long_from_bits(const uint8_t *p, uint64_t nbytes, uint64_t pos,
+                                           uint64_t b) {
+        uint64_t len = b, n, v, i;
+        while (len > 0) {  /* the atom's true width: a mat may carry leading zeros */
+            n = len > 64 ? 64 : len;
+            v = bookfs_bits(p, nbytes, pos + len - n, n);
+            if (v) { len = len - n + (64 - __builtin_clzll(v)); break; }
+            len -= n;
+        }
+        if (len <= 64)
+            return PyLong_FromUnsignedLongLong(bookfs_bits(p, nbytes, pos, len));
+    #if BOOKFS_FAST_LONG
+        {
+            Py_ssize_t nd = (Py_ssize_t)((len + 29) / 30);
+            PyLongObject *r = _PyLong_New(nd);
+            digit *d;
+            if (r == NULL) return NULL;
+            uint64_t q = pos, w, s0 = pos & 7;
+            const uint8_t *bp = p + (pos >> 3);
+            unsigned o1 = (unsigned)((s0 + 30) >> 3), h1 = (unsigned)((s0 + 30) & 7);
+            unsigned o2 = (unsigned)((s0 + 60) >> 3), h2 = (unsigned)((s0 + 60) & 7);
+            unsigned o3 = (unsigned)((s0 + 90) >> 3), h3 = (unsigned)((s0 + 90) & 7);
+            d = BOOKFS_DIGITS(r);
+            /* four digits are 120 bits, 15 bytes: the same four shifts over and over */
+            for (i = 0; i + 4 < (uint64_t)nd && (uint64_t)(bp - p) + 24 <= nbytes;
+                 i += 4, bp += 15) {
+                memcpy(&w, bp, 8);      d[i] = (digit)((w >> s0) & 0x3FFFFFFF);
+                memcpy(&w, bp + o1, 8); d[i + 1] = (digit)((w >> h1) & 0x3FFFFFFF);
+                memcpy(&w, bp + o2, 8); d[i + 2] = (digit)((w >> h2) & 0x3FFFFFFF);
+                memcpy(&w, bp + o3, 8); d[i + 3] = (digit)((w >> h3) & 0x3FFFFFFF);
+            }
+            q = pos + 30 * i;
+            for (; i + 1 < (uint64_t)nd && (q >> 3) + 8 <= nbytes; i++, q += 30) {
+                memcpy(&w, p + (q >> 3), 8);  /* 30 + 7 bits fit in one load */
+                d[i] = (digit)((w >> (q & 7)) & 0x3FFFFFFF);
+            }
+            for (; i + 1 < (uint64_t)nd; i++)
+                d[i] = (digit)bookfs_bits(p, nbytes, pos + 30 * i, 30);
+            d[nd - 1] = (digit)bookfs_bits(p, nbytes, pos + 30 * (nd - 1), len - 30 * (nd - 1));
+            return (PyObject *)r;
+        }
+    #else
+        {
+            uint64_t nb = (len + 7) >> 3, w;
+            PyObject *r;
+            uint8_t *tmp = (uint8_t *)PyMem_Malloc(nb + 8);
+            if (tmp == NULL) return PyErr_NoMemory();
+            for (i = 0; i < nb; i += 8) {
+                w = bookfs_bits(p, nbytes, pos + 8 * i, len - 8 * i > 64 ? 64 : len - 8 * i);
+                memcpy(tmp + i, &w, 8);
+            }
+            r = _PyLong_FromByteArray(tmp, (size_t)nb, 1, 0);
+            PyMem_Free(tmp);
+            return r;
+        }
+    #endif
+    }
+    """
+    object bookfs_long_from_bits(const uint8_t* p, uint64_t nbytes, uint64_t pos, uint64_t b)
+    int BOOKFS_FAST_LONG
+
+
+cdef inline uint64_t _load64(const uint8_t* p, uint64_t nbytes, uint64_t byte) noexcept nogil:
+    """8 bytes from ``p[byte]``, little-endian, zeros past ``nbytes``."""
+    cdef uint64_t v = 0
+    if byte + 8 <= nbytes:
+        memcpy(&v, p + byte, 8)
+    elif byte < nbytes:
+        memcpy(&v, p + byte, nbytes - byte)
+    return v
+
+
+cdef inline uint64_t _bits(const uint8_t* p, uint64_t nbytes, uint64_t pos,
+                           uint64_t width) noexcept nogil:
+    """``width`` (<= 64) bits from bit ``pos`` of ``p``; bits past ``nbytes`` read 0."""
+    cdef uint64_t byte, sh, v
+    if width == 0:
+        return 0
+    byte = pos >> 3
+    sh = pos & 7
+    v = _load64(p, nbytes, byte) >> sh
+    if sh + width > 64:
+        v |= _load64(p, nbytes, byte + 8) << (64 - sh)
+    if width < 64:
+        v &= ((<uint64_t>1) << width) - 1
+    return v
+
+
+cdef inline int _bitlen(uint64_t v) noexcept nogil:
+    return 0 if v == 0 else 64 - __builtin_clzll(v)
+
+
+# --------------------------------------------------------------------------- murmur3 / mug
+
+cdef inline uint32_t _rotl(uint32_t x, int r) noexcept nogil:
+    return (x << r) | (x >> (32 - r))
+
+
+cdef inline uint32_t _mix(uint32_t h, uint32_t k) noexcept nogil:
+    k *= 0xCC9E2D51u
+    k = _rotl(k, 15)
+    k *= 0x1B873593u
+    h ^= k
+    h = _rotl(h, 13)
+    return h * 5u + 0xE6546B64u
+
+
+cdef inline uint32_t _fmix(uint32_t h, uint64_t n) noexcept nogil:
+    h ^= <uint32_t>n
+    h ^= h >> 16
+    h *= 0x85EBCA6Bu
+    h ^= h >> 13
+    h *= 0xC2B2AE35u
+    h ^= h >> 16
+    return h
+
+
+cdef uint32_t _murmur_bytes(const uint8_t* data, uint64_t n, uint32_t seed) noexcept nogil:
+    """MurmurHash3_x86_32."""
+    cdef uint32_t h = seed, k
+    cdef uint64_t i, blocks = n >> 2, rem = n & 3
+    for i in range(blocks):
+        memcpy(&k, data + 4 * i, 4)
+        h = _mix(h, k)
+    if rem:
+        k = 0
+        memcpy(&k, data + 4 * blocks, rem)
+        k *= 0xCC9E2D51u
+        k = _rotl(k, 15)
+        k *= 0x1B873593u
+        h ^= k
+    return _fmix(h, n)
+
+
+cdef uint32_t _murmur_bits(const uint8_t* p, uint64_t nbytes, uint64_t pos, uint64_t length,
+                           uint32_t seed) noexcept nogil:
+    """Murmur3 of the atom whose ``length`` significant bits start at bit ``pos``."""
+    cdef uint64_t n = (length + 7) >> 3, blocks = n >> 2, i, left
+    cdef uint32_t h = seed, k
+    for i in range(blocks):
+        left = length - 32 * i
+        k = <uint32_t>_bits(p, nbytes, pos + 32 * i, 32 if left > 32 else left)
+        h = _mix(h, k)
+    if n & 3:
+        k = <uint32_t>_bits(p, nbytes, pos + 32 * blocks, length - 32 * blocks)
+        k *= 0xCC9E2D51u
+        k = _rotl(k, 15)
+        k *= 0x1B873593u
+        h ^= k
+    return _fmix(h, n)
+
+
+cdef inline uint32_t _ham(uint32_t h) noexcept nogil:
+    return (h >> 31) ^ (h & 0x7FFFFFFFu)
+
+
+cdef uint32_t _atom_mug_bits(const uint8_t* p, uint64_t nbytes, uint64_t pos,
+                             uint64_t width) noexcept nogil:
+    """Mug of the atom in ``width`` bits at ``pos`` (leading zeros allowed)."""
+    cdef uint64_t length = width, n, v
+    cdef uint32_t seed, ham
+    while length > 0:
+        n = 64 if length > 64 else length
+        v = _bits(p, nbytes, pos + length - n, n)
+        if v:
+            length = length - n + _bitlen(v)
+            break
+        length -= n
+    for seed in range(0xCAFEBABEu, 0xCAFEBABEu + 8):
+        ham = _ham(_murmur_bits(p, nbytes, pos, length, seed))
+        if ham:
+            return ham
+    return 0x7FFF
+
+
+cdef uint32_t _small_atom_mug(uint64_t v) noexcept nogil:
+    cdef uint8_t buf[8]
+    cdef uint32_t seed, ham
+    cdef int n = (_bitlen(v) + 7) >> 3
+    memcpy(buf, &v, 8)
+    for seed in range(0xCAFEBABEu, 0xCAFEBABEu + 8):
+        ham = _ham(_murmur_bytes(buf, n, seed))
+        if ham:
+            return ham
+    return 0x7FFF
+
+
+cdef uint32_t _cell_mug(uint32_t head, uint32_t tail) noexcept nogil:
+    """Mug of a cell: murmur3 of ``head`` (4 bytes LE) then ``tail`` (minimal LE)."""
+    cdef uint8_t buf[8]
+    cdef uint32_t seed, ham
+    cdef int n = 4 + ((_bitlen(tail) + 7) >> 3)
+    memcpy(buf, &head, 4)
+    memcpy(buf + 4, &tail, 4)
+    for seed in range(0xDEADBEEFu, 0xDEADBEEFu + 8):
+        ham = _ham(_murmur_bytes(buf, n, seed))
+        if ham:
+            return ham
+    return 0xFFFE
+
+
+cdef object _LIMIT64 = 1 << 64
+
+
+cdef uint32_t _atom_mug(object atom) except? 0:
+    cdef bytes data
+    if atom < _LIMIT64:
+        return _small_atom_mug(PyLong_AsUnsignedLongLong(atom))
+    data = atom.to_bytes((atom.bit_length() + 7) >> 3, "little")
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(data)
+    cdef uint64_t n = len(data)
+    cdef uint32_t seed, ham
+    for seed in range(0xCAFEBABEu, 0xCAFEBABEu + 8):
+        ham = _ham(_murmur_bytes(p, n, seed))
+        if ham:
+            return ham
+    return 0x7FFF
+
+
+cdef inline int _check_atom(object noun) except -1:
+    if not PyLong_Check(noun):
+        raise TypeError(f"not a noun: {type(noun).__name__}")
+    if noun < 0:
+        raise ValueError(f"atoms must be non-negative, got {noun}")
+    return 0
+
+
+def mug(noun):
+    """The 31-bit hash of a noun (Hoon ``++mug``); see :func:`bookfs.noun.codec.mug`."""
+    cdef dict memo
+    cdef list stack
+    cdef object node, head, tail, child
+    cdef bint children_done
+    cdef uint32_t hm, tm
+    if not isinstance(noun, tuple):
+        _check_atom(noun)
+        return _atom_mug(noun)
+    memo = {}
+    stack = [(noun, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in memo:
+            continue
+        head, tail = node
+        if not children_done:
+            stack.append((node, True))
+            for child in (tail, head):
+                if isinstance(child, tuple) and id(child) not in memo:
+                    stack.append((child, False))
+            continue
+        if isinstance(head, tuple):
+            hm = memo[id(head)]
+        else:
+            _check_atom(head)
+            hm = _atom_mug(head)
+        if isinstance(tail, tuple):
+            tm = memo[id(tail)]
+        else:
+            _check_atom(tail)
+            tm = _atom_mug(tail)
+        memo[id(node)] = _cell_mug(hm, tm)
+    return memo[id(noun)]
+
+
+# --------------------------------------------------------------------------- jam
+
+cdef struct _Out:
+    uint8_t* buf
+    uint64_t cap      # bytes, all zero past the bits written
+    uint64_t nbits
+
+
+cdef int _out_reserve(_Out* w, uint64_t extra_bits) except -1:
+    cdef uint64_t need = ((w.nbits + extra_bits + 7) >> 3) + 16, cap
+    cdef uint8_t* nb
+    if need <= w.cap:
+        return 0
+    cap = w.cap * 2 if w.cap * 2 > need else need
+    nb = <uint8_t*>PyMem_Realloc(w.buf, cap)
+    if nb == NULL:
+        raise MemoryError()
+    memset(nb + w.cap, 0, cap - w.cap)
+    w.buf, w.cap = nb, cap
+    return 0
+
+
+cdef inline int _put(_Out* w, uint64_t v, uint64_t width) except -1:
+    """Append the low ``width`` (<= 64) bits of ``v``."""
+    cdef uint64_t byte, sh, cur
+    if width == 0:
+        return 0
+    if width < 64:
+        v &= ((<uint64_t>1) << width) - 1
+    _out_reserve(w, width)
+    byte = w.nbits >> 3
+    sh = w.nbits & 7
+    memcpy(&cur, w.buf + byte, 8)
+    cur |= v << sh
+    memcpy(w.buf + byte, &cur, 8)
+    if sh and width + sh > 64:
+        w.buf[byte + 8] |= <uint8_t>(v >> (64 - sh))
+    w.nbits += width
+    return 0
+
+
+cdef int _put_mat_small(_Out* w, uint64_t a) except -1:
+    cdef int b, c
+    if a == 0:
+        return _put(w, 1, 1)
+    b = _bitlen(a)
+    c = _bitlen(b)
+    _put(w, (<uint64_t>1) << c, c + 1)
+    _put(w, b, c - 1)
+    return _put(w, a, b)
+
+
+cdef int _put_mat_big(_Out* w, object a) except -1:
+    cdef uint64_t b = a.bit_length(), i, n
+    cdef int c = _bitlen(b)
+    cdef bytes data = a.to_bytes((b + 7) >> 3, "little")
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(data)
+    n = len(data)
+    _put(w, (<uint64_t>1) << c, c + 1)
+    _put(w, b, c - 1)
+    _out_reserve(w, b)
+    i = 0
+    while i < b:
+        _put(w, _load64(p, n, i >> 3), 64 if b - i > 64 else b - i)
+        i += 64
+    return 0
+
+
+cdef dict _canonical_cells(object noun):
+    """id(cell) -> a negative key shared exactly by equal cells (as in codec.jam)."""
+    cdef dict keys = {}, interned = {}
+    cdef list stack
+    cdef object node, child, head, tail, pair, key
+    cdef bint children_done
+    if type(noun) is not tuple:
+        return keys
+    stack = [(noun, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if not children_done:
+            if id(node) in keys:
+                continue
+            if len(<tuple>node) != 2:
+                raise TypeError(f"cells must be 2-tuples, got a {len(node)}-tuple")
+            keys[id(node)] = 0
+            stack.append((node, True))
+            for child in <tuple>node:
+                if type(child) is tuple:
+                    if id(child) not in keys:
+                        stack.append((child, False))
+                else:
+                    _check_atom(child)
+            continue
+        head, tail = <tuple>node
+        pair = (keys[id(head)] if type(head) is tuple else head,
+                keys[id(tail)] if type(tail) is tuple else tail)
+        key = interned.get(pair)
+        if key is None:
+            key = -1 - len(interned)
+            interned[pair] = key
+        keys[id(node)] = key
+    return keys
+
+
+def jam(noun):
+    """Serialise a noun (``++jam``) to the jam atom's LE bytes; as :func:`codec.jam`."""
+    cdef dict cell_keys, seen = {}
+    cdef list stack
+    cdef object node, key, where
+    cdef _Out w
+    cdef uint64_t pos, wpos
+    if type(noun) is not tuple:
+        _check_atom(noun)
+    cell_keys = _canonical_cells(noun)
+    w.buf = NULL
+    w.cap = 0
+    w.nbits = 0
+    stack = [noun]
+    try:
+        while stack:
+            node = stack.pop()
+            pos = w.nbits
+            if type(node) is tuple:
+                key = cell_keys[id(node)]
+                where = seen.get(key)
+                if where is None:
+                    seen[key] = pos
+                    stack.append((<tuple>node)[1])
+                    stack.append((<tuple>node)[0])
+                    _put(&w, 1, 2)
+                else:
+                    _put(&w, 3, 2)
+                    _put_mat_small(&w, where)
+            else:
+                where = seen.get(node)
+                if node < _LIMIT64:
+                    if where is not None:
+                        wpos = where
+                        if _bitlen(PyLong_AsUnsignedLongLong(node)) > _bitlen(wpos):
+                            _put(&w, 3, 2)
+                            _put_mat_small(&w, wpos)
+                            continue
+                    else:
+                        seen[node] = pos
+                    _put(&w, 0, 1)
+                    _put_mat_small(&w, PyLong_AsUnsignedLongLong(node))
+                else:
+                    if where is not None:  # wider than 64 bits: always wider than `where`
+                        _put(&w, 3, 2)
+                        _put_mat_small(&w, where)
+                        continue
+                    seen[node] = pos
+                    _put(&w, 0, 1)
+                    _put_mat_big(&w, node)
+        return PyBytes_FromStringAndSize(<char*>w.buf, (w.nbits + 7) >> 3)
+    finally:
+        PyMem_Free(w.buf)
+
+
+# --------------------------------------------------------------------------- cue
+
+cdef const uint8_t[::1] _as_view(object data):
+    cdef const uint8_t[::1] view
+    try:
+        view = data
+    except (TypeError, ValueError, BufferError):
+        view = bytes(data)
+    return view
+
+
+cdef int64_t _find(const uint64_t* arr, uint64_t n, uint64_t key) noexcept nogil:
+    cdef uint64_t lo = 0, hi = n, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if arr[mid] < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < n and arr[lo] == key:
+        return <int64_t>lo
+    return -1
+
+
+cdef int _grow2(void** a, void** b, uint64_t* cap, uint64_t need) except -1:
+    """Grow the parallel arrays ``a`` (8-byte items) and ``b`` (pointers) to ``need``."""
+    cdef uint64_t c = cap[0]
+    cdef void* pa
+    cdef void* pb
+    if need <= c:
+        return 0
+    c = c * 2 if c * 2 >= need else need
+    if c < 64:
+        c = 64
+    pa = PyMem_Realloc(a[0], c * 8)
+    if pa == NULL:
+        raise MemoryError()
+    a[0] = pa
+    pb = PyMem_Realloc(b[0], c * sizeof(void*))
+    if pb == NULL:
+        raise MemoryError()
+    b[0] = pb
+    cap[0] = c
+    return 0
+
+
+def cue(data):
+    """Deserialise jam bytes into a noun (``++cue``); as :func:`codec.cue`, including its
+    laxness: bits after the noun are ignored.  Raises :class:`CueError`."""
+    cdef Py_buffer pybuf
+    cdef bint have_buf = False
+    cdef uint64_t nbytes, total
+    cdef const uint8_t* p
+    cdef uint64_t* starts = NULL          # start bit of every atom and cell, increasing
+    cdef PyObject** objs = NULL           # its noun once complete (borrowed: every
+    #                                       complete node is inside an open cell's head,
+    #                                       or the node in hand, until cue returns)
+    cdef uint64_t count = 0, cap = 0
+    cdef uint64_t* sidx = NULL            # open cells: node number
+    cdef PyObject** shead = NULL          # and head (NULL until read; a reference held)
+    cdef uint64_t depth = 0, scap = 0
+    cdef uint64_t pos = 0, tag, mat, window, width, b, start, end, c, ref, i, k, win, kk
+    cdef uint64_t value = 0
+    cdef int64_t found
+    cdef bint is_ref, small
+    cdef object node, reason = None
+    cdef object cell
+    cdef int64_t detail = -1
+    if type(data) is not bytes:
+        try:
+            PyObject_GetBuffer(data, &pybuf, PyBUF_SIMPLE)
+            have_buf = True
+        except (TypeError, ValueError, BufferError):
+            data = bytes(data)
+    if have_buf:
+        p = <const uint8_t*>pybuf.buf
+        nbytes = <uint64_t>pybuf.len
+    else:
+        p = <const uint8_t*>PyBytes_AS_STRING(data)
+        nbytes = <uint64_t>len(<bytes>data)
+    total = nbytes * 8
+    try:
+        if nbytes == 0:
+            raise CueError("cannot cue empty input")
+        while True:
+            tag = pos
+            if tag >= total:
+                reason = "truncated"
+                break
+            win = _bits(p, nbytes, tag, 64)  # zeros past the end of the input
+            if not win & 1:
+                is_ref = False
+                kk = 1
+            else:
+                if tag + 1 >= total:
+                    reason = "truncated"
+                    break
+                if not win & 2:  # a cell
+                    if count >= cap:
+                        _grow2(<void**>&starts, <void**>&objs, &cap, count + 1)
+                    starts[count] = tag
+                    objs[count] = NULL
+                    if depth >= scap:
+                        _grow2(<void**>&sidx, <void**>&shead, &scap, depth + 1)
+                    sidx[depth] = count
+                    shead[depth] = NULL
+                    depth += 1
+                    count += 1
+                    pos = tag + 2
+                    continue
+                is_ref = True
+                kk = 2
+            mat = tag + kk
+            window = win >> kk
+            small = False
+            if window:  # the length prefix ends inside the first 64 bits (a one read is real)
+                c = __builtin_ctzll(window)
+                if c == 0:
+                    b = 0
+                    start = mat + 1
+                    small = True
+                    value = 0
+                elif kk + 2 * c <= 64:
+                    if mat + 2 * c > total:
+                        reason = "truncated"
+                        break
+                    b = ((<uint64_t>1) << (c - 1)) | ((window >> (c + 1)) &
+                                                      (((<uint64_t>1) << (c - 1)) - 1))
+                    start = mat + 2 * c
+                    if kk + 2 * c + b <= 64:
+                        small = True
+                        value = (window >> (2 * c)) & ((((<uint64_t>1) << b) - 1)
+                                                       if b < 64 else <uint64_t>-1)
+                else:
+                    window = 0
+            if not window:
+                width = total - mat if total > mat else 0
+                if width > 64:
+                    width = 64
+                window = _bits(p, nbytes, mat, width)
+                if window == 0:
+                    reason = "too-large" if width >= 64 else "truncated"
+                    break
+                c = __builtin_ctzll(window)
+                if c == 0:
+                    b = 0
+                    start = mat + 1
+                else:
+                    if mat + 2 * c > total:
+                        reason = "truncated"
+                        break
+                    b = ((<uint64_t>1) << (c - 1)) | _bits(p, nbytes, mat + c + 1, c - 1)
+                    start = mat + 2 * c
+            end = start + b
+            if end > total:
+                reason = "truncated"
+                break
+            if not is_ref:
+                if small:
+                    node = PyLong_FromUnsignedLongLong(value)
+                elif b <= 64:
+                    node = PyLong_FromUnsignedLongLong(_bits(p, nbytes, start, b))
+                else:
+                    node = bookfs_long_from_bits(p, nbytes, start, b)
+                if count >= cap:
+                    _grow2(<void**>&starts, <void**>&objs, &cap, count + 1)
+                starts[count] = tag
+                objs[count] = <PyObject*>node  # borrowed: the noun being built holds it
+                count += 1
+            else:
+                k = start + 64
+                while k < end:  # a wide reference must have only zeros above bit 64
+                    if _bits(p, nbytes, k, 64 if end - k > 64 else end - k):
+                        break
+                    k += 64
+                if k < end:
+                    reason = "bad-reference"
+                    break
+                ref = value if small else _bits(p, nbytes, start, 64 if b > 64 else b)
+                found = _find(starts, count, ref)
+                if found < 0 or objs[found] == NULL:
+                    reason = "bad-reference"
+                    detail = <int64_t>ref if ref < ((<uint64_t>1) << 63) else -1
+                    break
+                node = <object>objs[found]
+            pos = end
+            # attach the complete node to the open cells
+            while depth:
+                if shead[depth - 1] == NULL:
+                    Py_INCREF(node)
+                    shead[depth - 1] = <PyObject*>node
+                    break
+                depth -= 1
+                cell = PyTuple_New(2)
+                _set_item(cell, 0, shead[depth])  # the stack's reference moves to the cell
+                shead[depth] = NULL
+                Py_INCREF(node)
+                _set_item(cell, 1, <PyObject*>node)
+                # Ints and these tuples only, built bottom-up: never part of a cycle, so the
+                # collector need not track them (it would untrack them itself, later).
+                PyObject_GC_UnTrack(<PyObject*>cell)
+                objs[sidx[depth]] = <PyObject*>cell  # borrowed, as above
+                node = cell
+            else:
+                return node
+        raise CueError(_failure(reason, tag, total, detail).message)
+    finally:
+        for i in range(depth):
+            Py_XDECREF(shead[i])
+        PyMem_Free(starts)
+        PyMem_Free(objs)
+        PyMem_Free(sidx)
+        PyMem_Free(shead)
+        if have_buf:
+            PyBuffer_Release(&pybuf)
+
+
+# --------------------------------------------------------------------------- scan
+
+cdef enum:
+    BLOCK = 32            # node start positions per block of the position index
+    MAX_ZEROS = 64        # a length prefix this long: an atom of >= 2^63 bits
+    # failure codes (the reasons of bookfs.noun.scanner)
+    F_NONE = 0
+    F_TRUNCATED = 1
+    F_TOO_LARGE = 2
+    F_BAD_REF = 3
+    F_TRAILING = 4
+
+_REASON = {F_TRUNCATED: "truncated", F_TOO_LARGE: "too-large",
+           F_BAD_REF: "bad-reference", F_TRAILING: "trailing"}
+
+
+@cython.final
+cdef class Scanner:
+    """Scan a jam fed in chunks; as :class:`bookfs.noun.scanner.Scanner` (same verdicts).
+    ``feed`` runs without the GIL: one Scanner must not be fed from two threads at once."""
+
+    cdef readonly bint mug, exact
+    cdef bint finished
+    cdef object _result
+    # input held back: bytes from absolute byte `base`; `total` bytes fed in all
+    cdef uint8_t* buf
+    cdef uint64_t blen, bcap, base, total
+    # parse state
+    cdef uint64_t pos, skip_end, skip_tag, end
+    cdef bint skipping, done
+    cdef uint32_t final_mug
+    cdef int fail
+    cdef uint64_t fail_bit
+    cdef int64_t fail_detail
+    # nodes: start positions (blocks of BLOCK, delta-coded), referable bits, mugs
+    cdef uint64_t count
+    cdef uint64_t last
+    cdef uint64_t* bbase
+    cdef uint64_t* boff
+    cdef uint64_t nblocks, blcap, boffcap
+    cdef uint8_t* deltas
+    cdef uint64_t dlen, dcap
+    cdef uint8_t* referable
+    cdef uint64_t rcap
+    cdef uint32_t* mugs
+    cdef uint64_t mcap
+    # open cells: node numbers, delta-coded, popped from the top; bit 0: head read
+    cdef uint8_t* stk
+    cdef uint64_t slen, scap, depth, stop
+
+    def __cinit__(self, *, mug=False, exact=True):
+        self.mug = bool(mug)
+        self.exact = bool(exact)
+        self._result = None
+
+    def __dealloc__(self):
+        PyMem_Free(self.buf)
+        PyMem_Free(self.bbase)
+        PyMem_Free(self.boff)
+        PyMem_Free(self.deltas)
+        PyMem_Free(self.referable)
+        PyMem_Free(self.mugs)
+        PyMem_Free(self.stk)
+
+    @property
+    def result(self):
+        """The failure once certain, else None until :meth:`finish`."""
+        if self._result is None and self.fail != F_NONE:
+            self._make_result()
+        return self._result
+
+    # --- memory ----------------------------------------------------------------------
+
+    cdef int _reserve(self, void** arr, uint64_t* cap, uint64_t need,
+                      size_t item) except -1 nogil:
+        cdef uint64_t c = cap[0]
+        cdef void* p
+        if need <= c:
+            return 0
+        c = c * 2 if c * 2 >= need else need
+        if c < 16:
+            c = 16
+        with gil:
+            p = PyMem_Realloc(arr[0], c * item)
+            if p == NULL:
+                raise MemoryError()
+        arr[0] = p
+        cap[0] = c
+        return 0
+
+    cdef inline int64_t _new_node(self, uint64_t pos, bint referable) except -1 nogil:
+        """Number the node starting at ``pos`` (after every earlier one); ``referable``:
+        a back-reference may point at it (an atom; a cell only once complete)."""
+        cdef uint64_t i = self.count, d
+        cdef uint8_t bit = <uint8_t>(1 << (i & 7))
+        if i % BLOCK == 0:
+            if self.nblocks >= self.blcap:
+                self._reserve(<void**>&self.bbase, &self.blcap, self.nblocks + 1, 8)
+            self.bbase[self.nblocks] = pos
+            self.nblocks += 1
+            self._boff_set(self.nblocks - 1, self.dlen)
+        else:
+            if self.dlen + 10 > self.dcap:
+                self._reserve(<void**>&self.deltas, &self.dcap, self.dlen + 10, 1)
+            d = pos - self.last
+            while d >= 0x80:
+                self.deltas[self.dlen] = <uint8_t>(d & 0x7F) | 0x80
+                self.dlen += 1
+                d >>= 7
+            self.deltas[self.dlen] = <uint8_t>d
+            self.dlen += 1
+        self.last = pos
+        if (i >> 3) >= self.rcap:
+            self._reserve(<void**>&self.referable, &self.rcap, (i >> 3) + 1, 1)
+        if referable:
+            self.referable[i >> 3] |= bit
+        else:
+            self.referable[i >> 3] &= ~bit
+        if self.mug and i >= self.mcap:
+            self._reserve(<void**>&self.mugs, &self.mcap, i + 1, 4)
+        self.count = i + 1
+        return <int64_t>i
+
+    cdef inline int _boff_set(self, uint64_t k, uint64_t off) except -1 nogil:
+        self._reserve(<void**>&self.boff, &self.boffcap, k + 1, 8)
+        self.boff[k] = off
+        return 0
+
+    cdef inline void _set_referable(self, uint64_t i) noexcept nogil:
+        self.referable[i >> 3] |= 1 << (i & 7)
+
+    cdef inline int64_t _find(self, uint64_t p) noexcept nogil:
+        """The number of the node starting at bit ``p``, or -1."""
+        cdef uint64_t lo, hi, mid, cur, i, end, off, d
+        cdef int sh
+        cdef uint8_t byte
+        if self.nblocks == 0 or p < self.bbase[0]:
+            return -1
+        lo = 0
+        hi = self.nblocks - 1
+        while lo < hi:  # the last block whose first start is <= p
+            mid = (lo + hi + 1) >> 1
+            if self.bbase[mid] <= p:
+                lo = mid
+            else:
+                hi = mid - 1
+        cur = self.bbase[lo]
+        i = lo * BLOCK
+        if cur == p:
+            return <int64_t>i
+        end = i + BLOCK if i + BLOCK < self.count else self.count
+        off = self.boff[lo]
+        i += 1
+        while i < end:
+            d = 0
+            sh = 0
+            while True:
+                byte = self.deltas[off]
+                off += 1
+                d |= (<uint64_t>(byte & 0x7F)) << sh
+                if not byte & 0x80:
+                    break
+                sh += 7
+            cur += d
+            if cur == p:
+                return <int64_t>i
+            if cur > p:
+                return -1
+            i += 1
+        return -1
+
+    cdef inline int _push(self, uint64_t idx) except -1 nogil:
+        cdef uint64_t v = (idx - (self.stop if self.depth else 0)) << 1
+        cdef uint8_t groups[10]
+        cdef int n = 0, j
+        while True:
+            groups[n] = <uint8_t>(v & 0x7F)
+            n += 1
+            v >>= 7
+            if not v:
+                break
+        if self.slen + n > self.scap:
+            self._reserve(<void**>&self.stk, &self.scap, self.slen + n, 1)
+        # most significant group at the bottom (no flag), least significant on top
+        for j in range(n - 1, -1, -1):
+            self.stk[self.slen] = groups[j] | (0x80 if j < n - 1 else 0)
+            self.slen += 1
+        self.stop = idx
+        self.depth += 1
+        return 0
+
+    cdef inline uint64_t _pop(self) noexcept nogil:
+        """Pop the top open cell: its node number."""
+        cdef uint64_t v = 0, idx = self.stop
+        cdef int sh = 0
+        cdef uint8_t byte
+        while True:
+            self.slen -= 1
+            byte = self.stk[self.slen]
+            v |= (<uint64_t>(byte & 0x7F)) << sh
+            sh += 7
+            if not byte & 0x80:
+                break
+        self.stop = idx - (v >> 1)
+        self.depth -= 1
+        return idx
+
+    # --- parsing ---------------------------------------------------------------------
+
+    cdef inline int _complete(self, uint32_t m) except -1 nogil:
+        cdef uint64_t c
+        while self.depth:
+            if not self.stk[self.slen - 1] & 1:
+                self.stk[self.slen - 1] |= 1  # the head is read; the tail comes next
+                return 0
+            c = self._pop()
+            if self.mug:
+                m = _cell_mug(self.mugs[c + 1], m)
+                self.mugs[c] = m
+            self._set_referable(c)
+        self.done = True
+        self.end = self.pos
+        self.final_mug = m
+        return 0
+
+    cdef int _failed(self, int code, uint64_t bit, int64_t detail) noexcept nogil:
+        self.fail = code
+        self.fail_bit = bit
+        self.fail_detail = detail
+        return 0
+
+    cdef int _advance(self, const uint8_t* p, uint64_t nbytes, uint64_t base_bits,
+                      bint final) except -1 nogil:
+        """Read whole nodes from ``p`` (``nbytes`` bytes; ``p[0]`` is absolute bit
+        ``base_bits``); all input fed so far is ``self.total`` bytes."""
+        cdef uint64_t avail = self.total * 8
+        cdef uint64_t tag, mat, width, window, c, b, start, end, ref, k, need, win, kk
+        cdef uint64_t value = 0
+        cdef int64_t idx, found
+        cdef uint32_t m = 0
+        cdef bint is_ref, small
+        while self.fail == F_NONE:
+            if self.done:
+                if self.exact:
+                    end = self.end
+                    need = (end + 7) >> 3
+                    # (the last byte's bits are read once, when the noun ends; later input
+                    # only adds bytes, and the buffer no longer holds that byte)
+                    if self.total > need or (end & 7 and self.total == need and
+                                             end >= base_bits and
+                                             ((end - base_bits) >> 3) < nbytes and
+                                             _bits(p, nbytes, end - base_bits,
+                                                   8 - (end & 7))):
+                        self._failed(F_TRAILING, end, -1)
+                return 0
+            if self.skipping:
+                if self.skip_end > avail:
+                    if final:
+                        self._failed(F_TRUNCATED, self.skip_tag, -1)
+                    return 0
+                idx = self._new_node(self.skip_tag, True)
+                self.pos = self.skip_end
+                self.skipping = False
+                self._complete(0)
+                continue
+            tag = self.pos
+            if tag >= avail:
+                if final:
+                    self._failed(F_TRUNCATED, tag, -1)
+                return 0
+            win = _bits(p, nbytes, tag - base_bits, 64)  # zeros past the input fed
+            if not win & 1:
+                is_ref = False
+                kk = 1
+            else:
+                if tag + 1 >= avail:
+                    if final:
+                        self._failed(F_TRUNCATED, tag, -1)
+                    return 0
+                if not win & 2:  # a cell
+                    idx = self._new_node(tag, False)
+                    self._push(idx)
+                    self.pos = tag + 2
+                    continue
+                is_ref = True
+                kk = 2
+            mat = tag + kk
+            window = win >> kk
+            small = False
+            if window:  # the length prefix ends in these 64 bits (a one read is real input)
+                c = __builtin_ctzll(window)
+                if c == 0:
+                    b = 0
+                    start = mat + 1
+                    small = True
+                    value = 0
+                elif kk + 2 * c <= 64:
+                    if mat + 2 * c > avail:
+                        if final:
+                            self._failed(F_TRUNCATED, tag, -1)
+                        return 0
+                    b = ((<uint64_t>1) << (c - 1)) | ((window >> (c + 1)) &
+                                                      (((<uint64_t>1) << (c - 1)) - 1))
+                    start = mat + 2 * c
+                    if kk + 2 * c + b <= 64:
+                        small = True
+                        value = (window >> (2 * c)) & ((((<uint64_t>1) << b) - 1)
+                                                       if b < 64 else <uint64_t>-1)
+                else:
+                    window = 0
+            if not window:
+                width = avail - mat if avail > mat else 0
+                if width > MAX_ZEROS:
+                    width = MAX_ZEROS
+                window = _bits(p, nbytes, mat - base_bits, width)
+                if window == 0:
+                    if width >= MAX_ZEROS:
+                        self._failed(F_TOO_LARGE, tag, -1)
+                    elif final:
+                        self._failed(F_TRUNCATED, tag, -1)
+                    return 0
+                c = __builtin_ctzll(window)
+                if c == 0:
+                    b = 0
+                    start = mat + 1
+                else:
+                    if mat + 2 * c > avail:
+                        if final:
+                            self._failed(F_TRUNCATED, tag, -1)
+                        return 0
+                    b = (((<uint64_t>1) << (c - 1)) |
+                         _bits(p, nbytes, mat + c + 1 - base_bits, c - 1))
+                    start = mat + 2 * c
+            end = start + b
+            if end > avail:
+                if final:
+                    self._failed(F_TRUNCATED, tag, -1)
+                elif not self.mug and not is_ref:  # skip the atom without holding it
+                    self.skipping = True
+                    self.skip_end = end
+                    self.skip_tag = tag
+                    continue
+                return 0
+            if not is_ref:
+                idx = self._new_node(tag, True)
+                if self.mug:
+                    if small:
+                        m = _small_atom_mug(value)
+                    elif b <= 64:
+                        m = _small_atom_mug(_bits(p, nbytes, start - base_bits, b))
+                    else:
+                        m = _atom_mug_bits(p, nbytes, start - base_bits, b)
+                    self.mugs[idx] = m
+            else:
+                k = start + 64
+                while k < end:  # a wide reference: only zeros above its low 64 bits
+                    if _bits(p, nbytes, k - base_bits, 64 if end - k > 64 else end - k):
+                        break
+                    k += 64
+                if k < end:
+                    self._failed(F_BAD_REF, tag, -1)
+                    return 0
+                ref = value if small else _bits(p, nbytes, start - base_bits,
+                                                64 if b > 64 else b)
+                found = self._find(ref)
+                if found < 0 or not (self.referable[found >> 3] >> (found & 7)) & 1:
+                    self._failed(F_BAD_REF, tag,
+                                 <int64_t>ref if ref < ((<uint64_t>1) << 63) else -1)
+                    return 0
+                idx = self._new_node(tag, False)
+                if self.mug:
+                    m = self.mugs[found]
+                    self.mugs[idx] = m
+            self.pos = end
+            self._complete(m)
+        return 0
+
+    cdef object _make_result(self):
+        cdef object m = self.final_mug if (self.mug and self.done) else None
+        if self.fail != F_NONE:
+            self._result = _failure(_REASON[self.fail], self.fail_bit, self.total * 8,
+                                    self.fail_detail, m if self.fail == F_TRAILING else None)
+        else:
+            self._result = _ok(self.end, m)
+        return self._result
+
+    cdef uint64_t _keep_byte(self):
+        if self.done:
+            return self.total  # nothing more is read
+        return (self.skip_end if self.skipping else self.pos) >> 3
+
+    # --- input -----------------------------------------------------------------------
+
+    def feed(self, chunk):
+        """Scan ``chunk``, the input's next bytes; False once the scan has failed."""
+        cdef const uint8_t[::1] view
+        cdef const uint8_t* p
+        cdef uint64_t n, at, skip, keep, drop
+        if self.finished:
+            raise ValueError("feed() after finish()")
+        if self.fail != F_NONE:
+            return False
+        view = _as_view(chunk)
+        n = view.shape[0]
+        if n == 0:
+            return True
+        p = &view[0]
+        at = self.total  # absolute byte of p[0]
+        keep = self._keep_byte()
+        skip = keep - at if keep > at else 0
+        if skip > n:
+            skip = n
+        self.total += n
+        if self.blen == 0:  # scan the chunk in place, then hold back what is unread
+            self.base = at + skip
+            with nogil:
+                self._advance(p + skip, n - skip, (at + skip) * 8, False)
+            keep = self._keep_byte()
+            if keep < at + skip:  # pragma: no cover - cannot happen
+                keep = at + skip
+            if keep < self.total:
+                self._reserve(<void**>&self.buf, &self.bcap, self.total - keep, 1)
+                memcpy(self.buf, p + (keep - at), self.total - keep)
+                self.blen = self.total - keep
+            self.base = keep if keep < self.total else self.total
+        else:
+            self._reserve(<void**>&self.buf, &self.bcap, self.blen + n - skip, 1)
+            memcpy(self.buf + self.blen, p + skip, n - skip)
+            self.blen += n - skip
+            with nogil:
+                self._advance(self.buf, self.blen, self.base * 8, False)
+            keep = self._keep_byte()
+            drop = keep - self.base if keep > self.base else 0
+            if drop >= self.blen:
+                self.blen = 0
+                self.base = self.total
+            elif drop:
+                memmove(self.buf, self.buf + drop, self.blen - drop)
+                self.blen -= drop
+                self.base += drop
+        return self.fail == F_NONE
+
+    def finish(self):
+        """The verdict, once all the input has been fed: a :class:`ScanResult`."""
+        if not self.finished:
+            self.finished = True
+            if self._result is None:
+                if self.fail == F_NONE and self.total == 0:
+                    self._result = _failure("empty", 0, 0)
+                    return self._result
+                if self.fail == F_NONE:
+                    self._advance(self.buf, self.blen, self.base * 8, True)
+                self._make_result()
+        return self._result
+
+    cdef object _scan_whole(self, const uint8_t* p, uint64_t n):
+        self.total = n
+        if n < 65536:  # releasing the GIL costs more than a small scan
+            self._advance(p, n, 0, True)
+        else:
+            with nogil:
+                self._advance(p, n, 0, True)
+        self.finished = True
+        return self._make_result()
+
+
+def scan(data, *, mug=False, exact=True):
+    """Scan the whole jam ``data``; as :func:`bookfs.noun.scanner.scan` (same verdicts)."""
+    cdef Py_buffer pybuf
+    cdef bint have_buf = False
+    cdef const uint8_t* p
+    cdef uint64_t n
+    cdef Scanner s = Scanner.__new__(Scanner)
+    s.mug = bool(mug)
+    s.exact = bool(exact)
+    if type(data) is not bytes:
+        try:
+            PyObject_GetBuffer(data, &pybuf, PyBUF_SIMPLE)
+            have_buf = True
+        except (TypeError, ValueError, BufferError):
+            data = bytes(data)
+    try:
+        if have_buf:
+            p = <const uint8_t*>pybuf.buf
+            n = <uint64_t>pybuf.len
+        else:
+            p = <const uint8_t*>PyBytes_AS_STRING(data)
+            n = <uint64_t>len(<bytes>data)
+        if n == 0:
+            return _failure("empty", 0, 0)
+        return s._scan_whole(p, n)
+    finally:
+        if have_buf:
+            PyBuffer_Release(&pybuf)

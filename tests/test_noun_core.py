@@ -1,0 +1,376 @@
+"""The compiled noun core (bookfs/noun/_core.pyx) against the pure reference (issue 21).
+
+Hypothesis holds the two equal: jam byte for byte, cue of jams and of arbitrary bytes (the
+same noun, or CueError from both), mug for mug, and the validating scanner's verdict,
+failure offset and mug on valid, truncated, bit-flipped and padded jams, whole and fed in
+chunks: over 10,000 cases in all.  Then the scanner's memory (a 50 MB jam is scanned in
+far less memory than its noun), and the fallback to the pure core when the compiled one
+is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tracemalloc
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import bookfs.noun as noun_pkg
+from bookfs.noun import codec as P
+from bookfs.noun import scanner as S
+from bookfs.noun.codec import CueError, Noun, cell, cord, from_list, noun_equal
+
+C = pytest.importorskip("bookfs.noun._core", reason="the compiled noun core did not build")
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAST = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                       HealthCheck.data_too_large])
+
+# Nouns: atoms of every width around the 64-bit boundaries and far past them, cells, and
+# shared subnouns (so that jam writes back-references to cells and to wide atoms).
+atoms = st.one_of(
+    st.integers(0, 16),
+    st.integers(0, 2**64 + 2),
+    st.sampled_from([2**63 - 1, 2**63, 2**64 - 1, 2**64, 2**128 - 1, 2**128]),
+    st.integers(0, 2**2000),
+    st.sampled_from([cord("fast"), cord("full"), 0x8000000CCE9E0D80 << 64]),
+)
+trees = st.recursive(atoms, lambda kids: st.tuples(kids, kids), max_leaves=30)
+shared = st.builds(lambda a, b: cell(a, b, a, (b, a), b), trees, trees)
+nouns = st.one_of(trees, shared)
+
+
+def _outcome(f, data):
+    try:
+        return f(data)
+    except CueError:
+        return CueError
+
+
+def _same_noun(a, b) -> bool:
+    if a is CueError or b is CueError:
+        return a is b
+    return noun_equal(a, b)
+
+
+def _scans_agree(data: bytes) -> None:
+    """Every variant of the scan: compiled and pure give the same ScanResult."""
+    for mug in (False, True):
+        for exact in (True, False):
+            got, want = C.scan(data, mug=mug, exact=exact), S.scan(data, mug=mug, exact=exact)
+            assert got == want, (data.hex(), mug, exact, got, want)
+
+
+def test_compiled_core_in_use() -> None:
+    """Where the extension built (setup.sh builds it), bookfs.noun uses it."""
+    if os.environ.get("BOOKFS_PURE_NOUNS"):
+        pytest.skip("BOOKFS_PURE_NOUNS is set")
+    assert noun_pkg.CORE == "compiled", noun_pkg.CORE_REASON
+    assert noun_pkg.cue is C.cue and noun_pkg.scan is C.scan and noun_pkg.jam is C.jam
+    assert noun_pkg.core_description().startswith("compiled")
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@settings(FAST, max_examples=2500)
+@given(nouns)
+def test_jam_cue_mug_agree(noun: Noun) -> None:
+    data = P.jam(noun)
+    assert C.jam(noun) == data
+    assert C.cue(data) == noun
+    assert C.mug(noun) == P.mug(noun)
+    got = C.scan(data, mug=True)
+    assert got == S.scan(data, mug=True)
+    assert got.ok and got.bits is not None and (got.bits + 7) // 8 == len(data)
+    assert got.mug == P.mug(noun)
+
+
+@settings(FAST, max_examples=3000)
+@given(st.binary(max_size=24))
+def test_random_bytes_agree(data: bytes) -> None:
+    """Arbitrary input: the same noun or CueError from both cues, and scan(exact=False)
+    accepts exactly what cue accepts."""
+    pure = _outcome(P.cue, data)
+    assert _same_noun(_outcome(C.cue, data), pure)
+    _scans_agree(data)
+    lax = C.scan(data, exact=False)
+    assert lax.ok == (pure is not CueError)
+    if lax.ok:
+        exact = (lax.bits + 7) // 8 == len(data) and not (
+            lax.bits & 7 and data[-1] >> (lax.bits & 7))
+        assert C.scan(data).ok == exact
+
+
+@st.composite
+def corrupted(draw) -> bytes:
+    """A jam damaged one way: cut short, a bit flipped, bytes or bits after its end."""
+    data = bytearray(P.jam(draw(nouns)))
+    how = draw(st.sampled_from(["cut", "flip", "flips", "append", "pad-bits", "zero-byte"]))
+    if how == "cut":
+        del data[draw(st.integers(0, len(data) - 1)):]
+    elif how == "flip":
+        bit = draw(st.integers(0, len(data) * 8 - 1))
+        data[bit >> 3] ^= 1 << (bit & 7)
+    elif how == "flips":
+        for _ in range(draw(st.integers(2, 5))):
+            bit = draw(st.integers(0, len(data) * 8 - 1))
+            data[bit >> 3] ^= 1 << (bit & 7)
+    elif how == "append":
+        data += draw(st.binary(min_size=1, max_size=8))
+    elif how == "pad-bits":
+        data[-1] |= 0x80  # a bit after the end, when the jam does not fill its last byte
+    else:
+        data.append(0)
+    return bytes(data)
+
+
+@settings(FAST, max_examples=2500)
+@given(corrupted())
+def test_corrupted_jams_agree(data: bytes) -> None:
+    assert _same_noun(_outcome(C.cue, data), _outcome(P.cue, data))
+    _scans_agree(data)
+
+
+@settings(FAST, max_examples=2000)
+@given(st.one_of(nouns.map(P.jam), corrupted(), st.binary(max_size=16)), st.data())
+def test_scanning_in_chunks_agrees(data: bytes, draw: st.DataObject) -> None:
+    """The verdict does not depend on how the input is split; nor on which core."""
+    cuts = sorted(draw.draw(st.lists(st.integers(0, len(data)), max_size=6)))
+    pieces = [data[a:b] for a, b in zip([0] + cuts, cuts + [len(data)])]
+    for mug in (False, True):
+        want = S.scan(data, mug=mug)
+        for make in (C.Scanner, S.Scanner):
+            scanner = make(mug=mug)
+            for piece in pieces:
+                scanner.feed(piece)
+            assert scanner.finish() == want, (data.hex(), cuts, mug, make)
+
+
+# --------------------------------------------------------------------------- cases
+
+
+@pytest.mark.parametrize("noun", [
+    0, 1, 2**64 - 1, 2**64, cell(1, 2, 3), ((1, 2), 3), cord("fast"),
+    cell(cord("fast"), cord("full"), cord("fast")), 2**256,
+])
+def test_vectors(noun: Noun) -> None:
+    data = P.jam(noun)
+    assert C.jam(noun) == data and C.cue(data) == noun and C.mug(noun) == P.mug(noun)
+
+
+def test_deep_and_shared_nouns() -> None:
+    items = list(range(100_000))
+    deep = from_list(items)
+    data = P.jam(deep)
+    assert C.jam(deep) == data
+    assert P.to_list(C.cue(data)) == items
+    assert C.mug(deep) == P.mug(deep) == C.scan(data, mug=True).mug
+    left: Noun = 0
+    for i in range(50_000):
+        left = (left, i)
+    data = P.jam(left)
+    assert C.jam(left) == data and noun_equal(C.cue(data), left)
+    assert C.scan(data, mug=True) == S.scan(data, mug=True)
+    wide: Noun = 7
+    for _ in range(300):  # 2^300 leaves, 300 distinct cells
+        wide = (wide, wide)
+    data = P.jam(wide)
+    assert C.jam(wide) == data and C.mug(C.cue(data)) == P.mug(wide)
+    assert C.scan(data, mug=True).mug == P.mug(wide)
+
+
+def test_big_atoms() -> None:
+    atom = int.from_bytes(os.urandom(1_000_003), "little") | 1 << 8_000_023
+    for noun in (atom, (5, atom), ((1, 2), (atom, atom))):
+        data = P.jam(noun)
+        assert C.jam(noun) == data and C.cue(data) == noun
+        assert C.mug(noun) == P.mug(noun) == C.scan(data, mug=True).mug
+
+
+def _bits_to_bytes(bits: str) -> bytes:
+    """A bit string written first bit first (as jam's stream is read)."""
+    return int(bits[::-1], 2).to_bytes((len(bits) + 7) // 8, "little")
+
+
+def _mat(value: int, width: int) -> str:
+    """``value`` as a mat ``width`` bits wide (more than it needs: leading zeros)."""
+    if width == 0:
+        return "1"
+    c = width.bit_length()
+    low = format(width, "b")[::-1][:c - 1]  # b's low c - 1 bits, first bit first
+    return "0" * c + "1" + low + format(value, f"0{width}b")[::-1]
+
+
+def test_non_canonical_encodings() -> None:
+    """cue accepts a mat whose value has leading zeros (wider than needed): so do both
+    cores and both scanners, and the mug is the value's, not the width's."""
+    data = _bits_to_bytes("0" + _mat(1, 3))  # the atom 1 written 3 bits wide
+    assert P.cue(data) == C.cue(data) == 1
+    _scans_agree(data)
+    assert C.scan(data, mug=True).mug == P.mug(1)
+    wide = _bits_to_bytes("0" + _mat(2**70 + 5, 200))
+    assert P.cue(wide) == C.cue(wide) == 2**70 + 5
+    assert C.scan(wide, mug=True).mug == S.scan(wide, mug=True).mug == P.mug(2**70 + 5)
+    # [5 <back-reference to bit 2 written 80 bits wide>]; with a one at bit 70: bad
+    for ref, ok in ((2, True), (2 + (1 << 70), False)):
+        data = _bits_to_bytes("10" + "0" + _mat(5, 3) + "11" + _mat(ref, 80))
+        assert (_outcome(P.cue, data) is not CueError) == ok
+        assert _same_noun(_outcome(C.cue, data), _outcome(P.cue, data))
+        _scans_agree(data)
+        assert C.scan(data).ok == ok
+
+
+def test_scan_reasons_and_offsets() -> None:
+    data = P.jam(cell(1, 2, 3))
+    assert C.scan(data).ok and C.scan(data).reason is None
+    r = C.scan(data[:-1])
+    assert (r.ok, r.reason) == (False, "truncated")
+    r = C.scan(data + b"\x00")
+    assert (r.reason, r.bit, r.byte) == ("trailing", r.bits, r.bits // 8)
+    r = C.scan(b"\x07")  # a reference to bit 0, where nothing is complete
+    assert (r.reason, r.bit) == ("bad-reference", 0)
+    r = C.scan(bytes(9))  # atom tag then 71 zero bits: a length of 2^63 bits or more
+    assert (r.reason, r.bit) == ("too-large", 0)
+    r = C.scan(b"")
+    assert (r.reason, r.bit) == ("empty", 0)
+    assert all(res.reason in S.REASONS for res in (r,))
+    scanner = C.Scanner()
+    scanner.feed(b"\x07")
+    assert scanner.result is not None and scanner.result.reason == "bad-reference"
+    assert scanner.feed(b"\x00") is False
+
+
+def test_jam_and_mug_reject_what_the_reference_rejects() -> None:
+    for bad in (-1, "a", [1, 2], (1, 2, 3), (1, (2, None)), 1.5):
+        for f in (P.jam, C.jam):
+            with pytest.raises((TypeError, ValueError)):
+                f(bad)  # type: ignore[arg-type]
+    for bad in (-1, "a"):
+        for f in (P.mug, C.mug):
+            with pytest.raises((TypeError, ValueError)):
+                f(bad)  # type: ignore[arg-type]
+
+
+def test_inputs_of_every_buffer_kind() -> None:
+    data = P.jam(cell(cord("fast"), 2**100, cord("full")))
+    for form in (data, bytearray(data), memoryview(data), memoryview(b"xx" + data)[2:]):
+        assert C.cue(form) == P.cue(data)
+        assert C.scan(form, mug=True) == S.scan(data, mug=True)
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def long_list_jam(n: int) -> bytes:
+    """The jam of a list of ``n`` distinct 49-bit atoms, made without building it: each
+    element is exactly 64 bits (cell tag 2, atom tag 1, mat prefix 12, value 49)."""
+    import numpy as np
+
+    values = (np.uint64(1) << np.uint64(48)) | np.arange(n, dtype=np.uint64)
+    words = (np.uint64(1) | np.uint64(1 << 9) | np.uint64(17 << 10)
+             | (values << np.uint64(15)))
+    return words.astype("<u8").tobytes() + b"\x02"  # then ~, the list's end
+
+
+def test_long_list_jam_is_a_jam() -> None:
+    assert long_list_jam(5) == P.jam(from_list([(1 << 48) | i for i in range(5)]))
+
+
+def test_scanner_memory_does_not_hold_the_noun() -> None:
+    """A 50 MB jam of a 6.25M-element list (its noun: 6.25M tuples and ints, over 500 MB
+    in Python) is scanned whole, and in chunks, in a small fraction of that."""
+    n = 50_000_000 // 8
+    data = long_list_jam(n)
+    noun_bytes = n * (sys.getsizeof((1, 2)) + sys.getsizeof(1 << 48))
+    for how in ("whole", "chunks"):
+        tracemalloc.start()
+        try:
+            if how == "whole":
+                result = C.scan(data)
+            else:
+                scanner = C.Scanner()
+                view = memoryview(data)
+                for at in range(0, len(data), 1 << 20):
+                    scanner.feed(view[at:at + (1 << 20)])
+                result = scanner.finish()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert result.ok and result.bits == len(data) * 8 - 6, result
+        assert peak < noun_bytes / 8, (how, peak, noun_bytes)
+
+
+def test_streaming_skips_a_large_atom_without_holding_it() -> None:
+    atom = 1 << 8 * 20_000_000  # a 20 MB atom
+    data = P.jam((3, atom))
+    scanner = C.Scanner()
+    tracemalloc.start()
+    try:
+        view = memoryview(data)
+        for at in range(0, len(data), 1 << 16):
+            scanner.feed(view[at:at + (1 << 16)])
+        result = scanner.finish()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.ok and peak < 1 << 20, peak
+
+
+# --------------------------------------------------------------------------- fallback
+
+_FALLBACK = r"""
+import sys
+{hide}
+import bookfs.noun as n
+from bookfs.noun import codec, scanner
+assert n.CORE == "pure", n.CORE
+assert n.cue is codec.cue and n.jam is codec.jam and n.mug is codec.mug
+assert n.scan is scanner.scan and n.Scanner is scanner.Scanner
+noun = n.cell(1, 2 ** 100, n.cord("fast"))
+data = n.jam(noun)
+assert n.cue(data) == noun and n.scan(data, mug=True).mug == n.mug(noun)
+s = n.Scanner()
+s.feed(data[:3]); s.feed(data[3:])
+assert s.finish().ok and not n.scan(data + b"\0").ok
+print(n.core_description())
+"""
+
+
+@pytest.mark.parametrize("how", ["missing", "env"])
+def test_fallback_to_the_pure_core(how: str) -> None:
+    """Without the compiled module (not built: hidden here) or with BOOKFS_PURE_NOUNS set,
+    bookfs.noun is the pure core, works, and says why."""
+    env = dict(os.environ)
+    env.pop("BOOKFS_PURE_NOUNS", None)
+    hide = ""
+    if how == "missing":
+        hide = "sys.modules['bookfs.noun._core'] = None  # as if it had not built"
+    else:
+        env["BOOKFS_PURE_NOUNS"] = "1"
+    out = subprocess.run([sys.executable, "-c", _FALLBACK.format(hide=hide)], cwd=REPO,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    line = out.stdout.strip()
+    assert line.startswith("pure Python: ")
+    assert ("did not build" in line) if how == "missing" else ("BOOKFS_PURE_NOUNS" in line)
+
+
+def test_info_says_which_core(tmp_path) -> None:
+    log = tmp_path / "log"
+    run = [sys.executable, "-m", "bookfs.cli"]
+    subprocess.run(run + ["sample", str(log), "--events", "12"], cwd=REPO, check=True,
+                   capture_output=True, timeout=120)
+    env = dict(os.environ)
+    env.pop("BOOKFS_PURE_NOUNS", None)
+    compiled = subprocess.run(run + ["info", str(log)], cwd=REPO, env=env, check=True,
+                              capture_output=True, text=True, timeout=120).stdout
+    assert "nouns:" in compiled and "compiled" in compiled.split("nouns:")[1]
+    env["BOOKFS_PURE_NOUNS"] = "1"
+    pure = subprocess.run(run + ["info", str(log)], cwd=REPO, env=env, check=True,
+                          capture_output=True, text=True, timeout=120).stdout
+    assert "nouns:    pure Python: BOOKFS_PURE_NOUNS is set" in pure
