@@ -15,7 +15,7 @@ jam's with a fixed 2-bit tag, read least significant bit first:
 ======  =====================================================================
 
 ``mat`` is jam's length-prefixed atom (:func:`bookfs.noun.codec._mat`).  The byte
-layout, with a vector worked by hand, is ``docs/ram.md``; golden vectors made by vere's
+layout, with a vector worked by hand, is in ``docs/format.md`` ("The ram encoding"); golden vectors made by vere's
 own code are ``tests/vectors/ram/vectors.json``.
 
 A bob atom decodes to the file's bytes as a little-endian atom when ``bob_dir`` (the
@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 from typing import Union
 
-from bookfs.noun.codec import CueError, Noun, _mat, _mum, murmur3_32_fast
+from bookfs.noun.codec import CueError, _mat, _mum, murmur3_32_fast
 
 __all__ = [
     "RAM_MAGIC",
@@ -171,13 +171,13 @@ def ram_decode(data: bytes | bytearray | memoryview, bob_dir: str | os.PathLike[
 
     Raises :class:`~bookfs.noun.codec.CueError` naming the bit offset (counted from
     the first bit after the header, the origin back-references use; the message also
-    gives the payload byte) for: a missing or wrong header, input that ends before the
+    gives the byte, counted from the ``R`` of the header) for: a missing or wrong header, input that ends before the
     noun does (including an atom whose bits run past the end), a length prefix wider
     than vere reads, a back-reference to a position where no atom, bob or completed
     cell started, or a bob mug or seq that is not a 32-bit number.  Bits after the
-    noun are ignored, as vere ignores them, unless ``exact``: then everything after
-    the byte holding the noun's last bit, and the unused bits of that byte, must be
-    absent or zero.
+    noun are ignored, as vere ignores them, unless ``exact``: then no byte may follow
+    the one holding the noun's last bit, and that byte's unused bits must be zero
+    (what vere's encoder writes).
     """
     buf = bytes(data)
     if len(buf) < 5 or buf[:4] != RAM_MAGIC:
@@ -189,50 +189,54 @@ def ram_decode(data: bytes | bytearray | memoryview, bob_dir: str | os.PathLike[
     from_bytes = int.from_bytes
 
     def where(pos: int) -> str:
-        return f"bit {pos} (payload byte {5 + (pos >> 3)})"
+        return f"bit {pos} (byte {5 + (pos >> 3)} of the ram encoding)"
 
     def read(pos: int, width: int) -> int:
         return (from_bytes(body[pos >> 3:(pos + width + 7) >> 3], "little") >> (pos & 7)) \
             & ((1 << width) - 1)
 
-    def rub(pos: int, what: str, limit: int | None = None) -> tuple[int, int]:
-        """``mat`` at ``pos`` -> (value, next position); ``limit``: most value bits."""
+    def window(pos: int) -> tuple[int, int]:
+        """Up to 72 bits from ``pos`` and how many of them are input (not past the end)."""
+        shift = pos & 7
+        return (from_bytes(body[pos >> 3:(pos >> 3) + 9], "little") >> shift,
+                min(72 - shift, total - pos))
+
+    def rub(pos: int, what: str, limit: int | None = None, win: int = -1,
+            win_bits: int = 0) -> tuple[int, int]:
+        """``mat`` at ``pos`` -> (value, next position); ``limit``: most value bits.
+        ``win``/``win_bits``: the input's bits from ``pos``, if the caller has them."""
+        if win < 0:
+            win, win_bits = window(pos)
         # c: the zero bits before the first 1 (ur_bsr_log); vere refuses c >= 64
-        scan = pos
-        while True:
-            if scan >= total:
-                raise CueError(f"ram: the length of the {what} at {where(pos)} runs past "
-                               f"the end of the input ({total} bits)")
-            width = min(64, total - scan)
-            w = read(scan, width)
-            if w:
-                c = scan - pos + ((w & -w).bit_length() - 1)
-                break
-            scan += width
-            if scan - pos >= 64:
-                c = 64
-                break
-        if c >= 64:
-            raise CueError(f"ram: the length of the {what} at {where(pos)} has 64 or more "
-                           "leading zeros (vere reads at most 63)")
-        p = pos + c + 1
+        low = win & 0xFFFFFFFFFFFFFFFF
+        if not low:
+            if win_bits >= 64:
+                raise CueError(f"ram: the length of the {what} at {where(pos)} has 64 or "
+                               "more leading zeros (vere reads at most 63)")
+            raise CueError(f"ram: the length of the {what} at {where(pos)} runs past "
+                           f"the end of the input ({total} bits)")
+        c = (low & -low).bit_length() - 1
         if c == 0:
-            return 0, p
+            return 0, pos + 1
         if c == 1:
             b = 1
+        elif 2 * c <= win_bits:
+            b = (1 << (c - 1)) | ((win >> (c + 1)) & ((1 << (c - 1)) - 1))
+        elif pos + 2 * c > total:
+            raise CueError(f"ram: the length of the {what} at {where(pos)} runs past "
+                           f"the end of the input ({total} bits)")
         else:
-            if p + c - 1 > total:
-                raise CueError(f"ram: the length of the {what} at {where(pos)} runs past "
-                               f"the end of the input ({total} bits)")
-            b = (1 << (c - 1)) | read(p, c - 1)
-            p += c - 1
+            b = (1 << (c - 1)) | read(pos + c + 1, c - 1)
         if limit is not None and b > limit:
             raise CueError(f"ram: the {what} at {where(pos)} is {b} bits wide; vere reads "
                            f"at most {limit}")
-        if p + b > total:
+        end = pos + 2 * c + b
+        if end > total:
             raise CueError(f"ram: the {what} at {where(pos)} claims {b} bits, past the end "
                            f"of the input ({total} bits)")
-        return read(p, b), p + b
+        if 2 * c + b <= win_bits:
+            return (win >> (2 * c)) & ((1 << b) - 1), end
+        return read(pos + 2 * c, b), end
 
     bobs: dict[tuple[int, int], RamNoun] = {}
 
@@ -250,24 +254,25 @@ def ram_decode(data: bytes | bytearray | memoryview, bob_dir: str | os.PathLike[
         if pos + 2 > total:
             raise CueError(f"ram: truncated input: a tag expected at {where(pos)}, the "
                            f"input has {total} bits")
-        tag = read(pos, 2)
+        win, win_bits = window(pos)
+        tag = win & 3
         if tag == TAG_CELL:
             cell_pos.append(pos)
             cell_head.append(_MISSING)
             pos += 2
             continue
         if tag == TAG_ATOM:
-            value, nxt = rub(pos + 2, "atom")
+            value, nxt = rub(pos + 2, "atom", None, win >> 2, win_bits - 2)
             node: object = value
             memo[pos] = value
         elif tag == TAG_BACK:
-            ref, nxt = rub(pos + 2, "back-reference", 62)
+            ref, nxt = rub(pos + 2, "back-reference", 62, win >> 2, win_bits - 2)
             node = memo.get(ref, _MISSING)
             if node is _MISSING:
                 raise CueError(f"ram: back-reference at {where(pos)} to bit {ref}, where no "
                                "atom, bob or completed cell starts")
         else:  # TAG_BOB
-            mug, p = rub(pos + 2, "bob mug", 62)
+            mug, p = rub(pos + 2, "bob mug", 62, win >> 2, win_bits - 2)
             seq, nxt = rub(p, "bob seq", 62)
             if mug >= _U32 or seq >= _U32:
                 raise CueError(f"ram: bob at {where(pos)} has mug {mug} and seq {seq}; "
@@ -362,11 +367,13 @@ def ram_encode(noun: RamNoun, bob_dir: str | os.PathLike[str] | None = None) -> 
     Byte for byte vere's output (the golden vectors test it): nouns are walked head
     first; a repeated cell is always a back-reference; a repeated atom is one only when
     it is wider in bits than the position it refers to, as in jam.  :class:`BobRef`
-    leaves are written as bobs.  vere decides whether a repeated bob is a
-    back-reference by the bit length of its file, and whether a bob equals an atom by
-    the file's content; given ``bob_dir``, the files present are read for that,
-    otherwise a bob counts as wider than any position (true of every real bob, which
-    is over 32 MiB).
+    leaves are written as bobs.  Two vere rules need a bob's file, which is read from
+    ``bob_dir`` when given and present: a repeated bob is a back-reference when its
+    content is wider than the position (without the file a bob counts as wider than
+    any position, true of every real bob, which is over 32 MiB); and a bob whose
+    content equals an *earlier* atom (same mug, same value) is written as a
+    back-reference to that atom, while an atom never refers back to an equal bob.
+    Cells holding bobs are equal only when their bobs are the same (mug, seq).
     """
     bob_values: dict[tuple[int, int], int] = {}
     if bob_dir is not None:
