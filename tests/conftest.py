@@ -66,3 +66,55 @@ def make_book(tmp_path):
         return path
 
     return make
+
+
+# --- Spark: one local session for the whole run ---------------------------------------------
+
+
+class SharedSpark:
+    """The ``local[2]`` SparkSession that the Spark test modules share (``bs.register``ed
+    for ``format("bookfs")``), so a run creates it once instead of once per module.  Made
+    on first use (again if a test stopped it); stopped at the end of the run, or by
+    :meth:`stop` before a test that needs a session of another master (``getOrCreate``
+    would hand it this one).  Tests that change a setting unset it again."""
+
+    def __init__(self):
+        self.session = None
+
+    def get(self):
+        if self.session is not None and self.session.sparkContext._jsc is None:
+            self.session = None  # stopped by a test that took it for its own
+        if self.session is None:
+            from bookfs import spark as bs
+
+            self.session = bs.register(bs.session("local[2]"))
+        return self.session
+
+    def stop(self) -> None:
+        if self.session is not None and self.session.sparkContext._jsc is not None:
+            self.session.stop()
+        self.session = None
+
+
+@pytest.fixture(scope="session")
+def shared_spark():
+    """The run's :class:`SharedSpark` (stopped at the end of the run)."""
+    pytest.importorskip("pyspark")
+    holder = SharedSpark()
+    try:
+        yield holder
+    finally:
+        holder.stop()
+
+
+@pytest.fixture(scope="module")
+def spark(shared_spark):
+    """The shared ``local[2]`` SparkSession (see :class:`SharedSpark`)."""
+    return shared_spark.get()
+
+
+@pytest.fixture
+def no_shared_spark(shared_spark):
+    """For a test that starts a SparkSession of its own: the shared one is stopped first
+    (the next module's ``spark`` makes a new one)."""
+    shared_spark.stop()

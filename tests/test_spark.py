@@ -1,5 +1,6 @@
-"""The Spark pipeline over a real mount of a 2,000-event sample log, with one Spark session
-for the whole module (spark-notes.md: start-up costs 10-20 s)."""
+"""The Spark pipeline over a real mount of a 2,000-event sample log, with the Spark session
+the Spark test modules share (conftest.py ``spark``; spark-notes.md: start-up costs
+10-20 s)."""
 
 from __future__ import annotations
 
@@ -23,22 +24,30 @@ from bookfs.formats.book import Book  # noqa: E402
 from bookfs.noun import cord, cue, da_to_datetime, datetime_to_da, jam, path, uncord, unpath  # noqa: E402
 from tests.mounting import BOOKFS, mounted, run_bookfs  # noqa: E402
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]  # one JVM at a time
 EVENTS = 2000
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
+def env(tmp_path_factory, spark):
     root = tmp_path_factory.mktemp("spark")
     src, mnt = root / "log", root / "mnt"
     run_bookfs("sample", str(src), "--events", str(EVENTS))
     with mounted(src, mnt):
-        spark = bs.session()
+        # test_local_cluster's command (three JVMs of its own) runs while the other tests do
+        out = root / "cluster"
+        with open(root / "cluster.stdout", "w") as so, open(root / "cluster.stderr", "w") as se:
+            cluster = subprocess.Popen(
+                [*BOOKFS, "spark", str(mnt), "--out", str(out), "--since", "1",
+                 "--until", "300", "--master", "local-cluster[2,1,1024]"],
+                stdout=so, stderr=se, text=True, start_new_session=True)
         try:
             yield argparse.Namespace(root=root, src=str(src), mnt=str(mnt), spark=spark,
-                                     cache={})
+                                     cache={}, cluster=cluster, cluster_out=out)
         finally:
-            spark.stop()
+            if cluster.poll() is None:
+                os.killpg(cluster.pid, signal.SIGKILL)
+            cluster.wait()
 
 
 def expected(payload: bytes, event: int) -> dict:
@@ -207,13 +216,14 @@ def test_killed_run_then_rerun_is_exactly_once(env):
 
 
 def test_local_cluster(env):
-    """The same pipeline with master local-cluster[2,1,1024] (two executor JVMs)."""
-    out = env.root / "cluster"
-    res = subprocess.run([*BOOKFS, "spark", env.mnt, "--out", str(out), "--since", "1",
-                          "--until", "300", "--master", "local-cluster[2,1,1024]"],
-                         capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert "events:  300" in res.stdout
+    """The same pipeline with master local-cluster[2,1,1024] (two executor JVMs): the
+    command started by ``env`` (events 1..300, which the other tests' appends leave as
+    they are)."""
+    out = env.cluster_out
+    env.cluster.wait(timeout=300)
+    stdout, stderr = (open(f"{out}.{name}").read() for name in ("stdout", "stderr"))
+    assert env.cluster.returncode == 0, stderr[-2000:]
+    assert "events:  300" in stdout
     import pyarrow.parquet as pq
 
     table = pq.read_table(str(out / "data")).to_pylist()
@@ -234,7 +244,7 @@ def test_cli_too_large_message(env):
     out = env.root / "big"
     code = f"""
 import sys
-from bookfs import spark as bs
+from bookfs.spark import pipeline as bs  # the module whose session() the command calls
 orig = bs.session
 def session(*a, **k):
     k.setdefault("conf", {{}})[bs.MAX_LENGTH_KEY] = str(1 << 20)

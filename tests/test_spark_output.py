@@ -1,7 +1,7 @@
 """What ``bookfs spark`` writes, read back as a data engineer would: the layout
 (``data/run=N/day=YYYY-MM-DD/``), one file per day sorted by ``event``, row groups that a
 filter skips, and the four write modes.  Over a real read-only mount of a log whose events
-span several days, with one Spark session for the module."""
+span several days, with the Spark session the Spark test modules share (conftest.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from bookfs.errors import UsageError  # noqa: E402
 from bookfs.noun import cord, datetime_to_da, jam, path  # noqa: E402
 from tests.mounting import mounted, run_bookfs  # noqa: E402
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]  # one JVM at a time
 
 SAMPLE = 600  # `bookfs sample` events: 5 lifecycle events (no date), then early 2024
 DAYS = 3  # then events dated 2025-06-01 .. 2025-06-03 ...
@@ -43,20 +43,16 @@ def dated_event(i: int) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
+def env(tmp_path_factory, spark):
     root = tmp_path_factory.mktemp("spark_output")
     src, mnt = root / "log", root / "mnt"
     run_bookfs("sample", str(src), "--events", str(SAMPLE))
     with Book.open(str(src), writable=True) as book:
         book.save(SAMPLE + 1, [dated_event(i) for i in range(DAYS * PER_DAY)])
     with mounted(src, mnt, "-o", "ro"):
-        spark = bs.session()
-        try:
-            ref = {r["event"]: r.asDict() for r in bs.read_events(spark, str(mnt)).collect()}
-            assert sorted(ref) == list(range(1, LAST + 1))
-            yield argparse.Namespace(root=root, mnt=str(mnt), spark=spark, ref=ref)
-        finally:
-            spark.stop()
+        ref = {r["event"]: r.asDict() for r in bs.read_events(spark, str(mnt)).collect()}
+        assert sorted(ref) == list(range(1, LAST + 1))
+        yield argparse.Namespace(root=root, mnt=str(mnt), spark=spark, ref=ref)
 
 
 def cli(env, out, **given) -> argparse.Namespace:

@@ -1,6 +1,7 @@
 """Many ships, one table: ``spark.read.format("bookfs")`` over several read-only mounts (one
 per pier) named by a glob or a list, with a ``ship`` column; checked against single-mount
-reads, each against ``read_events``.  One Spark session for the module."""
+reads, each against ``read_events``.  With the Spark session the Spark test modules share
+(conftest.py)."""
 
 from __future__ import annotations
 
@@ -19,14 +20,14 @@ from tests.lmdb_fixtures import make_pier, meta_values  # noqa: E402
 from tests.mounting import mounted, run_bookfs  # noqa: E402
 from tests.test_formats_matrix import payloads  # noqa: E402
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]  # one JVM at a time
 #: (seed, events) of each sample log: distinct seeds make distinct ships
 LOGS = [(1, 600), (2, 300), (3, 150)]
 PIER_WHO = 0x100  # ~marzod
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
+def env(tmp_path_factory, spark):
     import contextlib
 
     root = tmp_path_factory.mktemp("spark_ships")
@@ -41,8 +42,6 @@ def env(tmp_path_factory):
         pier = make_pier(root / "pier", [("lmdb", payloads(1, 40)), ("vere", payloads(41, 25))],
                          meta=meta_values(who=PIER_WHO))
         pmnt = stack.enter_context(mounted(pier, root / "pier_mnt", "-o", "ro"))
-        spark = bs.register(bs.session("local[2]"))
-        stack.callback(spark.stop)
         single = {m: sorted(map(tuple, bs.read_events(spark, m).collect()))
                   for m in [*mnts, pmnt]}
         yield argparse.Namespace(root=root, ships=str(ships), mnts=mnts, pier=pmnt,

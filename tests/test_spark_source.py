@@ -1,6 +1,6 @@
 """``spark.read.format("bookfs")`` (bookfs.spark.source) over real read-only mounts, checked
-against ``read_events`` (the binaryFile reference path) on the same mount, with one Spark
-session for the module (start-up costs 10-20 s)."""
+against ``read_events`` (the binaryFile reference path) on the same mount, with the Spark
+session the Spark test modules share (conftest.py; start-up costs 10-20 s)."""
 
 from __future__ import annotations
 
@@ -17,23 +17,19 @@ from tests.lmdb_fixtures import make_pier, meta_values  # noqa: E402
 from tests.mounting import mounted, run_bookfs  # noqa: E402
 from tests.test_formats_matrix import payloads  # noqa: E402
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]  # one JVM at a time
 EVENTS = 3000
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
+def env(tmp_path_factory, spark):
     root = tmp_path_factory.mktemp("spark_source")
     src, mnt = root / "log", root / "mnt"
     run_bookfs("sample", str(src), "--events", str(EVENTS))
     # 1 MiB segments: the ~11 MB sample makes several, so partition pruning shows
     with mounted(src, mnt, "-o", "ro,segment_mb=1"):
-        spark = bs.register(bs.session("local[2]"))
-        try:
-            ref = sorted(map(tuple, bs.read_events(spark, str(mnt)).collect()))
-            yield argparse.Namespace(root=root, mnt=str(mnt), spark=spark, ref=ref)
-        finally:
-            spark.stop()
+        ref = sorted(map(tuple, bs.read_events(spark, str(mnt)).collect()))
+        yield argparse.Namespace(root=root, mnt=str(mnt), spark=spark, ref=ref)
 
 
 def rows(df) -> list[tuple]:

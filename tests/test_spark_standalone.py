@@ -7,7 +7,12 @@ The daemons get neither ``PYTHONPATH`` nor ``PYSPARK_PYTHON``: that the executor
 venv's Python and import this ``bookfs`` is what :func:`bookfs.spark.session` arranges
 (``spark.executorEnv.*``), and the tests check it from inside the executors.  Each daemon
 is its own process group (its executors and their Python workers are in it too), killed
-whole at teardown, first politely, then with SIGKILL, whatever the tests did."""
+whole at teardown, first politely, then with SIGKILL, whatever the tests did.
+
+Short by default: a log of :data:`EVENTS` = 600 events, and the local-mode ``bookfs spark``
+that the cluster's output is compared with runs in this process (its ``main``: no second
+JVM to start).  ``BOOKFS_SPARK_LONG=1``: a log of 2,000 events, and the local-mode command
+in a process of its own, as the long version did."""
 
 from __future__ import annotations
 
@@ -29,11 +34,14 @@ import pytest
 pyspark = pytest.importorskip("pyspark")
 
 from bookfs import spark as bs
+from bookfs.cli.commands import main  # noqa: E402
 from bookfs.formats.book import Book  # noqa: E402
 from tests.mounting import BOOKFS, mounted, run_bookfs  # noqa: E402
 
-pytestmark = pytest.mark.spark
-EVENTS = 2000
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]  # one JVM at a time
+#: Events in the sample log: enough for several tasks on each worker (4+ partitions).
+LONG = bool(os.environ.get("BOOKFS_SPARK_LONG"))
+EVENTS = 2000 if LONG else 600
 WORKERS = 2
 SPARK_HOME = os.path.dirname(pyspark.__file__)
 #: Small daemons: the machine has 2 cores; each worker offers 1 core and 1 GiB.
@@ -63,7 +71,7 @@ def wait_for(what: str, test, timeout: float = 90):
             return got
         if time.monotonic() > deadline:
             raise TimeoutError(f"gave up waiting for {what} after {timeout:.0f} s")
-        time.sleep(0.5)
+        time.sleep(0.1)
 
 
 def _pgid_alive(pgid: int, deadline: float = 5.0) -> bool:
@@ -175,7 +183,7 @@ def engine_digest(src: str) -> tuple[int, int, int, str]:
         return book.count, 1, book.count, h.hexdigest()
 
 
-def test_read_events_on_two_workers(cluster, mount):
+def test_read_events_on_two_workers(cluster, mount, no_shared_spark):
     """A session on the standalone master reads the mount: every event, checksum equal to
     the engine's; both workers run an executor, and the Python workers are this venv's
     interpreter importing this bookfs."""
@@ -220,7 +228,7 @@ def test_read_events_on_two_workers(cluster, mount):
     assert used == {str(w) for w in cluster.work}, [p[:4] for p in parts]
 
 
-def test_cli_on_the_cluster_equals_local_mode(cluster, mount):
+def test_cli_on_the_cluster_equals_local_mode(cluster, mount, capsys):
     """``bookfs spark MNT --out DIR --master spark://...`` writes the same table as the
     same command in local mode, with executors on both workers."""
     import pyarrow.parquet as pq
@@ -229,11 +237,17 @@ def test_cli_on_the_cluster_equals_local_mode(cluster, mount):
     outs = {}
     for name, master in (("cluster", cluster.url), ("local", "local[2]")):
         out = mount.root / name
-        res = subprocess.run([*BOOKFS, "spark", mount.mnt, "--out", str(out),
-                              "--master", master], capture_output=True, text=True,
-                             timeout=300)
-        assert res.returncode == 0, res.stderr[-3000:]
-        assert f"events:  {EVENTS:,}" in res.stdout, res.stdout
+        argv = ["spark", mount.mnt, "--out", str(out), "--master", master]
+        if name == "cluster" or LONG:
+            res = subprocess.run([*BOOKFS, *argv], capture_output=True, text=True,
+                                 timeout=300)
+            code, stdout, stderr = res.returncode, res.stdout, res.stderr
+        else:  # the same command line, in this process
+            capsys.readouterr()
+            code = main(argv)
+            stdout, stderr = capsys.readouterr()
+        assert code == 0, stderr[-3000:]
+        assert f"events:  {EVENTS:,}" in stdout, stdout
         outs[name] = out
     apps = {w: set(os.listdir(w)) - before[w] for w in before}
     assert all(len(a) == 1 for a in apps.values()), apps  # one new app on each worker

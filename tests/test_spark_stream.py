@@ -1,8 +1,11 @@
 """``spark.readStream.format("bookfs")`` over a live log: a read-only mount follows a log
 that a read-write mount of the same log appends to, and a streaming query (Parquet file
 sink + checkpoint) in a separate driver process is SIGKILLed in the middle of a batch,
-restarted from its checkpoint with ``Trigger.AvailableNow``, and must have delivered every
-event exactly once.  One Spark session for the module (checks, static-log streams)."""
+restarted from its checkpoint with ``Trigger.AvailableNow`` (by default in this process's
+shared session, whose JVM is up already; ``BOOKFS_SPARK_LONG=1``: in a new driver process,
+after longer batches and appends), and must have delivered every event exactly once.  The
+Spark session the Spark test modules share (conftest.py) does the checks and the
+static-log streams."""
 
 from __future__ import annotations
 
@@ -23,10 +26,16 @@ from bookfs import spark as bs
 from bookfs.formats.book import Book  # noqa: E402
 from tests.mounting import mounted, run_bookfs  # noqa: E402
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]  # one JVM at a time
 INITIAL = 1000  # events in the log when the stream starts
 TOTAL = 2500  # after the appends (payloads taken from a sample log of TOTAL events)
 PER_TRIGGER = 150  # maxEventsPerTrigger of the live run
+LONG = bool(os.environ.get("BOOKFS_SPARK_LONG"))
+#: Seconds a worker of the live run sleeps after each Arrow batch (time to kill it mid-batch)
+SLOW = 1.0 if LONG else 0.5
+#: Seconds the appender pauses every 50 events: either way it is still appending when the
+#: live run is killed (its ~1,500 appends take seconds), and is waited for after the kill
+PAUSE = 0.2 if LONG else 0.05
 WT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: The streaming driver, run as its own process.  ``--slow S``: after handing each Arrow
@@ -70,7 +79,7 @@ print("done", q.lastProgress["sources"][0]["endOffset"] if q.lastProgress else N
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
+def env(tmp_path_factory, spark):
     root = tmp_path_factory.mktemp("spark_stream")
     full, log = root / "full", root / "log"
     for src, n in ((full, TOTAL), (log, INITIAL)):
@@ -81,13 +90,9 @@ def env(tmp_path_factory):
     # `static` is a log nobody writes
     with mounted(log, root / "rw"), mounted(log, root / "ro", "-o", "ro,segment_mb=1"), \
             mounted(full, root / "static", "-o", "ro,segment_mb=1"):
-        spark = bs.register(bs.session("local[2]"))
-        try:
-            yield argparse.Namespace(root=root, full=full, rw=str(root / "rw"),
-                                     ro=str(root / "ro"), static=str(root / "static"),
-                                     driver=str(driver), spark=spark)
-        finally:
-            spark.stop()
+        yield argparse.Namespace(root=root, full=full, rw=str(root / "rw"),
+                                 ro=str(root / "ro"), static=str(root / "static"),
+                                 driver=str(driver), spark=spark)
 
 
 def rows(df) -> list[tuple]:
@@ -159,8 +164,8 @@ def test_killed_stream_restarts_exactly_once(env):
     markers.mkdir()
     with Book.open(env.full) as book:
         payloads = {n: book.read(n) for n in range(INITIAL + 1, TOTAL + 1)}
-    writer = threading.Thread(target=append_events, args=(env.rw, payloads, 0.2))
-    driver = run_driver(env, env.ro, out, ck, "--max-events", PER_TRIGGER, "--slow", 1.0,
+    writer = threading.Thread(target=append_events, args=(env.rw, payloads, PAUSE))
+    driver = run_driver(env, env.ro, out, ck, "--max-events", PER_TRIGGER, "--slow", SLOW,
                         "--markers", markers)
     killed_batch = None
     try:
@@ -196,9 +201,16 @@ def test_killed_stream_restarts_exactly_once(env):
     assert all(0 < b - a <= PER_TRIGGER for a, b in zip([0] + ends, ends))
     assert set(offsets[0]) == {"event"}
 
-    again = run_driver(env, env.ro, out, ck, "--available-now")
-    stdout, stderr = again.communicate(timeout=240)
-    assert again.returncode == 0, stderr[-3000:]
+    if LONG:  # a new driver process
+        again = run_driver(env, env.ro, out, ck, "--available-now")
+        stdout, stderr = again.communicate(timeout=240)
+        assert again.returncode == 0, stderr[-3000:]
+    else:  # the DRIVER's query, with --available-now, in this process
+        q = (env.spark.readStream.format("bookfs").load(env.ro).writeStream
+             .format("parquet").option("path", str(out)).option("checkpointLocation", str(ck))
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+        stdout = f"done {q.lastProgress['sources'][0]['endOffset'] if q.lastProgress else None}"
     assert f"'event': {TOTAL}" in stdout or f'"event": {TOTAL}' in stdout, stdout
     got = rows(env.spark.read.parquet(str(out)))
     events = [r[0] for r in got]

@@ -1,14 +1,15 @@
 """Spark over a mount: the pipeline (:mod:`~bookfs.spark.pipeline`: a session, ``binaryFile``
-reads, Parquet by day), the data source (:mod:`~bookfs.spark.source`:
+reads, Parquet by day), the rows both read (:mod:`~bookfs.spark.rows`: columns, decoding,
+segment planning), the data source (:mod:`~bookfs.spark.source`:
 ``spark.read.format("bookfs")`` and ``readStream``) and ``bookfs spark``
 (:mod:`~bookfs.spark.cli`).
 
-``from bookfs import spark as bs`` gives the pipeline's public names.
+``from bookfs import spark as bs`` gives the public names of the pipeline and the rows.
 """
-from bookfs.spark.pipeline import (COLUMNS, DAY, DEFAULT_MAX_LENGTH, MAX_LENGTH_KEY,
-                                   NULL_PARTITION, ROW_GROUP_KEY, SCHEMA, TUNED, EventTooLarge,
-                                   day_column, plan_segments, read_events, register, session,
-                                   tune, write_parquet)
+from bookfs.spark.pipeline import (DAY, DEFAULT_MAX_LENGTH, MAX_LENGTH_KEY, NULL_PARTITION,
+                                   ROW_GROUP_KEY, TUNED, EventTooLarge, day_column,
+                                   read_events, register, session, tune, write_parquet)
+from bookfs.spark.rows import COLUMNS, SCHEMA, plan_segments
 
 __all__ = ["COLUMNS", "DAY", "DEFAULT_MAX_LENGTH", "MAX_LENGTH_KEY", "NULL_PARTITION",
            "ROW_GROUP_KEY", "SCHEMA", "TUNED", "EventTooLarge", "day_column", "plan_segments",

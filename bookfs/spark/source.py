@@ -8,10 +8,11 @@ mount**: from ``segments/`` (one partition per segment file, split into deeds in
 Python worker, every returned deed's CRC checked; a partition covering only part of its
 segment skips the other deeds by their length words and reads only its own bytes), or, when the mount has no
 ``segments/`` (a pier or LMDB mount), from ``events/`` files (partitions of
-:data:`EVENTS_PER_PARTITION` events).  The decoding is :mod:`bookfs.spark`'s own
-(:func:`bookfs.spark._segment_batches`, :func:`bookfs.spark._batches`), so the two paths
-cannot drift apart.  Every partition checks that it returned exactly the events it was
-planned for (a stale view of the mount fails the task, never drops a row).
+:data:`EVENTS_PER_PARTITION` events).  The decoding is that of
+:func:`bookfs.spark.read_events` (:mod:`bookfs.spark.rows`:
+:func:`~bookfs.spark.rows._segment_batches`, :func:`~bookfs.spark.rows._batches`), so the
+two paths cannot drift apart.  Every partition checks that it returned exactly the events
+it was planned for (a stale view of the mount fails the task, never drops a row).
 
 **Batch** options: ``since`` and ``until`` (inclusive event bounds), ``eventsPerPartition``
 (the ``events/`` fallback).  Comparisons of ``event`` with an integer (``=``, ``<``,
@@ -62,7 +63,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     EqualTo, GreaterThan, GreaterThanOrEqual, In,
                                     InputPartition, LessThan, LessThanOrEqual)
 
-from bookfs.spark import pipeline as bs
+from bookfs.spark.rows import SCHEMA, _batches, _segment_batches, _stamps, plan_segments
 
 NAME = "bookfs"
 #: Events per partition when reading ``events/`` (no ``segments/`` on the mount).
@@ -79,7 +80,7 @@ PUSHDOWN_SAFE = hasattr(DataSourceReader, "pushLimit")
 #: The column a load of several mounts adds: the ship's @p.
 SHIP = "ship"
 #: :data:`bookfs.spark.SCHEMA` with the :data:`SHIP` column (a load of several mounts).
-SHIP_SCHEMA = f"{bs.SCHEMA}, {SHIP} string"
+SHIP_SCHEMA = f"{SCHEMA}, {SHIP} string"
 #: How long a stream's planning waits for the mount to show events it already reported
 #: committed (the kernel may hold ``events/``'s size for up to a second).
 STALE_VIEW_WAIT = 5.0
@@ -219,7 +220,7 @@ def plan(mount: Mount, since: int | None, until: int | None, per_partition: int
         return [], since - 1
     mnt = mount.path
     if os.path.isdir(os.path.join(mnt, "segments")):
-        lo, hi, chosen = bs.plan_segments(mnt, since, until)
+        lo, hi, chosen = plan_segments(mnt, since, until)
         return [SegmentRange(*t, mnt=mnt, ship=mount.ship) for t in chosen], hi
     view = committed(mnt)
     if view is None:
@@ -269,8 +270,8 @@ def _read_segment(p: SegmentRange):
             got += n
     finally:
         os.close(fd)
-    starts, stamps = bs._stamps(p.mnt, [(p.lo, p.hi)])
-    yield from bs._segment_batches([(p.lo, view[:got], p.first)], p.lo, p.hi, starts, stamps)
+    starts, stamps = _stamps(p.mnt, [(p.lo, p.hi)])
+    yield from _segment_batches([(p.lo, view[:got], p.first)], p.lo, p.hi, starts, stamps)
 
 
 def _event_files(mnt: str, events: list[int]):
@@ -316,7 +317,7 @@ def read_partition(partition):
         batches = _exactly(_read_segment(p), p.lo, p.hi, where)
     elif isinstance(partition, EventFiles):
         p = partition
-        batches = _exactly(bs._batches(_event_files(p.mnt, p.events)), p.events[0],
+        batches = _exactly(_batches(_event_files(p.mnt, p.events)), p.events[0],
                            p.events[-1], f"{p.mnt}/events")
     else:
         return iter(())
@@ -504,7 +505,7 @@ class BookfsDataSource(DataSource):
         return NAME
 
     def schema(self):
-        return SHIP_SCHEMA if named_paths(self.options)[1] else bs.SCHEMA
+        return SHIP_SCHEMA if named_paths(self.options)[1] else SCHEMA
 
     def _bounds(self) -> tuple[int | None, int | None, int]:
         per = _int_option(self.options, "eventsPerPartition") or EVENTS_PER_PARTITION
