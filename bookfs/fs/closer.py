@@ -71,8 +71,14 @@ class Mounts:
     """Which mount IDs show this mount's files (the mount itself, its bind mounts).
     ``device`` is the mount's ``major:minor``; every mount's ID and device are read from
     ``/proc/self/mountinfo`` (the daemon's own) when the mount is made, and again when a
-    descriptor shows an ID not seen yet.  IDs are never forgotten, so the mount itself,
-    and a bind mount seen before it was detached by ``umount -l``, still count."""
+    descriptor shows an ID that is not known to be this mount's.
+
+    The kernel reuses a freed mount ID (``fs/namespace.c``: ``mnt_alloc_id()`` takes the
+    first free key of ``mnt_id_xa`` with ``__xa_alloc()``, ``mnt_free_id()`` gives it back
+    with ``xa_erase()``; ``ida_alloc()``/``ida_free()`` before 6.8, the same rule), so an ID seen on another filesystem may
+    since show a bind mount of this one: such an ID is asked again, never trusted.  An ID
+    once seen on this mount is remembered, so the mount itself, and a bind mount seen
+    before it was detached by ``umount -l`` (gone from the table), still count."""
 
     def __init__(self, device: str | None):
         self.device = device
@@ -81,7 +87,9 @@ class Mounts:
     def ours(self, mnt_id: int) -> bool | None:
         """True if ``mnt_id`` shows this mount, False if another filesystem, None if it
         cannot be told (a mount ID never seen, gone from the table)."""
-        if mnt_id not in self.seen and self.device is not None:
+        if self.device is None:
+            return None
+        if self.seen.get(mnt_id) != self.device:  # unknown, or another filesystem's then
             self.seen.update(mount_devices())
         if mnt_id not in self.seen:
             return None
