@@ -94,6 +94,7 @@ class Cycle:
         self.failed: set[int] = set()
         self.killed = threading.Event()
         self.meta_acked: bytes | None = None
+        self.passes = 0  # of the follower's loop
 
     def payload(self, n: int) -> bytes:
         size = self.rng.choice([4, 5, 100, 4096, 70_000, 1 << 20, 3 << 20])
@@ -220,7 +221,22 @@ class Cycle:
                 if got != data:
                     self.t.wrong_bytes_served += 1
                     self.t.problems.append(f"follower served wrong bytes for event {n}")
+            self.passes += 1
             time.sleep(0.02)
+
+    def catch_up(self, ro: Path, timeout: float = 10.0) -> None:
+        """Wait (at most ``timeout``) until the follower's mount shows every acknowledged
+        event (it looks at the log every second), then for two more passes of the
+        follower's loop, so it has read once more after that.  (A fixed 1.2 s before.)"""
+        deadline = time.monotonic() + timeout
+        with self.acked_lock:
+            acked = list(self.acked)
+        while (time.monotonic() < deadline
+               and not all(os.path.exists(f"{ro}/events/{n}") for n in acked)):
+            time.sleep(0.05)
+        passes = self.passes
+        while self.passes < passes + 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def run(self, writers: int, appends: int, kill: bool) -> None:
         ro = self.mnt.parent / (self.mnt.name + "-ro")
@@ -240,7 +256,7 @@ class Cycle:
                 self.t.kills += 1
             for th in threads:
                 th.join()
-            time.sleep(1.2)  # let the follower catch up and read once more
+            self.catch_up(ro)  # let the follower catch up and read once more
             stop.set()
             follower.join()
         force_unmount(str(self.mnt))
@@ -287,14 +303,21 @@ def soak(directory: Path, cycles: int, seed: int, writers: int = 3, appends: int
         if not book.count:
             book.save(1, [b"\0\0\0\0genesis"])
     totals = Totals()
-    for c in range(cycles):
-        kill = kill_every > 0 and rng.randrange(kill_every) == 0
-        os.environ["BOOKFS_LOG_DIR"] = str(directory / "logs" / f"cycle-{c + 1:04d}")
-        Cycle(src, mnt, rng, totals).run(writers, appends, kill)
-        totals.cycles += 1
-        log(f"cycle {c + 1}/{cycles}: {totals.acknowledged} acknowledged, "
-            f"{totals.kills} kills, {totals.lost} lost, {totals.invented} invented, "
-            f"{totals.wrong_bytes_served} wrong bytes served")
+    saved = os.environ.get("BOOKFS_LOG_DIR")
+    try:
+        for c in range(cycles):
+            kill = kill_every > 0 and rng.randrange(kill_every) == 0
+            os.environ["BOOKFS_LOG_DIR"] = str(directory / "logs" / f"cycle-{c + 1:04d}")
+            Cycle(src, mnt, rng, totals).run(writers, appends, kill)
+            totals.cycles += 1
+            log(f"cycle {c + 1}/{cycles}: {totals.acknowledged} acknowledged, "
+                f"{totals.kills} kills, {totals.lost} lost, {totals.invented} invented, "
+                f"{totals.wrong_bytes_served} wrong bytes served")
+    finally:  # the caller's (a test run's) later mounts log where they did before
+        if saved is None:
+            os.environ.pop("BOOKFS_LOG_DIR", None)
+        else:
+            os.environ["BOOKFS_LOG_DIR"] = saved
     return totals
 
 

@@ -214,12 +214,14 @@ KILLED_WRITER = r"""
 import os, sys, time
 fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT)
 os.write(fd, b"\0\0\0\0half of an event")
-if sys.argv[2] == "child":  # a child keeps a copy and exits normally 3 s later
+child = ""
+if sys.argv[2] == "child":  # a child keeps a copy and exits normally 1.5 s later
     os.set_inheritable(fd, True)
-    if os.fork() == 0:
-        time.sleep(3)
+    child = os.fork()
+    if child == 0:
+        time.sleep(1.5)
         os._exit(0)
-print("ready", flush=True)
+print("ready", child, flush=True)
 time.sleep(60)
 """
 
@@ -232,16 +234,20 @@ def test_a_killed_writer_commits_nothing(small_src, tmp_path, writer, child):
         if writer == "python":
             cmd = [sys.executable, "-c", KILLED_WRITER, f, child]
         else:  # a shell writing new/N, its background child holding its stdout
-            bg = "(sleep 3) & " if child == "child" else ""  # `read` is a builtin: no child
-            cmd = ["bash", "-c", f"{{ printf '\\0\\0\\0\\0half'; {bg}echo ready >&2; "
+            bg = "(sleep 1.5) & " if child == "child" else ""  # `read` is a builtin: no child
+            pid = "$!" if child == "child" else ""
+            cmd = ["bash", "-c", f"{{ printf '\\0\\0\\0\\0half'; {bg}echo ready {pid} >&2; "
                                  f"read -r line; }} > {f}"]
         p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE)
         stream = p.stdout if writer == "python" else p.stderr
-        assert stream.readline().strip() == b"ready"
+        ready, *kid = stream.readline().split()
+        assert ready == b"ready" and len(kid) == (child == "child")
         p.kill()
         p.wait(timeout=TIMEOUT)
-        time.sleep(4)  # the child (if any) has exited normally by now
+        for pid in kid:  # the child has exited normally (its copy's close is done)
+            assert wait_for(lambda: _gone(int(pid)), TIMEOUT), f"child {pid} still there"
+        time.sleep(0.5)  # the kernel's RELEASE of the file (sent after the last close)
         assert not os.path.exists(f"{root}/events/{NEXT}")
         with open(f, "wb") as w:  # the number is free again
             w.write(b"\0\0\0\0whole")
@@ -250,6 +256,15 @@ def test_a_killed_writer_commits_nothing(small_src, tmp_path, writer, child):
         with open(f"{root}/info") as i:
             assert "killed" in i.read()
     assert engine_events(small_src)[NEXT] == b"\0\0\0\0whole"
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (gone, or a zombie nobody reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 # --- 5. the PID counter wraps ---------------------------------------------------------
@@ -416,3 +431,52 @@ def test_two_opens_of_a_meta_field_in_one_process(small_src, tmp_path):
         os.close(second)
     with Book.open(small_src) as book:
         assert book.read_meta("life") == b"\x06\x00\x00\x00"
+
+
+def _mount_id(path: Path) -> int:
+    """The mount ID of the mount at ``path`` (this process's /proc/self/mountinfo)."""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == str(path):
+                found = int(fields[0])
+    return found
+
+
+@pytest.mark.parametrize("target", ["new", "meta"])
+def test_a_bind_mount_that_reuses_a_freed_mount_id(small_src, tmp_path, target):
+    """The kernel reuses a freed mount ID (``fs/namespace.c``: ``mnt_alloc_id()`` takes the
+    first free key of ``mnt_id_xa``, ``mnt_free_id()`` erases it). The daemon learnt every mount's ID
+    when it started; an ID it had seen on another filesystem, freed and then given to a bind
+    mount of this mount, must count as this mount's, or the dup's close of a file reached
+    through that bind mount is misjudged (it failed with EINVAL)."""
+    churn = tmp_path / "churn"
+    churn.mkdir()
+    parent = tmp_path / "where"
+    mnt = parent / "mnt"
+    mnt.mkdir(parents=True)
+    bind = tmp_path / "bind"
+    bind.mkdir()
+    reused = False
+    for _ in range(5):  # the lowest free ID is normally the one just freed; retry if not
+        subprocess.run(["mount", "-t", "tmpfs", "none", str(churn)], check=True)
+        churn_id = _mount_id(churn)
+        with mounted(small_src, mnt):  # the daemon reads the mount table: churn is tmpfs
+            subprocess.run(["umount", str(churn)], check=True)
+            subprocess.run(["mount", "--bind", str(mnt), str(bind)], check=True)
+            try:
+                if _mount_id(bind) != churn_id:
+                    continue
+                reused = True
+                run_writer(bind, "dup", target=target)
+                if target == "new":
+                    with open(f"{bind}/events/{NEXT}", "rb") as f:
+                        assert f.read() == b"\0\0\0\0part-one;part-two"
+            finally:
+                subprocess.run(["umount", "-l", str(bind)], check=True)
+        break
+    if not reused:
+        pytest.skip("the kernel gave the bind mount another ID five times")
+    if target == "meta":
+        with Book.open(small_src) as book:
+            assert book.read_meta("life") == b"\x07\x00\x00\x00"

@@ -107,8 +107,8 @@ def test_every_tool_on_a_healthy_source_leaves_it_unchanged(tmp_path, kind):
         assert "Traceback" not in r.stderr and "Errno" not in r.stderr, name
     assert tree_hash(src) == before
     assert "events:   50" in runs["info"].stdout and "fake:     %.n" in runs["info"].stdout
-    assert "50 mugs match" in runs["verify --mugs"].stdout
-    assert "0 problem(s); mugs: 50 checked" in runs["fsck --mugs"].stdout
+    assert "50 events decode-checked" in runs["verify --mugs"].stdout
+    assert "0 problem(s); nouns: 50 checked" in runs["fsck --mugs"].stdout
     assert "LMDB epochs are not written by bookfs" in runs["fsck --repair"].stdout or (
         "nothing to repair" in runs["fsck --repair"].stdout)
     assert "in the vere layout (vere and bookfs read it)" in runs["migrate"].stdout
@@ -142,26 +142,24 @@ def test_read_only_mount_serves_every_kind(tmp_path, kind):
 
 
 @pytest.mark.spark
-def test_spark_reads_every_kind_through_the_mount(tmp_path):
+@pytest.mark.xdist_group("spark")  # one JVM at a time under xdist
+def test_spark_reads_every_kind_through_the_mount(tmp_path, spark):
     """``read_events`` over a read-only mount of each kind gives every event, with the
-    mug and jam split as stored, and the sources stay unchanged."""
+    mug and jam split as stored, and the sources stay unchanged.  (``spark``: the run's
+    shared local[2] session, conftest.py.)"""
     from bookfs import spark as bs
 
-    spark = bs.session()
-    try:
-        for kind in KINDS:
-            src = make_source(tmp_path / kind, kind)
-            before = tree_hash(src)
-            with mounted(src, tmp_path / f"mnt-{kind}", "-o", "ro") as mnt:
-                rows = {r["event"]: r for r in bs.read_events(spark, mnt).collect()}
-            assert sorted(rows) == list(range(1, 51)), kind
-            for e in (1, 31, 50):
-                p = event_payload(e)
-                assert rows[e]["mug"] == int.from_bytes(p[:4], "little"), (kind, e)
-                assert bytes(rows[e]["jam"]) == p[4:], (kind, e)
-            assert tree_hash(src) == before, kind
-    finally:
-        spark.stop()
+    for kind in KINDS:
+        src = make_source(tmp_path / kind, kind)
+        before = tree_hash(src)
+        with mounted(src, tmp_path / f"mnt-{kind}", "-o", "ro") as mnt:
+            rows = {r["event"]: r for r in bs.read_events(spark, mnt).collect()}
+        assert sorted(rows) == list(range(1, 51)), kind
+        for e in (1, 31, 50):
+            p = event_payload(e)
+            assert rows[e]["mug"] == int.from_bytes(p[:4], "little"), (kind, e)
+            assert bytes(rows[e]["jam"]) == p[4:], (kind, e)
+        assert tree_hash(src) == before, kind
 
 
 # --- the matrix: damaged inputs, handled per format -----------------------------------------

@@ -198,6 +198,7 @@ def _try_commit(m, n, data) -> bool:
         return False
 
 
+@pytest.mark.xdist_group("timing")  # wall-clock or CPU bounds: one at a time under xdist
 def test_stalled_predecessor_etimedout(small_src, mnt, tmp_path):
     logf = tmp_path / "d.log"
     with mounted(small_src, mnt, "-o", "stall_timeout=2", log_file=str(logf)):

@@ -18,6 +18,7 @@ import os
 import random
 import stat
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,28 @@ def check_writable_recovery(d: Path, orig: Original, damaged: bytes, *, expect_k
     return rep
 
 
+def each_case(cases, threads: int = 8):
+    """Decorator that runs the decorated check once for every case in ``cases``, several
+    at once.  Every case has its own directory and log; most of a case's time is the
+    engine's wait, at a writable close, for the clock to leave the log's ctime tick
+    (``index.settle_stamp``, up to 20 ms), and threads overlap those waits.  Every case
+    runs, and the first failing case (in case order) is raised, with its case named."""
+
+    def run(check):
+        cases_ = list(cases)
+        with ThreadPoolExecutor(threads) as pool:
+            futures = [pool.submit(check, c) for c in cases_]
+        for c, f in zip(cases_, futures):
+            try:
+                f.result()
+            except BaseException as e:
+                e.add_note(f"case {c!r} of {check.__qualname__}")
+                raise
+        return check
+
+    return run
+
+
 def salvage_finds_later_deeds(qpath: str, qoff: int, orig: Original, damaged_i: int):
     """``find_valid_deeds`` over a quarantine file recovers every intact deed after the
     damaged one, at the right places, and nothing else."""
@@ -163,7 +186,9 @@ def paged_orig(tmp_path_factory):
 
 def test_truncation_at_every_offset_of_the_last_batch(tmp_path, small_orig):
     orig = small_orig
-    for cut in range(orig.last_batch_start, len(orig.raw)):
+
+    @each_case(range(orig.last_batch_start, len(orig.raw)))
+    def _(cut):
         damaged = orig.raw[:cut]
         d = place(tmp_path / f"t{cut}", damaged, orig.meta)
         k = orig.complete_deeds(cut)
@@ -181,7 +206,9 @@ def test_truncation_at_every_offset_of_the_last_batch(tmp_path, small_orig):
 
 def test_bit_flip_in_every_byte_of_the_last_batch(tmp_path, small_orig):
     orig = small_orig
-    for pos in range(orig.last_batch_start, len(orig.raw)):
+
+    @each_case(range(orig.last_batch_start, len(orig.raw)))
+    def _(pos):
         damaged = bytearray(orig.raw)
         damaged[pos] ^= 1 << (pos % 8)
         damaged = bytes(damaged)
@@ -201,7 +228,9 @@ def test_bit_flip_in_every_byte_of_the_last_batch(tmp_path, small_orig):
 
 def test_zeroed_pages_in_the_last_batch(tmp_path, paged_orig):
     orig = paged_orig
-    for page in range(orig.last_batch_start, len(orig.raw), PAGE):
+
+    @each_case(range(orig.last_batch_start, len(orig.raw), PAGE))
+    def _(page):
         stop = min(page + PAGE, len(orig.raw))  # a zeroed page never grows the file
         damaged = orig.raw[:page] + bytes(stop - page) + orig.raw[stop:]
         i = orig.first_damaged(damaged)

@@ -153,6 +153,7 @@ def crafted(tmp_path_factory):
                                    MUG + jam(doubling(60))])
 
 
+@pytest.mark.xdist_group("timing")  # wall-clock or CPU bounds: one at a time under xdist
 def test_crafted_back_reference_chains_render_quickly_through_the_mount(crafted, tmp_path):
     with mounted(crafted, tmp_path / "mnt", "-o", "ro") as mnt:
         t = time.monotonic()
@@ -167,6 +168,7 @@ def test_crafted_back_reference_chains_render_quickly_through_the_mount(crafted,
         assert open(f"{mnt}/pretty/2").read().startswith("event: 2\n")
 
 
+@pytest.mark.xdist_group("timing")  # wall-clock or CPU bounds: one at a time under xdist
 def test_crafted_back_reference_chains_through_bookfs_show(crafted):
     for extra in ([], ["--full"], ["--json"]):
         t = time.monotonic()
@@ -196,6 +198,7 @@ def test_every_rendering_has_a_cpu_budget_and_says_where_it_stopped(crafted):
     assert "stopped: the rendering's limit of 2,000 nodes after 2,000 nodes" in full
 
 
+@pytest.mark.xdist_group("timing")  # wall-clock or CPU bounds: one at a time under xdist
 def test_show_full_of_a_shared_tree_is_bounded_in_time(crafted):
     """--full cues the whole event (a few bytes here) and shows everything: 2^60 leaves
     as a tree.  It stops at its CPU budget (render.FULL_RENDER_CPU, 10 s) and says so."""
@@ -210,6 +213,7 @@ def test_show_full_of_a_shared_tree_is_bounded_in_time(crafted):
     assert "nodes; what follows is shown as ..." in last
 
 
+@pytest.mark.xdist_group("timing")  # wall-clock or CPU bounds: one at a time under xdist
 def test_each_event_is_rendered_once_whatever_its_name(crafted, tmp_path):
     """pretty/3, pretty/03, pretty/003 and pretty/0003 opened at once: one rendering (the
     daemon's CPU grows by about one rendering's cost, not four)."""
@@ -302,9 +306,11 @@ def test_append_with_its_daemon_killed_after_the_deed_is_written_is_unknown(tmp_
 
 
 def test_log_pruning_keeps_the_log_of_a_live_daemon(tmp_path, monkeypatch):
-    """One read-only mount stays up while LOG_KEEP + 1 other mounts come and go (one per
-    ship, say): its log (the oldest) is still there, the same file, and still written to;
-    the dead daemons' logs are pruned to LOG_KEEP."""
+    """One read-only mount stays up while the log directory is full (LOG_KEEP - 1 logs of
+    daemons that are gone, newer than it) and other mounts come and go (one per ship,
+    say): its log (the oldest) is still there, the same file, and still written to; the
+    dead daemons' logs are pruned to LOG_KEEP, those of the mounts that came and went as
+    well.  (The full directory was once made by LOG_KEEP + 1 real mounts, 30 s.)"""
     logs = tmp_path / "logs"
     monkeypatch.setenv("BOOKFS_LOG_DIR", str(logs))
     src = make_log(tmp_path / "log", [MUG + jam(n) for n in range(1, 4)])
@@ -315,13 +321,28 @@ def test_log_pruning_keeps_the_log_of_a_live_daemon(tmp_path, monkeypatch):
     pid = int(res.stdout.split("daemon pid ")[1].split(";")[0])
     try:
         ino = os.stat(path).st_ino
+        # dated an hour ahead: newer than the live log and than the logs of the mounts
+        # below, so each mount below prunes one log, never the live one (the oldest),
+        # first one of these, then the log of the mount before it
+        ahead = time.time() + 3600
+        for k in range(LOG_KEEP - 1):
+            gone = logs / f"bookfs-20000101-000000-{k + 1}.log"
+            gone.write_text("a daemon that is gone\n")
+            os.utime(gone, (ahead + k, ahead + k))
         other = tmp_path / "other"
         other.mkdir()
-        for _ in range(LOG_KEEP + 1):
-            run_bookfs("mount", str(src), str(other), "-o", "ro")
+        theirs = []
+        for k in range(2):
+            res = run_bookfs("mount", str(src), str(other), "-o", "ro")
+            theirs.append(re.search(r"; log (\S+)\)$", res.stdout.strip()).group(1))
+            gone_pid = int(res.stdout.split("daemon pid ")[1].split(";")[0])
             run_bookfs("umount", str(other))
+            deadline = time.monotonic() + 30  # its lock is released when it exits
+            while k == 0 and os.path.exists(f"/proc/{gone_pid}") and time.monotonic() < deadline:
+                time.sleep(0.05)
         names = [n for n in os.listdir(logs) if n.startswith("bookfs-")]
         assert len(names) <= LOG_KEEP
+        assert [os.path.exists(p) for p in theirs] == [False, True]
         assert os.path.exists(path) and os.stat(path).st_ino == ino
         size = os.stat(path).st_size
         assert not lockable(path)  # the daemon holds it (the parent that forked it is gone)

@@ -19,6 +19,7 @@ from mount_fixtures import mnt, mounted, payload, small_src  # noqa: F401
 
 SEG0 = "000000000001"  # the first segment is named after the log's first event
 WAIT = 15.0  # seconds a tail may take to show new bytes (it polls every 0.2 s here)
+SETTLE = 0.3  # then nothing more may follow: longer than one of tail's polls
 
 
 def log_bytes(src: Path, start: int = HEADER_SIZE, end: int | None = None) -> bytes:
@@ -38,13 +39,13 @@ class Tail:
     def output(self) -> bytes:
         return self.out.read_bytes()
 
-    def wait_for(self, want: bytes) -> bytes:
-        """The output once it is ``want`` (or as long), or when ``WAIT`` runs out."""
-        deadline = time.monotonic() + WAIT
+    def wait_for(self, want: bytes, wait: float = WAIT) -> bytes:
+        """The output once it is ``want`` (or as long), or when ``wait`` runs out."""
+        deadline = time.monotonic() + wait
         while time.monotonic() < deadline and len(self.output()) < len(want):
             assert self.proc.poll() is None, self.proc.stderr.read()
             time.sleep(0.05)
-        time.sleep(0.5)  # nothing more may follow
+        time.sleep(SETTLE)  # nothing more may follow
         return self.output()
 
     def stop(self) -> str:
@@ -151,7 +152,9 @@ def test_segment_fills_and_next_appears(small_src, mnt, tmp_path):
                     assert os.stat(seg1).st_size == len(want)
             finally:
                 assert c1.stop() == ""
-            assert c0.wait_for(seg0_bytes + b"x") == seg0_bytes  # it stopped growing
+            # it stopped growing: c0 has polled all along since segment 0 was complete,
+            # and 2 s more are 10 more of its polls (not WAIT: nothing is expected)
+            assert c0.wait_for(seg0_bytes + b"x", wait=2.0) == seg0_bytes
             assert os.stat(seg0).st_size == len(seg0_bytes)
         finally:
             assert c0.stop() == ""
