@@ -9,9 +9,61 @@ import io
 import os
 import subprocess
 import sys
+import threading
 import time
 
 BOOKFS = [sys.executable, "-m", "bookfs.cli"]
+
+
+def proc_text(pid: int, name: str, deadline: float = 5.0) -> str | None:
+    """The text of ``/proc/<pid>/<name>`` of another process, or None once it is gone.
+
+    Read in a thread and waited for with a ``deadline``: a read of another process's
+    ``/proc`` entries can wait behind that process's locks (how issue 20's hung fixture
+    waited for 33 minutes), so a read that does not return in time fails the test with
+    one line instead of hanging it."""
+    out: list = []
+
+    def read() -> None:
+        try:
+            with open(f"/proc/{pid}/{name}") as f:
+                out.append(f.read())
+        except (FileNotFoundError, ProcessLookupError):
+            out.append(None)
+        except OSError as e:
+            out.append(e)
+
+    t = threading.Thread(target=read, daemon=True, name=f"read /proc/{pid}/{name}")
+    t.start()
+    t.join(deadline)
+    if not out:
+        raise AssertionError(f"reading /proc/{pid}/{name} took over {deadline} s")
+    if isinstance(out[0], OSError):
+        raise out[0]
+    return out[0]
+
+
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (``[0]`` is the state,
+    ``[11]``/``[12]`` utime/stime), or None once the process is gone."""
+    text = proc_text(pid, "stat")
+    return None if text is None else text.rsplit(")", 1)[1].split()
+
+
+def proc_gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (gone, or a zombie nobody reaped yet)."""
+    fields = proc_stat(pid)
+    return fields is None or fields[0] == "Z"
+
+
+def proc_status_kib(pid: int, key: str) -> int:
+    """A ``/proc/<pid>/status`` figure in KiB, e.g. ``VmHWM`` or ``VmRSS``."""
+    text = proc_text(pid, "status")
+    assert text is not None, f"process {pid} is gone"
+    for line in text.splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {key} in /proc/{pid}/status")
 
 
 def run_bookfs(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:

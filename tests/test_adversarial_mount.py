@@ -17,10 +17,10 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from bookfs.formats.book import Book
+from mounting import proc_status_kib
 from mount_fixtures import (  # noqa: F401  (fixtures)
     err_of,
     daemon_pid,
@@ -414,16 +414,12 @@ def test_mountpoint_inside_the_source_is_refused(small_src, tmp_path):
 
 
 def _rss(pid: int) -> int:
-    return psutil.Process(pid).memory_info().rss
+    return proc_status_kib(pid, "VmRSS") * 1024
 
 
 def _peak_rss(pid: int) -> int:
     """The daemon's peak resident memory so far (VmHWM), in bytes."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM")
+    return proc_status_kib(pid, "VmHWM") * 1024
 
 
 def test_truncating_a_new_file_to_1gib_costs_no_memory(small_src, mnt):

@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from bookfs.formats.book import Book
+from mounting import proc_gone
 from mount_fixtures import (  # noqa: F401  (fixtures)
     engine_events,
     mounted,
@@ -260,11 +261,7 @@ def test_a_killed_writer_commits_nothing(small_src, tmp_path, writer, child):
 
 def _gone(pid: int) -> bool:
     """Whether process ``pid`` has exited (gone, or a zombie nobody reaped yet)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
+    return proc_gone(pid)
 
 
 # --- 5. the PID counter wraps ---------------------------------------------------------

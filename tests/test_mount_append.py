@@ -14,6 +14,7 @@ import pytest
 
 from bookfs.formats.book import Book
 from bookfs.formats.lock import WriterLock
+from mounting import proc_gone
 from mount_fixtures import (  # noqa: F401  (fixtures)
     daemon_pid,
     engine_events,
@@ -39,11 +40,7 @@ def append(m, n: int, data: bytes) -> None:
 
 
 def pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    return not proc_gone(pid)
 
 
 def test_sequential_appends_with_tools(small_src, mnt, tmp_path):

@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 from bookfs.formats.book import Book
 from bookfs.fs import inodes as I
 from mount_fixtures import mnt, mounted  # noqa: F401
+from mounting import proc_gone, proc_status_kib
 
 MIB = 1 << 20
 BIG = 32 * MIB  # event 3
@@ -395,8 +396,7 @@ def _timed_stat(path: str, timeout: float) -> float | None:
 
 
 def _rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return proc_status_kib(pid, "VmRSS")
 
 
 def _small_log(path) -> None:
@@ -475,9 +475,7 @@ def test_sigterm_with_a_thousand_waiting_closes_unmounts(tmp_path, mnt):
             os.kill(daemon, signal.SIGTERM)
             closed = all(t.join(30) is None and not t.is_alive() for t in run.threads)
             gone = wait_for_(lambda: not in_mountinfo(mnt), 30)
-            exited = wait_for_(lambda: not os.path.exists(f"/proc/{daemon}")
-                               or open(f"/proc/{daemon}/stat").read().split()[2] == "Z",
-                               30)
+            exited = wait_for_(lambda: proc_gone(daemon), 30)
         finally:
             run.resume.set()
             run.join(30)

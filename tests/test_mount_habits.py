@@ -29,7 +29,7 @@ from bookfs.formats import index as index_mod
 from bookfs.formats.book import Book
 from bookfs.formats.lock import WriterLock, lock_path_for
 from mount_fixtures import in_mountinfo, mnt, small_src, wait_for  # noqa: F401
-from mounting import BOOKFS, daemon_pid, mounted, run_bookfs
+from mounting import BOOKFS, daemon_pid, mounted, proc_gone, run_bookfs
 
 REPO = Path(__file__).resolve().parent.parent
 EVENT1 = "events/000000000001"
@@ -53,11 +53,7 @@ def mountinfo_line(path) -> str:
 
 def alive(pid: int) -> bool:
     """True while ``pid`` runs (a zombie awaiting its reaper counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    return not proc_gone(pid)
 
 
 def event_sha(src: Path, event: int) -> str:

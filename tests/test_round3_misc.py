@@ -25,7 +25,7 @@ from bookfs.formats.book import Book
 from bookfs.fs.mount import LOG_KEEP
 from bookfs.noun import jam
 from bookfs.noun.event import event_text
-from mounting import BOOKFS, daemon_pid, force_unmount, mounted, run_bookfs
+from mounting import BOOKFS, daemon_pid, force_unmount, mounted, proc_stat, run_bookfs
 
 MUG = b"\0\0\0\0"  # an unset mug: the payload is 4 bytes of mug, then the jam
 
@@ -137,8 +137,8 @@ def make_log(path, payloads: list[bytes]):
 
 def daemon_cpu(pid: int) -> float:
     """User + system CPU seconds of the daemon (all its threads)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+    fields = proc_stat(pid)
+    assert fields is not None, f"the daemon {pid} is gone"
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
