@@ -140,7 +140,7 @@ def test_a_copy_killed_after_the_writer_closed_changes_nothing(small_src, mnt):
         assert not os.path.exists(f"{mnt}/events/{NEXT + 1}")
 
 
-@pytest.mark.xdist_group("timing")  # wall-clock or CPU bounds: one at a time under xdist
+@pytest.mark.serial  # wall-clock or CPU bounds: run alone, after the parallel pass
 def test_a_stray_fork_copy_does_not_hold_up_the_writer(small_src, mnt):
     """A process forked while the file was open (an O_CLOEXEC copy it never execs away)
     outlives the writer's close: the writer's close commits and returns 0 at once; a write

@@ -195,7 +195,7 @@ def _try_commit(m, n, data) -> bool:
         return False
 
 
-@pytest.mark.xdist_group("timing")  # wall-clock or CPU bounds: one at a time under xdist
+@pytest.mark.serial  # wall-clock or CPU bounds: run alone, after the parallel pass
 def test_stalled_predecessor_etimedout(small_src, mnt, tmp_path):
     logf = tmp_path / "d.log"
     with mounted(small_src, mnt, "-o", "stall_timeout=2", log_file=str(logf)):

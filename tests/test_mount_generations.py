@@ -423,7 +423,7 @@ def _waiting_closes(mnt) -> tuple[int, "_Appends"]:
     return daemon, run
 
 
-@pytest.mark.xdist_group("timing")  # wall-clock or CPU bounds: one at a time under xdist
+@pytest.mark.serial  # wall-clock or CPU bounds: run alone, after the parallel pass
 def test_a_thousand_waiting_closes_never_freeze_the_mount(tmp_path, mnt):
     """While the writer of new/3 pauses, 1,000 writers close new/4..new/1003, and each of
     those closes waits for new/3.  The mount must go on serving: ``stat info`` answers at
@@ -459,7 +459,7 @@ def test_a_thousand_waiting_closes_never_freeze_the_mount(tmp_path, mnt):
             assert book.read(n) == run.data(n)
 
 
-@pytest.mark.xdist_group("timing")  # wall-clock or CPU bounds: one at a time under xdist
+@pytest.mark.serial  # wall-clock or CPU bounds: run alone, after the parallel pass
 def test_sigterm_with_a_thousand_waiting_closes_unmounts(tmp_path, mnt):
     """SIGTERM while 1,000 closes wait for a paused writer: every close returns (with
     an error: nothing of them was committed), the daemon exits and the mount is gone."""

@@ -153,7 +153,7 @@ def crafted(tmp_path_factory):
                                    MUG + jam(doubling(60))])
 
 
-@pytest.mark.xdist_group("timing")  # wall-clock or CPU bounds: one at a time under xdist
+@pytest.mark.serial  # wall-clock or CPU bounds: run alone, after the parallel pass
 def test_crafted_back_reference_chains_render_quickly_through_the_mount(crafted, tmp_path):
     with mounted(crafted, tmp_path / "mnt", "-o", "ro") as mnt:
         t = time.monotonic()
@@ -168,7 +168,7 @@ def test_crafted_back_reference_chains_render_quickly_through_the_mount(crafted,
         assert open(f"{mnt}/pretty/2").read().startswith("event: 2\n")
 
 
-@pytest.mark.xdist_group("timing")  # wall-clock or CPU bounds: one at a time under xdist
+@pytest.mark.serial  # wall-clock or CPU bounds: run alone, after the parallel pass
 def test_crafted_back_reference_chains_through_bookfs_show(crafted):
     for extra in ([], ["--full"], ["--json"]):
         t = time.monotonic()
@@ -198,7 +198,7 @@ def test_every_rendering_has_a_cpu_budget_and_says_where_it_stopped(crafted):
     assert "stopped: the rendering's limit of 2,000 nodes after 2,000 nodes" in full
 
 
-@pytest.mark.xdist_group("timing")  # wall-clock or CPU bounds: one at a time under xdist
+@pytest.mark.serial  # wall-clock or CPU bounds: run alone, after the parallel pass
 def test_show_full_of_a_shared_tree_is_bounded_in_time(crafted):
     """--full cues the whole event (a few bytes here) and shows everything: 2^60 leaves
     as a tree.  It stops at its CPU budget (render.FULL_RENDER_CPU, 10 s) and says so."""
@@ -213,7 +213,7 @@ def test_show_full_of_a_shared_tree_is_bounded_in_time(crafted):
     assert "nodes; what follows is shown as ..." in last
 
 
-@pytest.mark.xdist_group("timing")  # wall-clock or CPU bounds: one at a time under xdist
+@pytest.mark.serial  # wall-clock or CPU bounds: run alone, after the parallel pass
 def test_each_event_is_rendered_once_whatever_its_name(crafted, tmp_path):
     """pretty/3, pretty/03, pretty/003 and pretty/0003 opened at once: one rendering (the
     daemon's CPU grows by about one rendering's cost, not four)."""

@@ -229,7 +229,7 @@ def _big_log(path, blob_bytes: int, wide: int):
 path_of = path
 
 
-@pytest.mark.xdist_group("timing")  # wall-clock or CPU bounds: one at a time under xdist
+@pytest.mark.serial  # wall-clock or CPU bounds: run alone, after the parallel pass
 def test_show_100_mb_event_is_quick_and_small(tmp_path):
     """Abbreviated, a 100 MiB event prints in a moment, and the process never holds it:
     its peak RSS stays far below the event's size (it is CRC-checked by streaming, then
