@@ -1,10 +1,14 @@
-"""Telling the two Book layouts apart, without guessing.
+"""Telling stores apart by their bytes, without guessing.
 
 A ``book.log`` is in vere's two-slot layout (``vere.py``) or the UIP layout (``book.py``);
 the version number cannot tell them apart (both are 1), a header slot's CRC can.
 :func:`detect_layout` decides (``pier.identify`` and ``pier.open_book_dir`` ask it), and
 the UIP engine runs the same check on open (:func:`identify_fd`), so no path reaches a
 layout by another road.
+
+For telling an epoch's stores apart (``pier.epoch_kind``): :func:`is_lmdb_file` (LMDB's
+magic in a ``data.mdb``) and :func:`book_log_holds_events` (whether a ``book.log``'s bytes
+can hold any event).
 """
 
 from __future__ import annotations
@@ -17,8 +21,13 @@ from bookfs.formats.fileio import open_regular
 from bookfs.formats.layout import (
     DEED_LEN,
     HEADER,
+    HEADER_SIZE,
+    LMDB_MAGIC,
+    LMDB_MAGIC_OFFSET,
+    LMDB_PAGE_SIZES,
     MAGIC,
     MAX_PAYLOAD,
+    VERE_DEEDS_START,
     VERE_SLOT_BODY,
     VERE_SLOT_CRC,
     VERE_SLOT_OFFSETS,
@@ -153,3 +162,47 @@ def identify_fd(fd: int, path: str, vere_context: bool) -> str:
                           "guess the committed state, nothing was changed: restore "
                           "book.log from a backup")
     return "uip"
+
+
+def is_lmdb_file(path: str | os.PathLike) -> bool:
+    """True when the file at ``path`` begins as an LMDB environment does: LMDB's magic
+    (``0xBEEFC0DE``) at byte 16 of its first meta page, or of its second one page further
+    on (a torn first page).  False for a missing, empty or non-regular file (never blocks
+    on a FIFO)."""
+    try:
+        fd = open_regular(os.fspath(path), os.O_RDONLY, follow=True)
+    except (OSError, BookError):
+        return False
+    try:
+        for page in (0, *LMDB_PAGE_SIZES):
+            raw = os.pread(fd, 4, page + LMDB_MAGIC_OFFSET)
+            if len(raw) == 4 and struct.unpack("<I", raw)[0] == LMDB_MAGIC:
+                return True
+        return False
+    finally:
+        os.close(fd)
+
+
+def book_log_holds_events(path: str | os.PathLike) -> bool:
+    """False only when the bytes of the ``book.log`` at ``path`` show it holds no event:
+    an empty file (vere's ``ml/book`` creates it before writing its header), one no longer
+    than the 16-byte header, or a log in vere's layout no longer than its 8192 bytes of
+    header slots (what ``u3_book_init`` leaves in a new epoch).  True otherwise, including
+    a file whose layout :func:`detect_layout` refuses (the Book engines then say why) and
+    one that cannot be opened."""
+    p = os.fspath(path)
+    try:
+        fd = open_regular(p, os.O_RDONLY, follow=True)
+    except (OSError, BookError):
+        return True
+    try:
+        size = os.fstat(fd).st_size
+        if size <= HEADER_SIZE:
+            return False
+        try:
+            layout = identify_fd(fd, p, epoch_says_vere(os.path.dirname(p) or "."))
+        except BookError:
+            return True
+        return layout != "vere" or size > VERE_DEEDS_START
+    finally:
+        os.close(fd)

@@ -53,6 +53,21 @@ def epoch_of_directory(directory: str | os.PathLike) -> int | None:
 #: The runtime's writer lock, ``<pier>/VERE_LOCK_NAME``: a PID, fcntl-locked on byte 0.
 VERE_LOCK_NAME: Final = ".vere.lock"
 
+#: ``<epoch>/EPOC_NAME``: the epoch's format as ASCII digits (vere writes no newline).
+EPOC_NAME: Final = "epoc.txt"
+#: What every vere means by these: an LMDB epoch (``data.mdb``).
+EPOC_LMDB: Final = (b"1", b"2")
+#: A Book epoch (``book.log``) on vere's ``ml/book``, an LMDB epoch with ram events on
+#: ``ml/bob``: only the files can say which (``docs/format.md``, "Identifying an epoch").
+EPOC_EITHER: Final = b"3"
+#: An LMDB epoch's environment file.
+LMDB_DATA_NAME: Final = "data.mdb"
+#: LMDB's magic, a u32 at byte 16 of each of its two meta pages (page 0, and page 1 one
+#: page size further on); bookfs looks for page 1 at these page sizes.
+LMDB_MAGIC: Final = 0xBEEFC0DE
+LMDB_MAGIC_OFFSET: Final = 16
+LMDB_PAGE_SIZES: Final = (4096, 8192, 16384, 65536)
+
 FILE_MODE: Final = 0o644
 
 # --- book.log header -----------------------------------------------------------------------

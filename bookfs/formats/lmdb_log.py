@@ -1,7 +1,8 @@
 """Read-only access to an LMDB epoch: the event store every running ship has today.
 
-An LMDB epoch is a directory (``<pier>/.urb/log/0i<N>/``, ``epoc.txt`` 1 or 2) holding
-``data.mdb`` and ``lock.mdb`` (``reference-formats.md`` §3)::
+An LMDB epoch is a directory (``<pier>/.urb/log/0i<N>/``, ``epoc.txt`` 1 or 2, or 3 as
+vere's ``ml/bob`` writes it, with ram events and the tables ``BLOBS`` and ``LEASES``
+besides) holding ``data.mdb`` and ``lock.mdb`` (``reference-formats.md`` §3)::
 
     database EVENTS (MDB_INTEGERKEY): key = event number as 8 bytes LE -> mug ++ jam
     database META:                    key = b"version" | b"who" | b"fake" | b"life"
@@ -86,6 +87,31 @@ def _open_db(env, directory: str, name: bytes, *, integerkey: bool = False):
     except lmdb.Error as e:
         raise FormatError(f"{os.path.join(directory, DATA_NAME)}: cannot open database "
                           f"{name.decode()}: {e}") from None
+
+
+def event_count(directory: str) -> int:
+    """Entries in the ``EVENTS`` database of the LMDB environment in ``directory``; 0 when
+    it has none (vere's roll writes ``META`` before the first event creates ``EVENTS``).
+    Opened read-only without the lock file: nothing is created or changed.
+    :class:`FormatError` when it is not an LMDB environment (or already open here)."""
+    env = _open_env(directory)
+    try:
+        db = _open_db(env, directory, EVENTS_DB)
+        if db is None:
+            return 0
+        with env.begin(db=db) as txn:
+            return txn.stat(db)["entries"]
+    finally:
+        env.close()
+
+
+def _same_file(a: str, b: str) -> bool:
+    """True when paths ``a`` and ``b`` name one file (a hard link); False if either is
+    missing."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _meta_value(path: str, key: str, raw: bytes | None) -> bytes:
@@ -183,6 +209,11 @@ class LmdbLog(PublishedView):
                                                                str | None]:
         if meta_from is not None:
             d = os.fspath(meta_from)
+            if _same_file(os.path.join(d, DATA_NAME), os.path.join(directory, DATA_NAME)):
+                # one environment under two names (vere's migration hard-links the pier's
+                # data.mdb into 0i0/, pkg/vere/disk.c _disk_migrate_epoc): the lmdb
+                # binding refuses to open it twice, so read it through ``env``
+                return read_meta_db(directory, env), os.path.join(d, DATA_NAME)
             return read_meta_db(d), os.path.join(d, DATA_NAME)
         own = read_meta_db(directory, env)
         if own is not None:
@@ -239,7 +270,8 @@ class LmdbLog(PublishedView):
 
     @property
     def epoc(self) -> int:
-        """The epoch format from ``epoc.txt`` (1 or 2), 1 when the file is absent."""
+        """The epoch format from ``epoc.txt`` (1 or 2; 3 from ``ml/bob``), 1 when the file
+        is absent."""
         try:
             with open(os.path.join(self.directory, "epoc.txt"), "rb") as f:
                 return int(f.read(16).strip() or b"1")

@@ -4,8 +4,13 @@ A pier keeps its events in epochs (``reference-formats.md`` §3)::
 
     <pier>/.urb/log/data.mdb        top-level LMDB: only the META database
     <pier>/.urb/log/0i<N>/          epoch N: events N+1 .. M; the next epoch is 0i<M>
-        epoc.txt                    1 or 2 = LMDB (data.mdb), 3 = Book (book.log, meta.bin)
+        epoc.txt                    1 or 2 = LMDB (data.mdb); 3 = Book (book.log, meta.bin)
+                                    on vere's ml/book, LMDB with ram events on ml/bob
     <pier>/.vere.lock               the runtime's lock (fcntl F_SETLK on byte 0)
+
+An epoch is identified by what its files hold (:func:`epoch_kind`), with ``epoc.txt`` as a
+cross-check; :func:`identify` applies the same rule to any directory it is given, so every
+tool (``open_source``, ``recovery_for``, fsck, info, the mount) sees one answer.
 
 :class:`Pier` implements :class:`bookfs.formats.eventlog.EventLog` over them: one numbering across
 all epochs (the oldest may start after event 1, after a *chop*), routed to the right epoch
@@ -45,12 +50,20 @@ from bookfs.formats.logbase import LogMixin
 from bookfs.errors import BookError, ContiguityError, FormatError, NoSuchEvent, ReadOnly
 from bookfs.formats.eventlog import EventLog
 from bookfs.formats.fileio import open_regular
-from bookfs.formats.layout import EPOCH_NAME, LOG_NAME, PIER_LOG_DIR, VERE_LOCK_NAME
+from bookfs.formats.layout import (
+    EPOC_EITHER,
+    EPOC_LMDB,
+    EPOC_NAME,
+    EPOCH_NAME,
+    LMDB_DATA_NAME,
+    LOG_NAME,
+    PIER_LOG_DIR,
+    VERE_LOCK_NAME,
+)
 from bookfs.types import EventNum
 
 LOG_DIR = PIER_LOG_DIR
 LOCK_NAME = VERE_LOCK_NAME  # kept for importers; lock.lock_path_for finds it from any path
-EPOC_NAME = "epoc.txt"
 
 
 
@@ -91,12 +104,14 @@ def open_book_dir(directory: str, writable: bool = False, *,
 
 
 def identify(path: str | os.PathLike) -> tuple[str, str]:
-    """``(kind, directory)`` for what ``path`` is, by the files present and, for a Book
-    directory, its layout (:func:`bookfs.formats.detect.detect_layout`): ``pier`` (has ``.urb/log/``,
-    or is that ``.urb/log`` directory; the pier's directory is returned), ``vere`` or
-    ``uip`` (has ``book.log``), ``lmdb`` (has ``data.mdb``).  Anything else raises
-    :class:`FormatError` (or :class:`BookError` for a missing directory); nothing is
-    modified.  :func:`open_source` and :func:`~bookfs.formats.pier_recovery.recovery_for` both decide by this."""
+    """``(kind, directory)`` for what ``path`` is: ``pier`` (has ``.urb/log/``, or is that
+    ``.urb/log`` directory; the pier's directory is returned), ``vere`` or ``uip`` (a Book
+    directory, its layout by :func:`bookfs.formats.detect.detect_layout`), ``lmdb`` (an LMDB
+    epoch).  Which store a directory holds is :func:`store_kind`'s answer (by the files'
+    contents, ``epoc.txt`` a cross-check), the one :func:`list_epochs` gives a pier's
+    epochs.  Anything else raises :class:`FormatError` (or :class:`BookError` for a missing
+    directory); nothing is modified.  :func:`open_source` and
+    :func:`~bookfs.formats.pier_recovery.recovery_for` both decide by this."""
     p = os.fspath(path)
     if is_pier(p):
         return "pier", p
@@ -104,18 +119,17 @@ def identify(path: str | os.PathLike) -> tuple[str, str]:
     if (os.path.basename(norm) == "log" and os.path.basename(os.path.dirname(norm)) == ".urb"
             and os.path.isdir(norm)):
         return "pier", os.path.dirname(os.path.dirname(norm))
-    if os.path.lexists(os.path.join(p, LOG_NAME)):
+    kind = store_kind(p)
+    if kind == "book":
         from bookfs.formats.detect import detect_layout
 
         return detect_layout(os.path.join(p, LOG_NAME)), p
-    from bookfs.formats.lmdb_log import is_lmdb_dir
-
-    if is_lmdb_dir(p):
+    if kind == "lmdb":
         return "lmdb", p
     if not os.path.isdir(p):
         raise BookError(f"{p}: no such directory")
     raise FormatError(f"{p}: not a pier (.urb/log/), a Book directory ({LOG_NAME}) "
-                      "or an LMDB epoch (data.mdb)")
+                      f"or an LMDB epoch ({LMDB_DATA_NAME})")
 
 
 def open_source(path: str | os.PathLike, writable: bool = False, *,
@@ -137,31 +151,90 @@ def open_source(path: str | os.PathLike, writable: bool = False, *,
     return LmdbLog.open(p, writable=writable)
 
 
-def epoch_kind(directory: str) -> str:
-    """``lmdb`` or ``book`` for an epoch directory, from its ``epoc.txt`` (1 or 2: LMDB,
-    3: Book), or from the files present when ``epoc.txt`` is missing."""
+def read_epoc(directory: str) -> bytes | None:
+    """What ``epoc.txt`` in ``directory`` says (its bytes, whitespace stripped), or
+    ``None`` when there is none."""
     path = os.path.join(directory, EPOC_NAME)
     try:
         fd = open_regular(path, os.O_RDONLY, follow=True)
-    except FileNotFoundError:
-        text = None
-    else:
-        try:
-            text = os.pread(fd, 64, 0).strip()
-        finally:
-            os.close(fd)
-    if text is None:
-        if os.path.exists(os.path.join(directory, LOG_NAME)):
-            return "book"
-        if os.path.exists(os.path.join(directory, "data.mdb")):
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        return os.pread(fd, 64, 0).strip()
+    finally:
+        os.close(fd)
+
+
+def store_kind(directory: str | os.PathLike) -> str | None:
+    """``"book"`` or ``"lmdb"``: the store ``directory`` holds, by what its files hold;
+    ``None`` when it holds neither ``book.log`` nor ``data.mdb`` and has no ``epoc.txt``.
+    Reads only (an LMDB environment is opened read-only, without its lock file).
+
+    ``epoc.txt`` is a cross-check, never the whole answer: 1 and 2 mean LMDB in every
+    vere, 3 means ``book.log`` on vere's ``ml/book`` and LMDB (ram events) on ``ml/bob``
+    (``docs/format.md``, "Identifying an epoch").
+
+    * ``book.log`` alone: Book; refused (one line, :class:`FormatError`) beside
+      ``epoc.txt`` 1 or 2, which no vere writes.
+    * ``data.mdb`` alone: LMDB, whatever ``epoc.txt`` says; only a ``data.mdb`` that is
+      not an LMDB environment beside ``epoc.txt`` 3 decides nothing, and is Book as
+      ``epoc.txt`` said before (the Book engine then refuses the missing ``book.log``).
+    * Both: LMDB beside ``epoc.txt`` 1 or 2 (every vere reads ``data.mdb`` there).  Beside
+      3 or no ``epoc.txt``, Book (``ml/book`` reads ``book.log``), unless ``book.log``'s
+      bytes hold no event while ``data.mdb``'s ``EVENTS`` holds some: the empty
+      ``book.log`` that ``ml/book`` creates when it opens an LMDB epoch, whose events are
+      in ``data.mdb`` (as ``ml/bob`` reads them).
+    * Neither, with an ``epoc.txt``: refused (one line).
+    * ``epoc.txt`` other than 1, 2 or 3: refused (one line), as vere refuses it."""
+    d = os.fspath(directory)
+    epoc = read_epoc(d)
+    if epoc is not None and epoc not in (*EPOC_LMDB, EPOC_EITHER):
+        raise FormatError(f"{os.path.join(d, EPOC_NAME)}: epoch format {epoc[:20]!r}, "
+                          "expected 1, 2 (LMDB) or 3 (Book, or LMDB with ram events)")
+    log_path = os.path.join(d, LOG_NAME)
+    mdb_path = os.path.join(d, LMDB_DATA_NAME)
+    has_book = os.path.lexists(log_path)
+    has_mdb = os.path.isfile(mdb_path)
+    from bookfs.formats.detect import book_log_holds_events, is_lmdb_file
+
+    said = epoc.decode() if epoc is not None else None
+    if has_book and has_mdb:
+        if epoc in EPOC_LMDB:
             return "lmdb"
-        raise FormatError(f"{directory}: no {EPOC_NAME}, {LOG_NAME} or data.mdb "
-                          "(not an epoch)")
-    if text in (b"1", b"2"):
-        return "lmdb"
-    if text == b"3":
+        if is_lmdb_file(mdb_path) and not book_log_holds_events(log_path):
+            from bookfs.formats.lmdb_log import event_count
+
+            if event_count(d):
+                return "lmdb"
         return "book"
-    raise FormatError(f"{path}: epoch format {text[:20]!r}, expected 1, 2 (LMDB) or 3 (Book)")
+    if has_book:
+        if epoc in EPOC_LMDB:
+            raise FormatError(
+                f"{d}: found {LOG_NAME} and no {LMDB_DATA_NAME}, but {EPOC_NAME} says "
+                f"{said}, which means an LMDB epoch ({LMDB_DATA_NAME}); no vere writes "
+                f"that (a Book epoch says 3); refused, nothing was changed")
+        return "book"
+    if has_mdb:
+        if epoc == EPOC_EITHER and not is_lmdb_file(mdb_path):
+            return "book"
+        return "lmdb"
+    if epoc is not None:
+        raise FormatError(
+            f"{d}: {EPOC_NAME} says {said}, but there is neither {LOG_NAME} nor "
+            f"{LMDB_DATA_NAME} (expected {LMDB_DATA_NAME}"
+            f"{'' if epoc in EPOC_LMDB else f' or {LOG_NAME}'}; a roll cut short leaves "
+            "this); refused, nothing was changed")
+    return None
+
+
+def epoch_kind(directory: str) -> str:
+    """``lmdb`` or ``book`` for an epoch directory: :func:`store_kind`, which decides by
+    the files' contents and uses ``epoc.txt`` as a cross-check."""
+    kind = store_kind(directory)
+    if kind is None:
+        raise FormatError(f"{directory}: no {EPOC_NAME}, {LOG_NAME} or {LMDB_DATA_NAME} "
+                          "(not an epoch)")
+    return kind
 
 
 def list_epochs(log_dir: str) -> tuple[list[tuple[int, str]], list[str]]:
