@@ -116,8 +116,10 @@ def _open_damage(log) -> list[str]:
 
 def cmd_verify(args) -> int:
     from bookfs.formats.pier import open_source
-    from bookfs.formats.recovery import CheckReport, check_mugs
+    from bookfs.formats.recovery import MUGS_NOTE, CheckReport, bob_dir_for, check_nouns
 
+    if args.mugs:
+        print(f"bookfs verify: note: {MUGS_NOTE}", file=sys.stderr)
     with open_source(args.path) as log:
         what = {"book-v1": "every CRC checks", "vere-book": "every deed frames and the "
                 "newest batch's CRC checks", "lmdb": "every event reads"}
@@ -131,19 +133,25 @@ def cmd_verify(args) -> int:
         damaged = _open_damage(log)
         for line in damaged:
             print(line)
-        mugs = None
-        if args.mugs:
-            mugs = CheckReport(log.directory, log.format)
-            with _progress_bar(log.log_bytes, "mugs") as bar:
-                check_mugs(log, mugs, progress=bar.update)
-            for p in mugs.problems:
-                print(f"mug mismatch: {p.message}")
-        if bad or damaged or (mugs is not None and mugs.problems):
+        nouns = None
+        if args.nouns or args.mugs:
+            nouns = CheckReport(log.directory, log.format)
+            with _progress_bar(log.log_bytes, "nouns") as bar:
+                check_nouns(log, nouns, bob_dir=bob_dir_for(log.directory),
+                            progress=bar.update)
+            for p in nouns.problems:
+                print(p.message)
+        if nouns is not None:
+            k = len(nouns.problems)
+            print(f"nouns: {nouns.nouns_checked} events decode-checked "
+                  f"({nouns.nouns_ram} in the ram encoding); "
+                  + (f"{k} do not decode (reported only: nothing was repaired or cut)"
+                     if k else "every one decodes"))
+        if bad or damaged or (nouns is not None and nouns.problems):
             return 1
         said = "; ".join(what.get(k, k) for k in kinds)
-        if mugs is not None:
-            said += (f"; {mugs.mugs_checked} mugs match their nouns"
-                     f" ({mugs.mugs_unset} unset, mug 0)")
+        if nouns is not None:
+            said += "; every event decodes"
         print(f"{log.format}: {log.count} events, {log.log_bytes:,} bytes: {said}")
     return 0
 
@@ -249,13 +257,18 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("verify", help="check every event of a log", description=(
         "Read the whole log (a Book directory in either layout, an LMDB epoch or a pier) and "
         "check every event as its format allows: the UIP layout's CRCs; vere's framing and "
-        "newest batch CRC; LMDB reads.  --mugs also cues every event and compares its "
-        "stored mug with the noun's mug (mug 0 is unset and skipped). Exit 1 on any "
-        "failure."))
+        "newest batch CRC; LMDB reads.  --nouns also decodes every event (a jam that cues "
+        "completely and exactly, or vere's ram encoding) and lists each one that does not, "
+        "with the byte of its payload where parsing failed; nothing is repaired.  --mugs "
+        "is accepted as --nouns: a stored mug is the mug of Arvo's state after the event, "
+        "which only a replay of the ship can check.  Exit 1 on any failure."))
     s.add_argument("path", type=cliargs.existing_dir,
                    help="a pier, a Book directory or an LMDB epoch")
+    s.add_argument("--nouns", action="store_true",
+                   help="also decode every event and list each that does not decode")
     s.add_argument("--mugs", action="store_true",
-                   help="also check every event's mug against its cued jam")
+                   help="the same as --nouns (a stored mug cannot be checked without "
+                        "replaying the ship)")
     add_index_arguments(s)
     s.set_defaults(func=cmd_verify)
 

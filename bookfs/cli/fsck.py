@@ -6,9 +6,14 @@ first, by the same detection the mount uses; an unknown or mismatched layout is 
 and nothing is touched.  Each format fills in the same ladder:
 
 check      read-only: every problem with its byte offset (headers, meta.bin, framing, CRCs
-           or batch CRCs, torn tails, bytes that are not committed deeds); with --mugs,
-           also every event's mug against its cued jam (the only check of an old payload
-           in vere's layout, which has no CRC per deed).
+           or batch CRCs, torn tails, bytes that are not committed deeds); with --nouns,
+           also every event decoded: a jam that cues completely and exactly, or vere's
+           ram encoding (bob atoms from the pier's .urb/bob), and every event that does
+           not decode listed with the byte of its payload where parsing failed (the only
+           check of an old payload in vere's layout, which has no CRC per deed, and in
+           LMDB).  It only reports: nothing is repaired or cut because an event does not
+           decode.  --mugs is accepted as --nouns: a stored mug is the mug of Arvo's state
+           after the event, which cannot be checked without replaying the ship.
 --repair   only what is safe for the format, saying each thing done.  UIP layout: cut a
            torn tail.  vere's layout: what a writable open does (roll back a batch that was
            never acknowledged, cut a torn tail, copy anything that may hold events to a
@@ -39,7 +44,7 @@ import sys
 from dataclasses import asdict
 
 from bookfs.errors import BookError, ReadOnly
-from bookfs.formats.recovery import CheckReport
+from bookfs.formats.recovery import MUGS_NOTE, CheckReport
 
 EXIT_CLEAN, EXIT_REPAIRED, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 4, 8
 
@@ -75,12 +80,21 @@ def _print_report(rep: CheckReport) -> None:
     for part in rep.parts:
         print(f"  {part.path}: {part.format}, events {part.first}..{part.last} "
               f"({part.events}), {len(part.all_problems())} problem(s)")
-    mugs = (f"; mugs: {rep.mugs_checked + sum(p.mugs_checked for p in rep.parts)} checked, "
-            f"{rep.mugs_unset + sum(p.mugs_unset for p in rep.parts)} unset (0)"
-            if rep.mugs_checked or rep.mugs_unset or any(p.mugs_checked for p in rep.parts)
-            else "")
     print(f"{rep.path} ({rep.format}): events {rep.first}..{rep.last} ({rep.events}), "
-          f"{len(rep.all_problems())} problem(s){mugs}")
+          f"{len(rep.all_problems())} problem(s){nouns_clause(rep)}")
+
+
+def nouns_clause(rep: CheckReport) -> str:
+    """``; nouns: N checked (R ram), K do not decode`` for a report made with --nouns
+    (its epochs' counts included), else empty."""
+    reps = [rep, *rep.parts]
+    checked = sum(r.nouns_checked for r in reps)
+    if not checked:
+        return ""
+    ram = sum(r.nouns_ram for r in reps)
+    bad = sum(1 for p in rep.all_problems() if p.kind == "noun")
+    return (f"; nouns: {checked} checked ({ram} ram), {bad} do not decode"
+            + (" (reported only: nothing is repaired or cut for it)" if bad else ""))
 
 
 def left_out_line(res: dict) -> str:
@@ -151,9 +165,12 @@ def run(args) -> int:
                          "directory (a salvage never writes into an existing log)")
     try:
         rec = recovery_for(args.source)
-        factor = 2 if args.mugs else 1
+        if args.mugs:
+            print(f"bookfs fsck: note: {MUGS_NOTE}", file=sys.stderr)
+        nouns = args.nouns or args.mugs
+        factor = 2 if nouns else 1
         with _progress_bar(factor * rec.size(), "fsck") as bar:
-            rep = rec.check(mugs=args.mugs, progress=bar.update)
+            rep = rec.check(mugs=nouns, progress=bar.update)
     except (BookError, OSError) as e:
         print(f"bookfs fsck: {e}", file=sys.stderr)
         return EXIT_ERROR
@@ -178,10 +195,13 @@ def run(args) -> int:
             if rep.clean and rec.writes:
                 print("nothing to repair")
             else:
-                after = rec.check(mugs=args.mugs)
+                after = rec.check(mugs=nouns)
                 if after.clean:
                     print("the log is clean")
                     code = EXIT_REPAIRED
+                elif all(p.kind == "noun" for p in after.all_problems()):
+                    print(f"{len(after.all_problems())} event(s) do not decode: reported "
+                          "only, nothing is repaired, cut or quarantined for that")
                 else:
                     print(f"{len(after.all_problems())} problem(s) remain: "
                           + ("only a torn tail is safe to cut in the UIP layout; "
@@ -216,8 +236,13 @@ def register(sub) -> None:
                    help="do the repairs that are safe for the format, and say what was done")
     s.add_argument("--salvage", metavar="OUT", type=dir_to_create,
                    help="write every recoverable event to a new log in OUT (new or empty)")
+    s.add_argument("--nouns", action="store_true",
+                   help="also decode every event (jam or ram) and list each that does not "
+                        "decode, with the byte where parsing failed (reported, never "
+                        "repaired)")
     s.add_argument("--mugs", action="store_true",
-                   help="also cue every event and compare its stored mug with the noun's")
+                   help="the same as --nouns (a stored mug is the mug of Arvo's state "
+                        "after the event: it cannot be checked without replaying the ship)")
     s.add_argument("--json", metavar="FILE", type=file_to_write,
                    help="also write the findings as JSON")
     s.set_defaults(func=run)

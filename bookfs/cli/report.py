@@ -1,8 +1,11 @@
 """``bookfs report SOURCE --out DIR``: a picture of a log.
 
 Reads every event once, in order, decoding only its head (date, wire, card tag:
-:func:`~bookfs.noun.peek_event` on the first :data:`HEAD_BYTES` of the jam), and writes to
-DIR:
+:func:`~bookfs.noun.peek_event` on the first :data:`HEAD_BYTES` of the jam or of vere's ram
+encoding), and checking that the whole payload is a noun
+(:func:`bookfs.noun.event.payload_problem`: the validating scanner for a jam, in slices,
+never building the noun; ``ram_decode`` for a ram event).  An event that is not a noun is
+counted as such (:data:`NOT_A_NOUN`), never as a boot event.  It writes to DIR:
 
 * ``events_over_time.png``: events per time bin, stacked by card tag (the bin is a day
   when the log spans weeks, down to a minute for a short one: about :data:`TARGET_BINS`
@@ -45,6 +48,7 @@ BIN_NAMES = {60: "minute", 300: "5 minutes", 900: "15 minutes", 3600: "hour",
 IMAGES = ("events_over_time.png", "sizes_over_time.png", "largest_events.png")
 DPI = 100
 UNDATED = "(boot)"  # the tag shown for events without a date
+NOT_A_NOUN = "(not a noun)"  # the tag shown for events whose payload does not decode
 
 
 @dataclass
@@ -54,6 +58,8 @@ class Stats:
     events: int = 0
     bytes: int = 0
     undated: int = 0
+    not_nouns: int = 0  # events whose payload does not decode (not counted as undated)
+    ram: int = 0  # events in vere's ram encoding
     first_date: int | None = None
     last_date: int | None = None
     bin_seconds: int = 86400
@@ -66,10 +72,15 @@ class Stats:
     seen_dated: int = 0
 
     def add(self, event: int, size: int, date: int | None, tag: str | None,
-            rng: random.Random) -> None:
+            rng: random.Random, *, noun: bool = True, ram: bool = False) -> None:
         self.events += 1
         self.bytes += size
-        label = UNDATED if date is None else (tag or "(no tag)")
+        self.ram += ram
+        if not noun:
+            self.not_nouns += 1
+            date = None
+        label = (NOT_A_NOUN if not noun else UNDATED if date is None
+                 else (tag or "(no tag)"))
         if label not in self.tags and len(self.tags) >= MAX_TAGS:
             label = "other"
         self.tags[label] += 1
@@ -79,7 +90,7 @@ class Stats:
         elif item > self.top[0]:
             heapq.heapreplace(self.top, item)
         if date is None:
-            self.undated += 1
+            self.undated += noun
             return
         if self.first_date is None or date < self.first_date:
             self.first_date = date
@@ -101,14 +112,23 @@ class Stats:
         return [(-e, s, t, d) for s, e, t, d in sorted(self.top, reverse=True)]
 
 
-def _head(source, event: int) -> tuple[int, int | None, str | None]:
-    """``(size, date, tag)`` of one event, reading only the start of its jam."""
+def _head(source, event: int, check: bool = False
+          ) -> tuple[int, int | None, str | None, bool, bool]:
+    """``(size, date, tag, noun, ram)`` of one event, reading only the start of its
+    payload, unless ``check``: then the whole payload is decode-checked (``noun`` is
+    False when it is not an event's; always True without ``check``)."""
+    from bookfs.noun.event import payload_problem
+
     size, pread, done = source.payload(event)
     try:
-        date, _, tag = peek_event(pread(4, HEAD_BYTES)) if size > 4 else (None, None, None)
+        head = pread(4, HEAD_BYTES) if size > 4 else b""
+        date, _, tag = peek_event(head) if head else (None, None, None)
+        ram = head[:5] == b"RAM\x00\x01"
+        noun = not check or payload_problem(size, pread, getattr(source, "bob_dir", None)
+                                            ) is None
     finally:
         done()
-    return size, date, tag
+    return size, date, tag, noun, ram
 
 
 def _bin_for(first: int | None, last: int | None) -> int:
@@ -141,8 +161,8 @@ def gather(source, progress=None) -> Stats:
         stats.max_bin = int((end - stats.origin) // stats.bin_seconds)
     rng = random.Random(0)
     for event in range(first, last + 1):
-        size, date, tag = _head(source, event)
-        stats.add(event, size, date, tag, rng)
+        size, date, tag, noun, ram = _head(source, event, check=True)
+        stats.add(event, size, date, tag, rng, noun=noun, ram=ram)
         if progress is not None:
             progress(1)
     return stats
@@ -237,6 +257,9 @@ def _html(stats: Stats, source_name: str, span: tuple[int, int]) -> str:
         ("first date", date_cell(stats.first_date)),
         ("last date", date_cell(stats.last_date)),
         ("events without a date", f"{stats.undated:,} (boot)"),
+        ("events that are not nouns", f"{stats.not_nouns:,} (their payload does not decode:"
+                                      " see bookfs verify --nouns)"),
+        ("events in the ram encoding", f"{stats.ram:,} (vere ml/bob)"),
         ("card tags", ", ".join(f"{t} {n:,}" for t, n in stats.tags.most_common())),
     ]
     rows = "\n".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in summary)
@@ -300,7 +323,9 @@ def run(args) -> int:
     _plots(stats, out)
     with open(os.path.join(out, "index.html"), "w") as f:
         f.write(_html(stats, os.path.abspath(args.source), span))
-    print(f"bookfs report: {stats.events:,} events, {human_size(stats.bytes)}; wrote "
+    bad = (f", {stats.not_nouns:,} of them not nouns (see bookfs verify --nouns)"
+           if stats.not_nouns else "")
+    print(f"bookfs report: {stats.events:,} events, {human_size(stats.bytes)}{bad}; wrote "
           f"{os.path.join(out, 'index.html')} and {len(IMAGES)} images")
     return 0
 

@@ -2,7 +2,11 @@
 
 For each event: its number, date, wire and card tag, its size and mug, and the noun in the
 dojo's notation (:mod:`bookfs.noun.render`).  A ship event ``[date [wire card]]`` shows the card
-as its noun; any other event (the lifecycle nouns a pill boots with) shows the whole noun.
+as its noun; any other event shows the whole noun (a lifecycle event of the boot when it is
+among the log's first ``life`` events).  A payload that is not a noun (no jam that cues
+exactly, no valid ram encoding) is one ``error:`` line: the event, the byte of its payload
+where parsing failed, and why.  Events in vere's ram encoding are decoded too (bob atoms
+from the pier's ``.urb/bob``; a missing bob file is shown as a reference and said so).
 
 SOURCE is a bookfs mount (its ``events/N`` files are read) or any log
 :func:`~bookfs.formats.pier.open_source` opens (a pier, a Book directory, an LMDB epoch).
@@ -31,6 +35,13 @@ from bookfs.noun.render import DEFAULT
 # --- sources -----------------------------------------------------------------------------
 
 
+def _bob_dir(path: str | None) -> str | None:
+    """The ``.urb/bob`` of the pier the source is in (ram events' bob atoms), if any."""
+    from bookfs.formats.recovery import bob_dir_for
+
+    return bob_dir_for(path)
+
+
 class _MountSource:
     """A bookfs mount: ``events/N`` files, ``info`` and ``meta/who``."""
 
@@ -39,6 +50,8 @@ class _MountSource:
         with open(os.path.join(path, "info")) as f:
             fields = {"first": "0", "last": "0", **parse_info(f.read())}
         self.range = int(fields["first"]), int(fields["last"])
+        self.life = int(fields["life"]) if fields.get("life", "").isdigit() else None
+        self.bob_dir = _bob_dir(fields.get("path"))
         try:
             with open(os.path.join(path, "meta", "who"), "rb") as f:
                 self.who = int.from_bytes(f.read(), "little")
@@ -66,8 +79,10 @@ class _LogSource:
         self.range = self.log.gulf()
         try:
             self.who = int.from_bytes(self.log.read_meta("who"), "little")
+            self.life = int.from_bytes(self.log.read_meta("life"), "little")
         except MetaAbsent:
-            self.who = None
+            self.who = self.life = None
+        self.bob_dir = _bob_dir(self.log.directory)
 
     def payload(self, event: int) -> tuple[int, Pread, Callable[[], None]]:
         size = self.log.payload_size(event)
@@ -132,7 +147,8 @@ def run(args) -> int:
             size, pread, done = source.payload(event)
             try:
                 for piece in event_text(event, size, pread, limits=limits, who=source.who,
-                                        as_json=args.json):
+                                        as_json=args.json, life=source.life,
+                                        bob_dir=source.bob_dir):
                     out.write(piece)
             finally:
                 done()

@@ -13,9 +13,10 @@ from bookfs.formats.salvage import LeftOut, SalvageBatch
 
 class LmdbRecovery(recovery.Recovery):
     """``check`` reads an LMDB epoch through :class:`LmdbLog` (contiguous keys from
-    ``N + 1``, ``MDB_INTEGERKEY``, every value readable; optionally every mug).  bookfs never
-    writes LMDB, so ``repair`` refuses (:class:`ReadOnly`).  ``salvage`` copies every event
-    that reads into a new vere-layout Book log with the same epoch base."""
+    ``N + 1``, ``MDB_INTEGERKEY``, every value readable; optionally every event
+    decode-checked).  bookfs never writes LMDB, so ``repair`` refuses (:class:`ReadOnly`).
+    ``salvage`` copies every event that reads into a new vere-layout Book log with the
+    same epoch base."""
 
     kind = "lmdb"
     writes = False
@@ -40,7 +41,7 @@ class LmdbRecovery(recovery.Recovery):
             rep.first, rep.last = lg.gulf()
             rep.events = lg.count
             if mugs:
-                recovery.check_mugs(lg, rep, progress=progress)
+                recovery.check_nouns(lg, rep, bob_dir=self.bob_dir, progress=progress)
         return rep
 
     def repair(self, report: recovery.CheckReport) -> list[str]:

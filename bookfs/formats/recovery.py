@@ -19,7 +19,7 @@ The rules (``docs/format.md`` states them for users):
 Here are those checks of UIP deeds, the reports an open and ``bookfs fsck`` make
 (:class:`RecoveryReport`, :class:`CheckReport`), and the ladder every format fills in
 (:class:`Recovery`: check → repair → salvage; :class:`BookDirRecovery` for the two Book
-layouts), with the steps they share (``meta.bin``, mugs, quarantine).  Each format's ladder
+layouts), with the steps they share (``meta.bin``, the noun check, quarantine).  Each format's ladder
 is beside its engine (``book_recovery.py``, ``vere_recovery.py``, ``lmdb_recovery.py``,
 ``pier_recovery.py``); what a salvage writes is ``salvage.py``.
 """
@@ -287,13 +287,15 @@ def quarantine(dir_fd_path: str, fd: int, off: int, size: int) -> str:
 @dataclass
 class Problem:
     """One finding.  ``kind``: header | slot | meta | crc | framing | torn-tail | garbage |
-    rollback | mug | read | chain.  ``offset`` is a byte offset in ``path`` (the log)."""
+    rollback | noun | read | chain.  ``offset`` is a byte offset in ``path`` (the log)."""
 
     kind: str
     offset: int | None
     message: str
     event: int | None = None
     path: str | None = None
+    #: ``noun`` problems: the byte of the event's payload where parsing failed
+    payload_offset: int | None = None
 
 
 @dataclass
@@ -310,8 +312,8 @@ class CheckReport:
     events: int = 0
     problems: list[Problem] = field(default_factory=list)
     repairs: list[str] = field(default_factory=list)
-    mugs_checked: int = 0
-    mugs_unset: int = 0
+    nouns_checked: int = 0  # events decode-checked (``--nouns``)
+    nouns_ram: int = 0  # of which in vere's ram encoding
     parts: list["CheckReport"] = field(default_factory=list)
     state: object = field(default=None, repr=False)
 
@@ -342,6 +344,8 @@ class Recovery:
         self.path = os.fspath(path)
         #: the caller holds the pier's ``.vere.lock``: repairs skip the epoch's own lock
         self.pier_locked = pier_locked
+        #: the pier's ``.urb/bob`` (bob atoms of ram events), when ``path`` is in a pier
+        self.bob_dir = bob_dir_for(self.path)
 
     def size(self) -> int:
         """Bytes ``check`` reads (for a progress bar)."""
@@ -352,6 +356,8 @@ class Recovery:
         raise NotImplementedError
 
     def check(self, *, mugs: bool = False, progress=None) -> CheckReport:
+        """Read-only: every problem with its offset.  ``mugs`` (``--nouns``, and its alias
+        ``--mugs``): also decode-check every event (:func:`check_nouns`)."""
         raise NotImplementedError
 
     def repair(self, report: CheckReport) -> list[str]:
@@ -383,9 +389,9 @@ class Recovery:
 
     # shared steps ------------------------------------------------------------------------
 
-    def _check_mugs(self, rep: CheckReport, progress=None) -> None:
+    def _check_nouns(self, rep: CheckReport, progress=None) -> None:
         with self.open_log() as lg:
-            check_mugs(lg, rep, progress=progress)
+            check_nouns(lg, rep, bob_dir=self.bob_dir, progress=progress)
 
 
 class BookDirRecovery(Recovery):
@@ -406,11 +412,12 @@ class BookDirRecovery(Recovery):
 
     def _finish_check(self, rep: CheckReport, mugs: bool, progress) -> CheckReport:
         """``check``'s last steps: each problem names the log unless it names another
-        file (``meta.bin``); then, when ``mugs``, every mug is checked."""
+        file (``meta.bin``); then, when ``mugs`` (``--nouns``), every event is
+        decode-checked."""
         for p in rep.problems:
             p.path = p.path or self.log_path
         if mugs:
-            self._check_mugs(rep, progress)
+            self._check_nouns(rep, progress)
         return rep
 
     @contextlib.contextmanager
@@ -425,53 +432,85 @@ class BookDirRecovery(Recovery):
                 lock.release()
 
 
-def payload_mug_problem(event: int, payload) -> tuple[str, str | None]:
-    """``("ok"|"unset"|"bad", message)`` for one payload (``mug ++ jam``): the stored mug
-    must equal ``noun.mug`` of the cued jam.  A stored mug of 0 is *unset* (boot events
-    carry mug 0, and a real mug is never 0), so it is counted, not compared."""
-    from bookfs.noun import CueError, cue, mug
+#: what ``--mugs`` says, once, now that it means ``--nouns`` (``verify`` and ``fsck``)
+MUGS_NOTE = ("--mugs is --nouns: an event's stored mug is the mug of Arvo's state after "
+             "the event, not of the event's noun, so it cannot be checked without replaying "
+             "the ship; every event is decode-checked instead")
+
+#: payloads up to this are read whole to be decode-checked; larger ones in slices
+NOUN_WHOLE = 16 << 20
+
+
+def bob_dir_for(path: str | None) -> str | None:
+    """The ``.urb/bob`` directory of the pier ``path`` belongs to (``path`` being the pier,
+    its ``.urb/log`` or an epoch ``.urb/log/0iN``), or None when ``path`` is in no pier.
+    Bob atoms of ram events (vere ``ml/bob``) live there."""
+    if not path:
+        return None
+    p = os.path.abspath(os.fspath(path))
+    for _ in range(3):
+        if os.path.isdir(os.path.join(p, ".urb", "log")):
+            return os.path.join(p, ".urb", "bob")
+        if os.path.basename(p) == ".urb" and os.path.isdir(os.path.join(p, "log")):
+            return os.path.join(p, "bob")
+        p = os.path.dirname(p)
+    return None
+
+
+def payload_noun_problem(payload, bob_dir: str | None = None
+                         ) -> tuple[int | None, str] | None:
+    """None when ``payload`` is an event's: a 4-byte mug, then a jam that cues completely
+    and exactly (:func:`bookfs.noun.scan`, no noun built) or vere's ram encoding
+    (:func:`bookfs.noun.ram.ram_decode`, bob atoms read from ``bob_dir`` when there).
+    Otherwise ``(byte offset in the payload where parsing failed, why)``; the offset is
+    None for a bob file that is present but wrong (the event's bytes are fine).
+    :func:`bookfs.noun.event.payload_problem` decides, for ``show`` and ``pretty/`` too.
+
+    The stored mug is not compared with anything: it is the mug of Arvo's state after
+    the event (vere's ``mars.c``), which only a replay of the ship can check."""
+    from bookfs.noun.event import payload_problem
 
     mv = memoryview(payload)
-    stored = int.from_bytes(mv[:4], "little")
-    if stored == 0:
-        return "unset", None
-    try:
-        noun = cue(mv[4:])
-    except CueError as e:
-        return "bad", f"event {event}: its jam does not cue ({e})"
-    got = mug(noun)
-    if got != stored:
-        return "bad", f"event {event}: stored mug {stored:#010x}, the noun's mug is {got:#010x}"
-    return "ok", None
+    return payload_problem(len(mv), lambda off, n: mv[off:off + n], bob_dir)
 
 
-def check_mugs(lg, rep: CheckReport, *, progress=None) -> None:
-    """Cue every readable event of the open log ``lg`` and compare its stored mug with
-    the noun's (:func:`payload_mug_problem`); adds ``mug`` problems to ``rep``.  Events
-    the format itself refuses (a CRC or framing failure) are skipped: ``check`` reports
-    them already."""
+def check_nouns(lg, rep: CheckReport, *, bob_dir: str | None = None, progress=None) -> None:
+    """Decode-check every readable event of the open log ``lg``
+    (:func:`payload_noun_problem`); adds a ``noun`` problem to ``rep`` for each event that
+    does not decode, naming the byte where parsing failed, and counts the events checked
+    (``rep.nouns_checked``, ``rep.nouns_ram``).  Events the format itself refuses (a CRC
+    or framing failure) are skipped: ``check`` reports them already.  Read-only: nothing
+    is repaired or cut because an event does not decode."""
     from bookfs.errors import CorruptDeed
+    from bookfs.noun.event import not_a_noun, payload_problem
+    from bookfs.noun.ram import is_ram
 
     if not lg.count:
         return
+    path = getattr(lg, "log_path", None) or getattr(lg, "data_path", None) or lg.directory
     first, last = lg.gulf()
     for event in range(first, last + 1):
         try:
-            payload = lg.read(event)
+            size = lg.payload_size(event)
+            if size > NOUN_WHOLE:  # checked by the format, then read in slices
+                lg.verify_event(event)
+                ram = is_ram(lg.read_slice(event, 4, 5))
+                found = payload_problem(size, lambda off, n: lg.read_slice(event, off, n),
+                                        bob_dir)
+            else:
+                mv = memoryview(lg.read(event))
+                size = len(mv)
+                ram = is_ram(mv[4:9])
+                found = payload_problem(size, lambda off, n: mv[off:off + n], bob_dir)
         except CorruptDeed:
             continue
-        what, msg = payload_mug_problem(event, payload)
-        if what == "unset":
-            rep.mugs_unset += 1
-        else:
-            rep.mugs_checked += 1
-            if what == "bad":
-                rep.problems.append(Problem("mug", None, msg, event=event,
-                                            path=getattr(lg, "log_path", lg.directory)))
+        rep.nouns_ram += ram
+        rep.nouns_checked += 1
+        if found is not None:
+            rep.problems.append(Problem("noun", None, not_a_noun(event, found), event=event,
+                                        path=path, payload_offset=found[0]))
         if progress is not None:
-            progress(len(payload))
-
-
+            progress(size)
 
 
 def check_meta_file(directory: str, rep: CheckReport) -> bool:

@@ -233,7 +233,7 @@ class VereRecovery(recovery.BookDirRecovery):
           commits), the damaged bytes, and payloads under 4 bytes go byte for byte to
           ``salvage-left-out.bin``; ``past_committed_end`` counts the framed deeds past
           the committed end.  vere deeds carry no CRC, so check the payloads with
-          ``bookfs verify --mugs``."""
+          ``bookfs verify --nouns``."""
         from bookfs.formats.layout import META_FIELDS
 
         gaps: list[dict] = []
@@ -288,7 +288,7 @@ class VereRecovery(recovery.BookDirRecovery):
                     "note": ("the committed events, numbered from the epoch base "
                              f"{fir}; deeds that were never committed are only in "
                              f"{LEFT_OUT_NAME}; vere deeds carry no CRC, so check "
-                             "the payloads with `bookfs verify --mugs`"),
+                             "the payloads with `bookfs verify --nouns`"),
                 }
         finally:
             os.close(fd)

@@ -22,6 +22,7 @@ class _Peek:
     """Just enough of :func:`cue` to decode the first few nouns of a jam, on demand."""
 
     __slots__ = ("buf", "total", "memo", "budget")
+    ATOM_TAG = 1  # bits of an atom's tag: 1 in jam, 2 in ram
 
     def __init__(self, buf: bytes):
         self.buf, self.total, self.memo, self.budget = buf, len(buf) * 8, {}, _PEEK_MAX_NODES
@@ -58,7 +59,7 @@ class _Peek:
             raise CueError("noun too large to peek")
         kind = self.tag(pos)
         if kind == 0:
-            value, nxt = self.mat(pos + 1)
+            value, nxt = self.mat(pos + self.ATOM_TAG)
         elif kind == 2:
             ref, nxt = self.mat(pos + 2)
             if ref not in self.memo:
@@ -72,17 +73,38 @@ class _Peek:
         return value, nxt
 
 
+class _RamPeek(_Peek):
+    """The same over vere's ram bits (:mod:`bookfs.noun.ram`): 2-bit tags (``0`` atom,
+    ``1`` bob, ``2`` cell, ``3`` back-reference), positions counted after the 5-byte
+    header.  A bob (an atom stored outside the log) is never a date, wire or tag."""
+
+    __slots__ = ()
+    ATOM_TAG = 2
+
+    def tag(self, pos: int) -> int:
+        v = self.bits(pos, 2)
+        if v == 1:
+            raise CueError("a bob atom: not read by a peek")
+        return (0, None, 1, 2)[v]
+
+
 def peek_event(data: bytes | bytearray | memoryview
                ) -> tuple[int | None, str | None, str | None]:
     """``(date, wire, tag)`` of a jammed ``[date [wire [tag data]]]`` event, decoding only
-    the head of the noun: the data (which may be megabytes) is never cued.
+    the head of the noun: the data (which may be megabytes) is never cued.  ``data`` is
+    the payload after its 4-byte mug: a jam, or vere's ram encoding (``"RAM\\0"``,
+    version 1), whose head is read the same way.
 
     ``date`` is the @da atom (see :func:`da_to_datetime`), ``wire`` the path rendered as
     ``/a/b/c`` and ``tag`` the card's tag as text.  Anything that does not have that shape
     (lifecycle events, a date outside years 1..9999, a wire that is not a list of text
     knots, a tag that is not text, bad jam) gives ``(None, None, None)``.
     """
-    p = _Peek(bytes(data[:1 << 20]) if len(data) > 1 << 20 else bytes(data))
+    head = bytes(data[:1 << 20]) if len(data) > 1 << 20 else bytes(data)
+    if head[:5] == b"RAM\x00\x01":  # bookfs.noun.ram.RAM_HEADER (ram imports codec)
+        p: _Peek = _RamPeek(head[5:])
+    else:
+        p = _Peek(head)
     try:
         if p.tag(0) != 1:
             return None, None, None

@@ -155,7 +155,7 @@ def da_plausible(atom: int) -> bool:
 
 def knot_text(atom: int | BigAtom) -> str | None:
     """The text of an atom that is a knot (``a-z 0-9 - ~ . _``, not empty), else None."""
-    if isinstance(atom, BigAtom) or not atom or atom.bit_length() > 8 * CORD_MAX_BYTES:
+    if not isinstance(atom, int) or not atom or atom.bit_length() > 8 * CORD_MAX_BYTES:
         return None
     raw = atom.to_bytes((atom.bit_length() + 7) >> 3, "little")
     return raw.decode("ascii") if _KNOT.issuperset(raw) else None
@@ -196,7 +196,10 @@ def _edges(atom: int) -> BigAtom:
 
 def atom_text(atom: int | BigAtom, limits: Limits | None = DEFAULT,
               ships: frozenset[int] = frozenset()) -> str:
-    """One atom in the notation of the module docstring."""
+    """One atom in the notation of the module docstring (a ram event's bob atom whose
+    file is not present, a :class:`~bookfs.noun.ram.BobRef`, says so)."""
+    if not isinstance(atom, (int, BigAtom)):
+        return str(atom)
     if isinstance(atom, BigAtom) or atom.bit_length() > 8 * CORD_MAX_BYTES:
         if limits is None and not isinstance(atom, BigAtom):
             return "0x" + _dots(f"{atom:x}", 4)
@@ -221,7 +224,10 @@ def atom_text(atom: int | BigAtom, limits: Limits | None = DEFAULT,
 
 
 def atom_json(atom: int | BigAtom, limits: Limits | None = DEFAULT) -> str:
-    """One atom in the JSON form of the module docstring."""
+    """One atom in the JSON form of the module docstring (a missing bob atom:
+    ``{"bob": [mug, seq], "present": false}``)."""
+    if not isinstance(atom, (int, BigAtom)):
+        return json.dumps({"bob": [atom.mug, atom.seq], "present": False})
     if isinstance(atom, int) and (limits is None or atom.bit_length() <= 8 * CORD_MAX_BYTES):
         return str(atom) if atom < JSON_SAFE else f'"0x{atom:x}"'
     big = atom if isinstance(atom, BigAtom) else _edges(atom)

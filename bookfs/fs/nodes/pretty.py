@@ -144,10 +144,15 @@ class PrettyFiles(Kind):
         else:
             def pread(off: int, n: int) -> bytes:
                 return self.book.read_slice(event, off, n)
+        from bookfs.formats.recovery import bob_dir_for
+
         try:
             who = int.from_bytes(self.book.read_meta("who"), "little")
+            life = int.from_bytes(self.book.read_meta("life"), "little")
         except MetaAbsent:
-            who = None
+            who = life = None
+        bob_dir = bob_dir_for(self.book.directory)
         text = await trio.to_thread.run_sync(
-            lambda: "".join(event_text(event, size, pread, who=who)))
+            lambda: "".join(event_text(event, size, pread, who=who, life=life,
+                                       bob_dir=bob_dir)))
         return text.encode()
