@@ -7,8 +7,10 @@ The same functions as the pure-Python reference, :mod:`bookfs.noun.codec` (``jam
 results, byte for byte, mug for mug and verdict for verdict (``tests/test_noun_core.py``
 holds them equal); read those modules' docstrings for the definitions.  This module only
 says how it does it.  It is over 600 lines because it is one extension module: the bit
-reader, murmur3 and the growable arrays inline into cue's and the scanner's loops, which
-split across extension modules would become calls through Python's import machinery.
+reader, the node reader (a node's tag and length prefix, ``_read_node``, shared by ``cue``
+and the scanner), murmur3 and the growable arrays inline into cue's and the scanner's
+loops, which split across extension modules would become calls through Python's import
+machinery.
 
 * ``cue`` reads the bitstream with unaligned 64-bit loads, keeps every atom's and cell's
   start in a sorted array (back-references are found by binary search) and builds ints
@@ -534,33 +536,182 @@ cdef int64_t _find(const uint64_t* arr, uint64_t n, uint64_t key) noexcept nogil
     return -1
 
 
-cdef int _grow2(void** a, void** b, uint64_t* cap, uint64_t need) except -1:
-    """Grow the parallel arrays ``a`` (8-byte items) and ``b`` (pointers) to ``need``."""
+cdef struct _Input:
+    Py_buffer view
+    bint have_view        # view is held (release it with _close_input)
+    const uint8_t* p
+    uint64_t n
+
+
+cdef inline object _open_input(object data, _Input* inp):
+    """Point ``inp`` at the bytes of ``data``: its buffer, or for bytes (or what has no
+    simple buffer) a bytes object, which is returned for the caller to keep alive."""
+    inp.have_view = False
+    if type(data) is not bytes:
+        try:
+            PyObject_GetBuffer(data, &inp.view, PyBUF_SIMPLE)
+            inp.have_view = True
+        except (TypeError, ValueError, BufferError):
+            data = bytes(data)
+    if inp.have_view:
+        inp.p = <const uint8_t*>inp.view.buf
+        inp.n = <uint64_t>inp.view.len
+    else:
+        inp.p = <const uint8_t*>PyBytes_AS_STRING(data)
+        inp.n = <uint64_t>len(<bytes>data)
+    return data
+
+
+cdef inline void _close_input(_Input* inp):
+    if inp.have_view:
+        PyBuffer_Release(&inp.view)
+        inp.have_view = False
+
+
+cdef inline int _reserve(void** arr, uint64_t* cap, uint64_t need, size_t item,
+                         uint64_t least) except -1:
+    """Grow the array ``arr[0]`` of ``cap[0]`` items of ``item`` bytes to hold ``need``:
+    to twice its size, or ``need``, and at least ``least`` items.  Holds the GIL."""
     cdef uint64_t c = cap[0]
-    cdef void* pa
-    cdef void* pb
+    cdef void* p
     if need <= c:
         return 0
     c = c * 2 if c * 2 >= need else need
-    if c < 64:
-        c = 64
-    pa = PyMem_Realloc(a[0], c * 8)
-    if pa == NULL:
+    if c < least:
+        c = least
+    p = PyMem_Realloc(arr[0], c * item)
+    if p == NULL:
         raise MemoryError()
-    a[0] = pa
-    pb = PyMem_Realloc(b[0], c * sizeof(void*))
-    if pb == NULL:
-        raise MemoryError()
-    b[0] = pb
+    arr[0] = p
     cap[0] = c
     return 0
+
+
+cdef int _grow2(void** a, void** b, uint64_t* cap, uint64_t need) except -1:
+    """Grow the parallel arrays ``a`` (8-byte items) and ``b`` (pointers) to ``need``."""
+    cdef uint64_t bcap = cap[0]
+    _reserve(a, &bcap, need, 8, 64)
+    _reserve(b, cap, need, sizeof(void*), 64)
+    return 0
+
+
+# --------------------------------------------------------------------------- nodes
+
+cdef enum:
+    MAX_ZEROS = 64        # a length prefix this long: an atom of >= 2^63 bits
+    # failure codes (the reasons of bookfs.noun.scanner)
+    F_NONE = 0
+    F_TRUNCATED = 1
+    F_TOO_LARGE = 2
+    F_BAD_REF = 3
+    F_TRAILING = 4
+    N_CELL = 5            # not a failure: _read_node met a cell
+
+_REASON = {F_TRUNCATED: "truncated", F_TOO_LARGE: "too-large",
+           F_BAD_REF: "bad-reference", F_TRAILING: "trailing"}
+
+
+cdef struct _Node:
+    bint is_ref           # a back-reference, else an atom
+    uint64_t b            # its value's width in bits (a mat may carry leading zeros)
+    uint64_t start        # the absolute bit its value starts at
+    uint64_t end          # start + b, where the node ends (maybe past the input)
+    bint small            # the value was among the 64 bits read at the tag ...
+    uint64_t value        # ... and is this
+
+
+cdef inline int _read_node(const uint8_t* p, uint64_t nbytes, uint64_t base_bits,
+                           uint64_t avail, uint64_t tag, _Node* n) noexcept nogil:
+    """Read the tag and the length prefix (mat) of the node at absolute bit ``tag``, for
+    ``cue`` and the scanner: ``p`` holds ``nbytes`` bytes of the input from absolute bit
+    ``base_bits``, and the input fed is ``avail`` bits.  Returns F_NONE, an atom or a
+    back-reference, ``n`` filled in (the caller checks ``n.end`` against ``avail``);
+    N_CELL, a cell, whose head starts at ``tag + 2``; or F_TRUNCATED (the input ends
+    inside the tag or the length prefix) or F_TOO_LARGE (a prefix of 64 zero bits), to
+    be reported at ``tag``."""
+    cdef uint64_t win, kk, mat, window, width, c, b
+    if tag >= avail:
+        return F_TRUNCATED
+    win = _bits(p, nbytes, tag - base_bits, 64)  # zeros past the input
+    if not win & 1:
+        n.is_ref = False
+        kk = 1
+    else:
+        if tag + 1 >= avail:
+            return F_TRUNCATED
+        if not win & 2:
+            return N_CELL
+        n.is_ref = True
+        kk = 2
+    mat = tag + kk
+    window = win >> kk
+    n.small = False
+    n.value = 0
+    if window:  # the length prefix ends in these 64 bits (a one read is real input)
+        c = __builtin_ctzll(window)
+        if c == 0:
+            n.b = 0
+            n.start = mat + 1
+            n.end = n.start
+            n.small = True
+            n.value = 0
+            return F_NONE
+        if kk + 2 * c <= 64:
+            if mat + 2 * c > avail:
+                return F_TRUNCATED
+            b = ((<uint64_t>1) << (c - 1)) | ((window >> (c + 1)) &
+                                              (((<uint64_t>1) << (c - 1)) - 1))
+            n.b = b
+            n.start = mat + 2 * c
+            n.end = n.start + b
+            if kk + 2 * c + b <= 64:
+                n.small = True
+                n.value = (window >> (2 * c)) & ((((<uint64_t>1) << b) - 1)
+                                                 if b < 64 else <uint64_t>-1)
+            return F_NONE
+    # the prefix runs past the 64 bits read: read it from the mat
+    width = avail - mat if avail > mat else 0
+    if width > MAX_ZEROS:
+        width = MAX_ZEROS
+    window = _bits(p, nbytes, mat - base_bits, width)
+    if window == 0:
+        return F_TOO_LARGE if width >= MAX_ZEROS else F_TRUNCATED
+    c = __builtin_ctzll(window)
+    if c == 0:
+        n.b = 0
+        n.start = mat + 1
+    else:
+        if mat + 2 * c > avail:
+            return F_TRUNCATED
+        n.b = ((<uint64_t>1) << (c - 1)) | _bits(p, nbytes, mat + c + 1 - base_bits, c - 1)
+        n.start = mat + 2 * c
+    n.end = n.start + n.b
+    return F_NONE
+
+
+cdef inline bint _ref_position(const uint8_t* p, uint64_t nbytes, uint64_t base_bits,
+                               const _Node* n, uint64_t* ref) noexcept nogil:
+    """The position the back-reference ``n`` (read whole) points at, in ``ref[0]``; False
+    when it is wider than 64 bits with a one above them (it points at no node)."""
+    cdef uint64_t k = n.start + 64
+    while k < n.end:  # a wide reference must have only zeros above bit 64
+        if _bits(p, nbytes, k - base_bits, 64 if n.end - k > 64 else n.end - k):
+            return False
+        k += 64
+    ref[0] = n.value if n.small else _bits(p, nbytes, n.start - base_bits,
+                                           64 if n.b > 64 else n.b)
+    return True
+
+
+cdef inline int64_t _ref_detail(uint64_t ref) noexcept nogil:
+    """A bad reference's position as the failure reports it (-1: 63 bits or wider)."""
+    return <int64_t>ref if ref < ((<uint64_t>1) << 63) else -1
 
 
 def cue(data):
     """Deserialise jam bytes into a noun (``++cue``); as :func:`codec.cue`, including its
     laxness: bits after the noun are ignored.  Raises :class:`CueError`."""
-    cdef Py_buffer pybuf
-    cdef bint have_buf = False
+    cdef _Input inp
     cdef uint64_t nbytes, total
     cdef const uint8_t* p
     cdef uint64_t* starts = NULL          # start bit of every atom and cell, increasing
@@ -571,131 +722,64 @@ def cue(data):
     cdef uint64_t* sidx = NULL            # open cells: node number
     cdef PyObject** shead = NULL          # and head (NULL until read; a reference held)
     cdef uint64_t depth = 0, scap = 0
-    cdef uint64_t pos = 0, tag, mat, window, width, b, start, end, c, ref, i, k, win, kk
-    cdef uint64_t value = 0
+    cdef uint64_t pos = 0, tag, ref, i
+    cdef _Node n
     cdef int64_t found
-    cdef bint is_ref, small
-    cdef object node, reason = None
+    cdef int fail
+    cdef object node
     cdef object cell
     cdef int64_t detail = -1
-    if type(data) is not bytes:
-        try:
-            PyObject_GetBuffer(data, &pybuf, PyBUF_SIMPLE)
-            have_buf = True
-        except (TypeError, ValueError, BufferError):
-            data = bytes(data)
-    if have_buf:
-        p = <const uint8_t*>pybuf.buf
-        nbytes = <uint64_t>pybuf.len
-    else:
-        p = <const uint8_t*>PyBytes_AS_STRING(data)
-        nbytes = <uint64_t>len(<bytes>data)
+    data = _open_input(data, &inp)
+    p = inp.p
+    nbytes = inp.n
     total = nbytes * 8
     try:
         if nbytes == 0:
             raise CueError("cannot cue empty input")
         while True:
             tag = pos
-            if tag >= total:
-                reason = "truncated"
+            fail = _read_node(p, nbytes, 0, total, tag, &n)
+            if fail == N_CELL:
+                if count >= cap:
+                    _grow2(<void**>&starts, <void**>&objs, &cap, count + 1)
+                starts[count] = tag
+                objs[count] = NULL
+                if depth >= scap:
+                    _grow2(<void**>&sidx, <void**>&shead, &scap, depth + 1)
+                sidx[depth] = count
+                shead[depth] = NULL
+                depth += 1
+                count += 1
+                pos = tag + 2
+                continue
+            if fail != F_NONE:
                 break
-            win = _bits(p, nbytes, tag, 64)  # zeros past the end of the input
-            if not win & 1:
-                is_ref = False
-                kk = 1
-            else:
-                if tag + 1 >= total:
-                    reason = "truncated"
-                    break
-                if not win & 2:  # a cell
-                    if count >= cap:
-                        _grow2(<void**>&starts, <void**>&objs, &cap, count + 1)
-                    starts[count] = tag
-                    objs[count] = NULL
-                    if depth >= scap:
-                        _grow2(<void**>&sidx, <void**>&shead, &scap, depth + 1)
-                    sidx[depth] = count
-                    shead[depth] = NULL
-                    depth += 1
-                    count += 1
-                    pos = tag + 2
-                    continue
-                is_ref = True
-                kk = 2
-            mat = tag + kk
-            window = win >> kk
-            small = False
-            if window:  # the length prefix ends inside the first 64 bits (a one read is real)
-                c = __builtin_ctzll(window)
-                if c == 0:
-                    b = 0
-                    start = mat + 1
-                    small = True
-                    value = 0
-                elif kk + 2 * c <= 64:
-                    if mat + 2 * c > total:
-                        reason = "truncated"
-                        break
-                    b = ((<uint64_t>1) << (c - 1)) | ((window >> (c + 1)) &
-                                                      (((<uint64_t>1) << (c - 1)) - 1))
-                    start = mat + 2 * c
-                    if kk + 2 * c + b <= 64:
-                        small = True
-                        value = (window >> (2 * c)) & ((((<uint64_t>1) << b) - 1)
-                                                       if b < 64 else <uint64_t>-1)
-                else:
-                    window = 0
-            if not window:
-                width = total - mat if total > mat else 0
-                if width > 64:
-                    width = 64
-                window = _bits(p, nbytes, mat, width)
-                if window == 0:
-                    reason = "too-large" if width >= 64 else "truncated"
-                    break
-                c = __builtin_ctzll(window)
-                if c == 0:
-                    b = 0
-                    start = mat + 1
-                else:
-                    if mat + 2 * c > total:
-                        reason = "truncated"
-                        break
-                    b = ((<uint64_t>1) << (c - 1)) | _bits(p, nbytes, mat + c + 1, c - 1)
-                    start = mat + 2 * c
-            end = start + b
-            if end > total:
-                reason = "truncated"
+            if n.end > total:
+                fail = F_TRUNCATED
                 break
-            if not is_ref:
-                if small:
-                    node = PyLong_FromUnsignedLongLong(value)
-                elif b <= 64:
-                    node = PyLong_FromUnsignedLongLong(_bits(p, nbytes, start, b))
+            if not n.is_ref:
+                if n.small:
+                    node = PyLong_FromUnsignedLongLong(n.value)
+                elif n.b <= 64:
+                    node = PyLong_FromUnsignedLongLong(_bits(p, nbytes, n.start, n.b))
                 else:
-                    node = bookfs_long_from_bits(p, nbytes, start, b)
+                    node = bookfs_long_from_bits(p, nbytes, n.start, n.b)
                 if count >= cap:
                     _grow2(<void**>&starts, <void**>&objs, &cap, count + 1)
                 starts[count] = tag
                 objs[count] = <PyObject*>node  # borrowed: the noun being built holds it
                 count += 1
             else:
-                k = start + 64
-                while k < end:  # a wide reference must have only zeros above bit 64
-                    if _bits(p, nbytes, k, 64 if end - k > 64 else end - k):
-                        break
-                    k += 64
-                if k < end:
-                    reason = "bad-reference"
+                if not _ref_position(p, nbytes, 0, &n, &ref):
+                    fail = F_BAD_REF
                     break
-                ref = value if small else _bits(p, nbytes, start, 64 if b > 64 else b)
                 found = _find(starts, count, ref)
                 if found < 0 or objs[found] == NULL:
-                    reason = "bad-reference"
-                    detail = <int64_t>ref if ref < ((<uint64_t>1) << 63) else -1
+                    fail = F_BAD_REF
+                    detail = _ref_detail(ref)
                     break
                 node = <object>objs[found]
-            pos = end
+            pos = n.end
             # attach the complete node to the open cells
             while depth:
                 if shead[depth - 1] == NULL:
@@ -715,7 +799,7 @@ def cue(data):
                 node = cell
             else:
                 return node
-        raise CueError(_failure(reason, tag, total, detail).message)
+        raise CueError(_failure(_REASON[fail], tag, total, detail).message)
     finally:
         for i in range(depth):
             Py_XDECREF(shead[i])
@@ -723,24 +807,13 @@ def cue(data):
         PyMem_Free(objs)
         PyMem_Free(sidx)
         PyMem_Free(shead)
-        if have_buf:
-            PyBuffer_Release(&pybuf)
+        _close_input(&inp)
 
 
 # --------------------------------------------------------------------------- scan
 
 cdef enum:
     BLOCK = 32            # node start positions per block of the position index
-    MAX_ZEROS = 64        # a length prefix this long: an atom of >= 2^63 bits
-    # failure codes (the reasons of bookfs.noun.scanner)
-    F_NONE = 0
-    F_TRUNCATED = 1
-    F_TOO_LARGE = 2
-    F_BAD_REF = 3
-    F_TRAILING = 4
-
-_REASON = {F_TRUNCATED: "truncated", F_TOO_LARGE: "too-large",
-           F_BAD_REF: "bad-reference", F_TRAILING: "trailing"}
 
 
 @cython.final
@@ -800,21 +873,12 @@ cdef class Scanner:
 
     # --- memory ----------------------------------------------------------------------
 
-    cdef int _reserve(self, void** arr, uint64_t* cap, uint64_t need,
-                      size_t item) except -1 nogil:
-        cdef uint64_t c = cap[0]
-        cdef void* p
-        if need <= c:
+    cdef inline int _reserve(self, void** arr, uint64_t* cap, uint64_t need,
+                             size_t item) except -1 nogil:
+        if need <= cap[0]:
             return 0
-        c = c * 2 if c * 2 >= need else need
-        if c < 16:
-            c = 16
         with gil:
-            p = PyMem_Realloc(arr[0], c * item)
-            if p == NULL:
-                raise MemoryError()
-        arr[0] = p
-        cap[0] = c
+            _reserve(arr, cap, need, item, 16)
         return 0
 
     cdef inline int64_t _new_node(self, uint64_t pos, bint referable) except -1 nogil:
@@ -963,11 +1027,11 @@ cdef class Scanner:
         """Read whole nodes from ``p`` (``nbytes`` bytes; ``p[0]`` is absolute bit
         ``base_bits``); all input fed so far is ``self.total`` bytes."""
         cdef uint64_t avail = self.total * 8
-        cdef uint64_t tag, mat, width, window, c, b, start, end, ref, k, need, win, kk
-        cdef uint64_t value = 0
+        cdef uint64_t tag, end, ref, need
+        cdef _Node n
+        cdef int code
         cdef int64_t idx, found
         cdef uint32_t m = 0
-        cdef bint is_ref, small
         while self.fail == F_NONE:
             if self.done:
                 if self.exact:
@@ -993,114 +1057,50 @@ cdef class Scanner:
                 self._complete(0)
                 continue
             tag = self.pos
-            if tag >= avail:
-                if final:
+            code = _read_node(p, nbytes, base_bits, avail, tag, &n)
+            if code == N_CELL:
+                idx = self._new_node(tag, False)
+                self._push(idx)
+                self.pos = tag + 2
+                continue
+            if code != F_NONE:
+                if code == F_TOO_LARGE:
+                    self._failed(F_TOO_LARGE, tag, -1)
+                elif final:
                     self._failed(F_TRUNCATED, tag, -1)
                 return 0
-            win = _bits(p, nbytes, tag - base_bits, 64)  # zeros past the input fed
-            if not win & 1:
-                is_ref = False
-                kk = 1
-            else:
-                if tag + 1 >= avail:
-                    if final:
-                        self._failed(F_TRUNCATED, tag, -1)
-                    return 0
-                if not win & 2:  # a cell
-                    idx = self._new_node(tag, False)
-                    self._push(idx)
-                    self.pos = tag + 2
-                    continue
-                is_ref = True
-                kk = 2
-            mat = tag + kk
-            window = win >> kk
-            small = False
-            if window:  # the length prefix ends in these 64 bits (a one read is real input)
-                c = __builtin_ctzll(window)
-                if c == 0:
-                    b = 0
-                    start = mat + 1
-                    small = True
-                    value = 0
-                elif kk + 2 * c <= 64:
-                    if mat + 2 * c > avail:
-                        if final:
-                            self._failed(F_TRUNCATED, tag, -1)
-                        return 0
-                    b = ((<uint64_t>1) << (c - 1)) | ((window >> (c + 1)) &
-                                                      (((<uint64_t>1) << (c - 1)) - 1))
-                    start = mat + 2 * c
-                    if kk + 2 * c + b <= 64:
-                        small = True
-                        value = (window >> (2 * c)) & ((((<uint64_t>1) << b) - 1)
-                                                       if b < 64 else <uint64_t>-1)
-                else:
-                    window = 0
-            if not window:
-                width = avail - mat if avail > mat else 0
-                if width > MAX_ZEROS:
-                    width = MAX_ZEROS
-                window = _bits(p, nbytes, mat - base_bits, width)
-                if window == 0:
-                    if width >= MAX_ZEROS:
-                        self._failed(F_TOO_LARGE, tag, -1)
-                    elif final:
-                        self._failed(F_TRUNCATED, tag, -1)
-                    return 0
-                c = __builtin_ctzll(window)
-                if c == 0:
-                    b = 0
-                    start = mat + 1
-                else:
-                    if mat + 2 * c > avail:
-                        if final:
-                            self._failed(F_TRUNCATED, tag, -1)
-                        return 0
-                    b = (((<uint64_t>1) << (c - 1)) |
-                         _bits(p, nbytes, mat + c + 1 - base_bits, c - 1))
-                    start = mat + 2 * c
-            end = start + b
-            if end > avail:
+            if n.end > avail:
                 if final:
                     self._failed(F_TRUNCATED, tag, -1)
-                elif not self.mug and not is_ref:  # skip the atom without holding it
+                elif not self.mug and not n.is_ref:  # skip the atom without holding it
                     self.skipping = True
-                    self.skip_end = end
+                    self.skip_end = n.end
                     self.skip_tag = tag
                     continue
                 return 0
-            if not is_ref:
+            if not n.is_ref:
                 idx = self._new_node(tag, True)
                 if self.mug:
-                    if small:
-                        m = _small_atom_mug(value)
-                    elif b <= 64:
-                        m = _small_atom_mug(_bits(p, nbytes, start - base_bits, b))
+                    if n.small:
+                        m = _small_atom_mug(n.value)
+                    elif n.b <= 64:
+                        m = _small_atom_mug(_bits(p, nbytes, n.start - base_bits, n.b))
                     else:
-                        m = _atom_mug_bits(p, nbytes, start - base_bits, b)
+                        m = _atom_mug_bits(p, nbytes, n.start - base_bits, n.b)
                     self.mugs[idx] = m
             else:
-                k = start + 64
-                while k < end:  # a wide reference: only zeros above its low 64 bits
-                    if _bits(p, nbytes, k - base_bits, 64 if end - k > 64 else end - k):
-                        break
-                    k += 64
-                if k < end:
+                if not _ref_position(p, nbytes, base_bits, &n, &ref):
                     self._failed(F_BAD_REF, tag, -1)
                     return 0
-                ref = value if small else _bits(p, nbytes, start - base_bits,
-                                                64 if b > 64 else b)
                 found = self._find(ref)
                 if found < 0 or not (self.referable[found >> 3] >> (found & 7)) & 1:
-                    self._failed(F_BAD_REF, tag,
-                                 <int64_t>ref if ref < ((<uint64_t>1) << 63) else -1)
+                    self._failed(F_BAD_REF, tag, _ref_detail(ref))
                     return 0
                 idx = self._new_node(tag, False)
                 if self.mug:
                     m = self.mugs[found]
                     self.mugs[idx] = m
-            self.pos = end
+            self.pos = n.end
             self._complete(m)
         return 0
 
@@ -1195,29 +1195,14 @@ cdef class Scanner:
 
 def scan(data, *, mug=False, exact=True):
     """Scan the whole jam ``data``; as :func:`bookfs.noun.scanner.scan` (same verdicts)."""
-    cdef Py_buffer pybuf
-    cdef bint have_buf = False
-    cdef const uint8_t* p
-    cdef uint64_t n
+    cdef _Input inp
     cdef Scanner s = Scanner.__new__(Scanner)
     s.mug = bool(mug)
     s.exact = bool(exact)
-    if type(data) is not bytes:
-        try:
-            PyObject_GetBuffer(data, &pybuf, PyBUF_SIMPLE)
-            have_buf = True
-        except (TypeError, ValueError, BufferError):
-            data = bytes(data)
+    data = _open_input(data, &inp)
     try:
-        if have_buf:
-            p = <const uint8_t*>pybuf.buf
-            n = <uint64_t>pybuf.len
-        else:
-            p = <const uint8_t*>PyBytes_AS_STRING(data)
-            n = <uint64_t>len(<bytes>data)
-        if n == 0:
+        if inp.n == 0:
             return _failure("empty", 0, 0)
-        return s._scan_whole(p, n)
+        return s._scan_whole(inp.p, inp.n)
     finally:
-        if have_buf:
-            PyBuffer_Release(&pybuf)
+        _close_input(&inp)

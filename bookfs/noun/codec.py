@@ -24,7 +24,7 @@ chosen.
 from __future__ import annotations
 
 import struct
-from typing import Iterable, TypeAlias, Union
+from typing import Iterable, Iterator, TypeAlias, Union
 
 __all__ = [
     "Noun",
@@ -378,15 +378,26 @@ def cue(data: bytes | bytearray | memoryview) -> Noun:
             if node is _MISSING:
                 raise CueError(f"back-reference at bit {pos} to unknown position {ref}")
             pos = nxt
-        # A noun is complete: attach it to the pending cells.
-        while cell_pos:
-            if cell_head[-1] is _MISSING:
-                cell_head[-1] = node
-                break
-            node = (cell_head.pop(), node)
-            memo[cell_pos.pop()] = node  # type: ignore[assignment]
-        else:
+        node = _attach(node, cell_pos, cell_head, memo)
+        if node is not _MISSING:
             return node  # type: ignore[return-value]
+
+
+def _attach(node: object, cell_pos: list[int], cell_head: list[object],
+            memo: dict[int, object]) -> object:
+    """A node is complete: it becomes the head of the innermost pending cell, or its
+    tail, which completes that cell (and maybe the cells around it; each one completed
+    goes into ``memo`` under its tag position, from ``cell_pos``).  ``cell_head`` holds
+    each pending cell's head, or ``_MISSING`` while it is still being decoded.  Returns
+    ``_MISSING`` while a cell is pending, else the whole noun.  Shared by :func:`cue` and
+    :func:`bookfs.noun.ram.ram_decode`."""
+    while cell_pos:
+        if cell_head[-1] is _MISSING:
+            cell_head[-1] = node
+            return _MISSING
+        node = (cell_head.pop(), node)
+        memo[cell_pos.pop()] = node
+    return node
 
 
 # ---------------------------------------------------------------------------
@@ -471,17 +482,30 @@ def mug(noun: Noun) -> int:
     def leaf(x: Noun) -> int:
         return memo[id(x)] if isinstance(x, tuple) else _mum(0xCAFEBABE, 0x7FFF, x)
 
+    for node in _cells_children_first(noun, memo):
+        head, tail = node
+        memo[id(node)] = _mum(0xDEADBEEF, 0xFFFE, leaf(head) | (leaf(tail) << 32))
+    return memo[id(noun)]
+
+
+def _cells_children_first(noun: Cell, done: dict[int, int],
+                          exact_tuples: bool = False) -> Iterator[Cell]:
+    """Walk the cells of the cell ``noun`` without recursion, each distinct cell object
+    once, yielding each after its head's and tail's cells.  ``done`` holds the ids of
+    the cells handled: the caller enters each cell yielded before the walk goes on.  A
+    child is a cell when it is a tuple (``exact_tuples``: a tuple and not a subclass of
+    one).  Shared by :func:`mug` and :func:`bookfs.noun.ram.ram_mug`."""
     stack: list[tuple[Noun, bool]] = [(noun, False)]
     while stack:
         node, children_done = stack.pop()
-        if id(node) in memo:
+        if id(node) in done:
             continue
         head, tail = node  # type: ignore[misc]
         if not children_done:
             stack.append((node, True))
             for child in (tail, head):
-                if isinstance(child, tuple) and id(child) not in memo:
+                if (type(child) is tuple if exact_tuples else isinstance(child, tuple)) \
+                        and id(child) not in done:
                     stack.append((child, False))
             continue
-        memo[id(node)] = _mum(0xDEADBEEF, 0xFFFE, leaf(head) | (leaf(tail) << 32))
-    return memo[id(noun)]
+        yield node  # type: ignore[misc]

@@ -38,7 +38,8 @@ from __future__ import annotations
 import os
 from typing import Union
 
-from bookfs.noun.codec import CueError, _mat, _mum, murmur3_32_fast
+from bookfs.noun.codec import (_MISSING, CueError, _attach, _cells_children_first, _mat, _mum,
+                               murmur3_32_fast)
 
 __all__ = [
     "RAM_MAGIC",
@@ -63,7 +64,6 @@ RAM_HEADER = RAM_MAGIC + bytes([RAM_VERSION])  #: the 5 bytes every ram encoding
 TAG_ATOM, TAG_BOB, TAG_CELL, TAG_BACK = 0, 1, 2, 3
 
 _U32 = 1 << 32
-_MISSING = object()
 
 
 class BobRef:
@@ -280,13 +280,8 @@ def ram_decode(data: bytes | bytearray | memoryview, bob_dir: str | os.PathLike[
             node = bob(mug, seq)
             memo[pos] = node  # type: ignore[assignment]
         pos = nxt
-        while cell_pos:
-            if cell_head[-1] is _MISSING:
-                cell_head[-1] = node
-                break
-            node = (cell_head.pop(), node)
-            memo[cell_pos.pop()] = node  # type: ignore[assignment]
-        else:
+        node = _attach(node, cell_pos, cell_head, memo)  # type: ignore[arg-type]
+        if node is not _MISSING:
             break
     if exact:
         end_byte = (pos + 7) >> 3
@@ -466,18 +461,8 @@ def ram_mug(noun: RamNoun) -> int:
     if type(noun) is not tuple:
         return leaf(noun)
     memo: dict[int, int] = {}
-    stack: list[tuple[object, bool]] = [(noun, False)]
-    while stack:
-        node, done = stack.pop()
-        if id(node) in memo:
-            continue
-        head, tail = node  # type: ignore[misc]
-        if not done:
-            stack.append((node, True))
-            for child in (tail, head):
-                if type(child) is tuple and id(child) not in memo:
-                    stack.append((child, False))
-            continue
+    for node in _cells_children_first(noun, memo, exact_tuples=True):  # type: ignore[arg-type]
+        head, tail = node
         h = memo[id(head)] if type(head) is tuple else leaf(head)
         t = memo[id(tail)] if type(tail) is tuple else leaf(tail)
         memo[id(node)] = _mum(0xDEADBEEF, 0xFFFE, h | (t << 32))
