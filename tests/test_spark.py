@@ -62,7 +62,7 @@ def expected(payload: bytes, event: int) -> dict:
         pass
     return {"event": event, "epoch": None,
             "mug": int.from_bytes(payload[:4], "little", signed=True), "size": len(payload),
-            "jam": payload[4:], "date": date, "wire": wire, "card": card}
+            "jam": payload[4:], "date": date, "wire": wire, "card": card, "error": None}
 
 
 def rows_of(df) -> dict[int, dict]:

@@ -159,21 +159,23 @@ def _recover(out: str, state: dict) -> dict:
 
 
 def summarize(spark, path: str) -> dict:
-    """Events, bytes, first/last event, events per card tag and size percentiles of the
-    Parquet data at ``path``."""
+    """Events, bytes, first/last event, events per card tag, size percentiles and events
+    that do not decode (a non-null ``error``) of the Parquet data at ``path``."""
     from pyspark.sql import functions as F
 
     df = spark.read.parquet(path)
+    bad = F.count("error") if "error" in df.columns else F.lit(0)  # data of older runs
     row = df.agg(F.count("*").alias("events"), F.sum("size").alias("bytes"),
                  F.min("event").alias("first"), F.max("event").alias("last"),
                  F.expr("percentile(size, array(0.5, 0.9, 0.99))").alias("p"),
-                 F.max("size").alias("max")).collect()[0]
+                 F.max("size").alias("max"), bad.alias("undecoded")).collect()[0]
     tags = {(r["card"] if r["card"] is not None else "(none)"): r["count"]
             for r in df.groupBy("card").count().collect()}
     p = row["p"] or [None, None, None]
     return {"events": row["events"], "bytes": row["bytes"] or 0, "first": row["first"],
             "last": row["last"], "cards": dict(sorted(tags.items(), key=lambda kv: -kv[1])),
-            "size": {"p50": p[0], "p90": p[1], "p99": p[2], "max": row["max"]}}
+            "size": {"p50": p[0], "p90": p[1], "p99": p[2], "max": row["max"]},
+            "undecoded": row["undecoded"] or 0}
 
 
 def render_summary(s: dict) -> str:
@@ -183,6 +185,9 @@ def render_summary(s: dict) -> str:
                                      for k, v in s["size"].items()),
              "cards:"]
     lines += [f"  {tag:<12} {n:,}" for tag, n in s["cards"].items()]
+    if s.get("undecoded"):
+        lines.append(f"not nouns: {s['undecoded']:,} (null date, wire and card; the error "
+                     "column says why)")
     return "\n".join(lines) + "\n"
 
 

@@ -3,9 +3,12 @@
 ``read_events(spark, mountpoint)`` reads the mount's ``events/`` directory with Spark's
 ``binaryFile`` source (the directory, never a glob naming every file), selects event ranges
 with ``_metadata.file_name`` filters (pruned at planning time, so unselected files are
-never opened) and decodes each payload in Python with ``mapInArrow``.  Only the head of
-each jam is decoded (:func:`bookfs.noun.peek_event`), so a multi-megabyte event costs a
-copy, not a cue.
+never opened) and decodes each payload in Python with ``mapInArrow``
+(:func:`bookfs.spark.rows.decode_payload`): every payload is validated (a jam that cues
+exactly, or vere's ram encoding) by the compiled noun core when it built, small jams are
+cued whole and a multi-megabyte one only has its head read (:func:`bookfs.noun.peek_event`).
+An event that does not decode gets null ``date``/``wire``/``card`` and an ``error``
+saying why; it never fails the job.
 
 ``read_events(..., bulk=True)`` reads ``segments/`` instead: a few large files of whole
 on-disk deeds, split in Python (each deed's CRC checked), for logs too large for one file

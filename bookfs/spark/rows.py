@@ -15,7 +15,8 @@ event           long       the event number (from the file name)
 epoch           long       null: plain Book logs have no epoch directories
 mug             int        payload bytes 0..4, little-endian (mugs are 31-bit)
 size            long       payload bytes (mug + jam)
-jam             binary     payload bytes 4..
+jam             binary     payload bytes 4..: a jam, or vere's ram encoding
+                           (``RAM\\0``, version 1: :mod:`bookfs.noun.ram`) as stored
 committed_at    timestamp  the event file's mtime (millisecond precision, as Hadoop
                            reports it); bulk rows get the very same value
 date            timestamp  the @da of a ``[date ovum]`` event, truncated to
@@ -23,7 +24,19 @@ date            timestamp  the @da of a ``[date ovum]`` event, truncated to
                            does not decode
 wire            string     the ovum's wire, e.g. ``/d/term/1`` (null likewise)
 card            string     the card's tag, e.g. ``hear`` (null likewise)
+error           string     null when the payload decodes (a 4-byte mug, then a jam
+                           that cues completely and exactly, or a valid ram
+                           encoding); else one line, ``byte N: why``, N being the
+                           byte of the payload (mug included) where decoding failed
 ==============  =========  ======================================================
+
+Decoding (:func:`decode_payload`) never raises: an event that is not a noun gets null
+``date``/``wire``/``card`` and its ``error``, and the job goes on.  A ram event gives the
+columns its jam twin gives (a bob atom, whose file is outside the mount, stays a
+reference).  Jams up to :data:`_CUE_BYTES` are validated by the compiled scanner and cued
+by the compiled core (``bookfs.noun``: :data:`bookfs.noun.CORE`); larger ones are
+validated by the scanner and only their head is read (:func:`bookfs.noun.peek_event`), so
+a multi-megabyte event is never built as a noun.
 """
 
 from __future__ import annotations
@@ -32,22 +45,121 @@ import bisect
 import os
 from typing import Iterator
 
+from bookfs.noun import DA_UNIX_EPOCH, cue, peek_event, uncord
+from bookfs.noun.event import payload_problem
+from bookfs.noun.ram import is_ram
+
 SCHEMA = ("event long, epoch long, mug int, size long, jam binary, committed_at timestamp, "
-          "date timestamp, wire string, card string")
-COLUMNS = ["event", "epoch", "mug", "size", "jam", "committed_at", "date", "wire", "card"]
+          "date timestamp, wire string, card string, error string")
+COLUMNS = ["event", "epoch", "mug", "size", "jam", "committed_at", "date", "wire", "card",
+           "error"]
 
 
 # --- decoding (runs in the Python workers) ------------------------------------------------
 
 _SECONDS_MIN, _SECONDS_MAX = -62135596800, 253402300799  # years 1..9999
+MUG_BYTES = 4
+#: Jams up to this many bytes are cued whole (compiled: ~1 GB/s) and their head read from
+#: the noun; larger ones only have their head read (:func:`bookfs.noun.peek_event`), so a
+#: worker never builds a multi-megabyte noun (a 256 KiB jam is at most ~700k nodes).
+_CUE_BYTES = 256 << 10
+#: The widest atom read as a date, knot or tag (as :func:`bookfs.noun.peek_event`).
+_HEAD_ATOM_BITS = 1 << 16
+_NO_HEAD = (None, None, None)
 
 
 def _da_micros(da: int) -> int:
     """An @da as microseconds since the Unix epoch (fraction truncated), as
     :func:`bookfs.noun.da_to_datetime` computes it."""
-    from bookfs.noun import DA_UNIX_EPOCH
-
     return ((da >> 64) - DA_UNIX_EPOCH) * 1_000_000 + (((da & ((1 << 64) - 1)) * 1_000_000) >> 64)
+
+
+#: Texts of knots and tags already decoded (wires and tags repeat from event to event).
+_TEXTS: dict[int, str] = {}
+_TEXTS_MAX = 1 << 14
+
+
+def _text(atom: int) -> str:
+    """:func:`bookfs.noun.uncord` of ``atom``, remembered (UnicodeDecodeError if not
+    UTF-8)."""
+    text = _TEXTS.get(atom)
+    if text is None:
+        text = uncord(atom)
+        if len(_TEXTS) >= _TEXTS_MAX:
+            _TEXTS.clear()
+        _TEXTS[atom] = text
+    return text
+
+
+def _head(noun) -> tuple[int | None, str | None, str | None]:
+    """``(date, wire, tag)`` of a decoded ``[date [wire [tag data]]]`` event, with
+    :func:`bookfs.noun.peek_event`'s rules (a date in years 1..9999, a wire that is a
+    list of UTF-8 knots, a UTF-8 tag; atoms of at most 2^16 bits), else three Nones.  A
+    :class:`bookfs.noun.ram.BobRef` is not an atom here (no date, knot or tag is a bob)."""
+    if type(noun) is not tuple:
+        return _NO_HEAD
+    date, ovum = noun
+    if type(date) is not int or date.bit_length() > _HEAD_ATOM_BITS \
+            or type(ovum) is not tuple:
+        return _NO_HEAD
+    if not _SECONDS_MIN <= (date >> 64) - DA_UNIX_EPOCH <= _SECONDS_MAX:
+        return _NO_HEAD
+    wire, card = ovum
+    knots = []
+    try:
+        while type(wire) is tuple:
+            knot, wire = wire
+            if type(knot) is not int or knot.bit_length() > _HEAD_ATOM_BITS:
+                return _NO_HEAD
+            knots.append(_text(knot))
+        if type(wire) is not int or wire != 0 or type(card) is not tuple:
+            return _NO_HEAD
+        tag = card[0]
+        if type(tag) is not int or tag.bit_length() > _HEAD_ATOM_BITS:
+            return _NO_HEAD
+        return date, "/" + "/".join(knots), _text(tag)
+    except UnicodeDecodeError:
+        return _NO_HEAD
+
+
+def decode_payload(payload) -> tuple[tuple[int | None, str | None, str | None], str | None]:
+    """``((date, wire, tag), error)`` of an event payload (bytes-like), never raising.
+
+    ``error`` is None when the payload is a 4-byte mug followed by a jam that cues
+    completely and exactly or by a valid ram encoding: the check of ``verify --nouns``
+    and ``show``, :func:`bookfs.noun.event.payload_problem`.  ``(date, wire, tag)`` is
+    then read as :func:`bookfs.noun.peek_event` reads it (three Nones for a noun that is
+    not a ``[date [wire [tag data]]]`` event, such as the lifecycle events); a jam of up
+    to :data:`_CUE_BYTES` is cued whole by the compiled core instead, which is faster
+    than the pure-Python peek.  Otherwise the head is three Nones and ``error`` one line,
+    ``byte N: why``, N counting the mug's 4 bytes (the reason as
+    :func:`~bookfs.noun.event.payload_problem` gives it)."""
+    n = len(payload)
+    if n < MUG_BYTES:
+        return _NO_HEAD, (f"byte {n}: the payload ends after {n} bytes, inside its "
+                          f"{MUG_BYTES}-byte mug (no jam)")
+    return _decode_body(bytes(payload[MUG_BYTES:]))
+
+
+def _decode_body(body: bytes) -> tuple[tuple[int | None, str | None, str | None], str | None]:
+    """:func:`decode_payload` of a payload whose bytes after the mug are ``body``."""
+    try:
+        # the check verify --nouns, show and pretty/ make: a jam that cues exactly (the
+        # compiled scanner when it built), or a ram encoding (decoded whole); no bob
+        # directory, as the mount serves no .urb/bob: a bob atom stays a reference
+        problem = payload_problem(MUG_BYTES + len(body),
+                                  lambda off, n: body[off - MUG_BYTES:off - MUG_BYTES + n])
+        if problem is not None:
+            at, why = problem
+            where = f"byte {at}" if at is not None else "a bob file"
+            return _NO_HEAD, f"{where}: {' '.join(why.split())}"
+        if len(body) <= _CUE_BYTES and not is_ram(body):
+            return _head(cue(body)), None
+        # a large jam, or ram: only the head is read
+        return peek_event(body), None
+    except Exception as e:  # never kill the job: say why instead
+        return _NO_HEAD, (f"byte {MUG_BYTES}: cannot decode: {type(e).__name__}: "
+                          f"{' '.join(str(e).split())}")
 
 
 def _out_schema():
@@ -56,7 +168,8 @@ def _out_schema():
     ts = pa.timestamp("us", tz="UTC")
     return pa.schema([("event", pa.int64()), ("epoch", pa.int64()), ("mug", pa.int32()),
                       ("size", pa.int64()), ("jam", pa.binary()), ("committed_at", ts),
-                      ("date", ts), ("wire", pa.string()), ("card", pa.string())])
+                      ("date", ts), ("wire", pa.string()), ("card", pa.string()),
+                      ("error", pa.string())])
 
 
 class _Rows:
@@ -64,25 +177,25 @@ class _Rows:
 
     def __init__(self):
         self.event, self.mug, self.size, self.jam = [], [], [], []
-        self.committed, self.date, self.wire, self.card = [], [], [], []
+        self.committed, self.date, self.wire, self.card, self.error = [], [], [], [], []
         self.bytes = 0
 
     def add(self, event: int, payload, committed_us) -> None:
-        from bookfs.noun import peek_event
-
         n = len(payload)
         self.event.append(event)
         self.size.append(n)
         self.committed.append(committed_us)
-        if n >= 4:
-            self.mug.append(int.from_bytes(payload[:4], "little", signed=True))
-            jam = payload[4:]
+        if n >= MUG_BYTES:
+            self.mug.append(int.from_bytes(payload[:MUG_BYTES], "little", signed=True))
+            jam = bytes(payload[MUG_BYTES:])
+            (da, wire, tag), error = _decode_body(jam)
         else:
             self.mug.append(None)
-            jam = payload
-        self.jam.append(bytes(jam))
+            jam = bytes(payload)
+            (da, wire, tag), error = decode_payload(jam)
+        self.jam.append(jam)
         self.bytes += n
-        da, wire, tag = peek_event(jam)
+        self.error.append(error)
         if da is None:
             self.date.append(None)
             self.wire.append(None)
@@ -105,7 +218,8 @@ class _Rows:
                 pa.array(self.jam, pa.binary()),
                 pa.array(self.committed, pa.int64()).cast(schema.field("committed_at").type),
                 pa.array(self.date, pa.int64()).cast(schema.field("date").type),
-                pa.array(self.wire, pa.string()), pa.array(self.card, pa.string())]
+                pa.array(self.wire, pa.string()), pa.array(self.card, pa.string()),
+                pa.array(self.error, pa.string())]
         return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 

@@ -11,7 +11,8 @@ segment skips the other deeds by their length words and reads only its own bytes
 :data:`EVENTS_PER_PARTITION` events).  The decoding is that of
 :func:`bookfs.spark.read_events` (:mod:`bookfs.spark.rows`:
 :func:`~bookfs.spark.rows._segment_batches`, :func:`~bookfs.spark.rows._batches`), so the
-two paths cannot drift apart.  Every partition checks that it returned exactly the events
+two paths cannot drift apart: an event that does not decode has null ``date``/``wire``/
+``card`` and an ``error`` here too, in a batch read and in a stream alike.  Every partition checks that it returned exactly the events
 it was planned for (a stale view of the mount fails the task, never drops a row).
 
 **Batch** options: ``since`` and ``until`` (inclusive event bounds), ``eventsPerPartition``
