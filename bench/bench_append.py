@@ -45,8 +45,12 @@ sys.path.insert(0, str(ROOT))
 from bench_mount import Proc, appends  # noqa: E402
 
 from bookfs.formats.book import Book  # noqa: E402
+from bookfs.noun import jam  # noqa: E402
 
-PAYLOAD = b"\0\0\0\0" + bytes(range(256)) * 3 + bytes(252)  # 1 KiB: a 4-byte mug, then a jam
+#: 1 KiB: a 4-byte mug, then the jam of one 8,133-bit atom (1,020 bytes), so that the
+#: mount's payload check (issue 21) accepts it
+PAYLOAD = b"\0\0\0\0" + jam((1 << 8132) | int.from_bytes(bytes(range(256)) * 3 + bytes(248), "little"))
+assert len(PAYLOAD) == 1024
 
 
 def cpu_seconds(pid: int) -> float:

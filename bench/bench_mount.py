@@ -54,6 +54,7 @@ if REPO not in sys.path:
 import psutil  # noqa: E402
 
 from bookfs.formats.book import Book  # noqa: E402
+from bookfs.noun import jam  # noqa: E402
 from tests.mounting import daemon_pid, mounted  # noqa: E402
 
 MB = 1e6
@@ -447,8 +448,11 @@ def main(argv=None) -> int:
         big_bytes = a.big_mb << 20
         with bookfs(src, m["a"]):
             drop_caches()
-            t, _ = shell_time(f"dd if=/dev/urandom of={m['a']}/new/{big_n} bs=1M "
-                              f"count={a.big_mb} status=none")
+            big_file = os.path.join(work, "big.payload")  # random bits as one atom: a noun
+            with open(big_file, "wb") as f:
+                f.write(b"\0\0\0\0" + jam(int.from_bytes(os.urandom(big_bytes - 16), "little")
+                                          | 1 << (8 * (big_bytes - 16))))
+            t, _ = shell_time(f"dd if={big_file} of={m['a']}/new/{big_n} bs=1M status=none")
             res["big_append_mbs"] = big_bytes / t / MB
         big_local = os.path.join(work, "big", "events", name(1))
         os.makedirs(os.path.dirname(big_local))
@@ -487,7 +491,7 @@ def main(argv=None) -> int:
         say("big:", res["big"], "rss:", res.get("rss_big"))
 
         # 6. appends -------------------------------------------------------------------------
-        payload = b"\x00\x00\x00\x01" + os.urandom(1020)
+        payload = b"\x00\x00\x00\x01" + jam(int.from_bytes(os.urandom(1019), "little") | 1 << 8151)
         app_log = os.path.join(work, "appends")
         Book.open(app_log, writable=True, create=True).close()
         res["append"] = {}

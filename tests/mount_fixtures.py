@@ -20,6 +20,7 @@ import pytest
 from bookfs.formats.book import Book
 from bookfs.cli.sample import iter_sample_payloads, sample_meta
 from mounting import daemon_pid, force_unmount, in_mountinfo, mounted, run_bookfs  # noqa: F401
+from mounting import noun, noun_payload, octal  # noqa: F401
 
 BROWSE_EVENTS = 3000
 
@@ -45,8 +46,10 @@ def build_sample(path: Path, events: int, seed: int = 0, extra: list[bytes] = ()
 
 
 def payload(event: int, size: int) -> bytes:
-    """Deterministic payload (mug ++ jam stand-in) for ``event``."""
-    return random.Random(event * 7919 + size).randbytes(size)
+    """Deterministic payload for ``event``: ``mug ++ jam`` of an atom, exactly ``size``
+    bytes, which a checked ``new/`` accepts (issue 21) when it is 5 bytes or more."""
+    data = random.Random(event * 7919 + size).randbytes(size)
+    return noun_payload(data) if size >= 5 else data  # (4 bytes or fewer: never a noun)
 
 
 def sha(path) -> str:

@@ -66,6 +66,39 @@ def proc_status_kib(pid: int, key: str) -> int:
     raise AssertionError(f"no {key} in /proc/{pid}/status")
 
 
+def noun_payload(data: bytes) -> bytes:
+    """``mug ++ jam`` of one atom made of ``data``'s bits, exactly ``len(data)`` bytes long
+    (at least 5: a 4-byte mug, then a jam of at least one byte), with the atom's true mug:
+    a payload a checked ``new/`` accepts (issue 21)."""
+    from bookfs.noun import jam, mug
+
+    size = len(data)
+    if size < 5:
+        raise ValueError(f"a payload of {size} bytes cannot hold a noun (5 at least)")
+    room = 8 * (size - 4)  # the jam's bits: 1 (atom tag) + 2 * bitlen(b) + b for b bits
+    b = room
+    while b and 1 + 2 * b.bit_length() + b > room:
+        b -= 1
+    atom = (int.from_bytes(data, "little") & ((1 << b) - 1)) | (1 << (b - 1)) if b else 0
+    out = mug(atom).to_bytes(4, "little") + jam(atom)
+    assert len(out) == size, (size, len(out))
+    return out
+
+
+def noun(data: bytes) -> bytes:
+    """``mug ++ jam`` of the atom whose bytes are ``data`` (a cord of them), with its true
+    mug: the event a test appends where it once appended ``data`` itself."""
+    from bookfs.noun import jam, mug
+
+    atom = int.from_bytes(data, "little")
+    return mug(atom).to_bytes(4, "little") + jam(atom)
+
+
+def octal(data: bytes) -> str:
+    """``data`` as ``printf`` escapes (``\\001``...), for a shell command line."""
+    return "".join(f"\\{b:03o}" for b in data)
+
+
 def run_bookfs(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([*BOOKFS, *args], capture_output=True, text=True, check=check, **kw)
 

@@ -53,7 +53,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from bookfs.formats.book import Book  # noqa: E402
-from mounting import daemon_pid, force_unmount, mounted  # noqa: E402
+from mounting import daemon_pid, force_unmount, mounted, noun_payload  # noqa: E402
 
 KINDS = ("python", "spawn", "system", "dup", "child", "shell", "meta")
 W = os.O_WRONLY | os.O_CREAT
@@ -97,9 +97,9 @@ class Cycle:
         self.passes = 0  # of the follower's loop
 
     def payload(self, n: int) -> bytes:
-        size = self.rng.choice([4, 5, 100, 4096, 70_000, 1 << 20, 3 << 20])
-        body = random.Random(n * 31 + size).randbytes(max(0, size - 4))
-        return (n & 0xFFFFFFFF).to_bytes(4, "little") + body
+        # mug ++ jam of an atom (a checked new/ accepts nothing else; 5 bytes at least)
+        size = self.rng.choice([5, 6, 100, 4096, 70_000, 1 << 20, 3 << 20])
+        return noun_payload(random.Random(n * 31 + size).randbytes(size))
 
     def _open_next(self) -> tuple[int, int, bytes]:
         with self.lock:

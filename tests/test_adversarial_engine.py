@@ -29,7 +29,7 @@ from bookfs.formats.pier import Pier, open_source
 from bookfs.formats.vere import VereBook
 from index_fixtures import write_index
 from lmdb_fixtures import make_pier, payloads
-from mounting import mounted, run_bookfs
+from mounting import mounted, noun, run_bookfs
 
 LAYOUTS = {"book": Book, "vere": VereBook}
 TIMEOUT = 10  # seconds a CLI call may take before it counts as a hang
@@ -129,10 +129,10 @@ def test_two_writable_mounts_of_one_pier_are_refused(pier, tmp_path, first):
         assert ".vere.lock" in err and "locked for writing by pid" in err
         # the first writer still appends, and the log holds exactly what it acknowledged
         with open(f"{m1}/new/16", "wb") as f:
-            f.write(b"\0\0\0\0only")
+            f.write(noun(b"\0\0\0\0only"))
     with Pier.open(pier) as p:
         assert p.gulf() == (1, 16)
-        assert p.read(16) == b"\0\0\0\0only"
+        assert p.read(16) == noun(b"\0\0\0\0only")
 
 
 # --- #4: planted symlinks and special files -----------------------------------------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from bookfs.formats.book import Book
-from mounting import proc_status_kib
+from mounting import noun, octal, proc_status_kib
 from mount_fixtures import (  # noqa: F401  (fixtures)
     err_of,
     daemon_pid,
@@ -56,42 +56,51 @@ def test_subprocess_between_writes_does_not_commit(small_src, mnt):
     """Python: write part 1, subprocess.run(['true']), write part 2, close."""
     with mounted(small_src, mnt):
         fd = os.open(f"{mnt}/new/{NEXT}", W)
-        os.write(fd, b"\0\0\0\0part-one;")
+        event = noun(b"part-one;part-two")
+        os.write(fd, event[:-8])
         subprocess.run(["true"], check=True)  # its exec closes a copy: a FLUSH
-        assert os.write(fd, b"part-two") == 8
+        assert os.write(fd, event[-8:]) == 8
         assert not os.path.exists(f"{mnt}/events/{NEXT}")
         os.close(fd)
-        assert read_event(mnt, NEXT) == b"\0\0\0\0part-one;part-two"
+        assert read_event(mnt, NEXT) == event
 
 
 def test_dup_close_and_fork_exit_do_not_commit(small_src, mnt):
     with mounted(small_src, mnt):
         fd = os.open(f"{mnt}/new/{NEXT}", W)
-        os.write(fd, b"\0\0\0\0A")
+        event = noun(b"ABCDE")  # written as its head, then its last four bytes one by one
+        os.write(fd, event[:-4])
         os.close(os.dup(fd))  # the close of a dup
-        os.write(fd, b"B")
+        os.write(fd, event[-4:-3])
         pid = os.fork()
         if pid == 0:  # a forked child that exits (its descriptors close)
             os._exit(0)
         os.waitpid(pid, 0)
-        os.write(fd, b"C")
+        os.write(fd, event[-3:-2])
         pid = os.fork()
         if pid == 0:  # a child that writes its part and exits normally
-            os.write(fd, b"D")
+            os.write(fd, event[-2:-1])
             os._exit(0)
         os.waitpid(pid, 0)
-        os.write(fd, b"E")
+        os.write(fd, event[-1:])
         assert not os.path.exists(f"{mnt}/events/{NEXT}")
         os.close(fd)
-        assert read_event(mnt, NEXT) == b"\0\0\0\0ABCDE"
+        assert read_event(mnt, NEXT) == event
+
+
+#: what the shell commands write (a mug and a noun), in pieces: printf escapes
+SHELL_EVENT = noun(b"AAAABBBB")
+_A, _AA, _B = (octal(SHELL_EVENT[:8]), octal(SHELL_EVENT[:6]), octal(SHELL_EVENT[8:]))
+_AA2 = octal(SHELL_EVENT[6:8])
 
 
 @pytest.mark.parametrize("script", [
-    "{{ /usr/bin/printf '\\0\\0\\0\\0AAAA'; /usr/bin/printf 'BBBB'; }} > {f}",
-    "( /usr/bin/printf '\\0\\0\\0\\0AAAA'; /usr/bin/printf 'BBBB' ) > {f}",
-    "exec 3> {f}; /usr/bin/printf '\\0\\0\\0\\0AAAA' >&3; /usr/bin/printf 'BBBB' >&3; exec 3>&-",
-    "{{ printf '\\0\\0\\0\\0AAAA'; sh -c \"printf BBBB\"; }} > {f}",  # builtin first
-    "{{ printf '\\0\\0\\0\\0AA'; (sleep 0.3; printf AA) & printf ''; wait; printf BBBB; }} > {f}",
+    f"{{{{ /usr/bin/printf '{_A}'; /usr/bin/printf '{_B}'; }}}} > {{f}}",
+    f"( /usr/bin/printf '{_A}'; /usr/bin/printf '{_B}' ) > {{f}}",
+    f"exec 3> {{f}}; /usr/bin/printf '{_A}' >&3; /usr/bin/printf '{_B}' >&3; exec 3>&-",
+    f"{{{{ printf '{_A}'; sh -c \"printf '{_B}'\"; }}}} > {{f}}",  # builtin first
+    f"{{{{ printf '{_AA}'; (sleep 0.3; printf '{_AA2}') & printf ''; wait; "
+    f"printf '{_B}'; }}}} > {{f}}",
 ])
 def test_shell_compound_commands(small_src, mnt, tmp_path, script):
     """Shell compound commands fork, exec and dup2 around one open file."""
@@ -100,7 +109,7 @@ def test_shell_compound_commands(small_src, mnt, tmp_path, script):
         cmd = script.format(f=f)
         r = subprocess.run(["bash", "-c", cmd], capture_output=True, timeout=30)
         assert r.returncode == 0, r.stderr
-        want = b"\0\0\0\0AAAABBBB"
+        want = SHELL_EVENT
         assert read_event(mnt, NEXT) == want
 
 
@@ -111,12 +120,12 @@ def test_a_child_that_outlives_the_writer_fails_loudly(small_src, mnt):
     not say that a forked child still holds a copy)."""
     with mounted(small_src, mnt):
         f = f"{mnt}/new/{NEXT}"
-        r = subprocess.run(["bash", "-c", f"{{ printf '\\0\\0\\0\\0A'; "
+        r = subprocess.run(["bash", "-c", f"{{ printf '{octal(noun(b'A'))}'; "
                                           f"(sleep 0.5; printf B) & }} > {f}"],
                            capture_output=True, timeout=30)  # waits for the child's stderr
         assert r.returncode == 0
         assert b"Bad file descriptor" in r.stderr
-        assert read_event(mnt, NEXT) == b"\0\0\0\0A"
+        assert read_event(mnt, NEXT) == noun(b"A")
 
 
 def test_a_copy_killed_after_the_writer_closed_changes_nothing(small_src, mnt):
@@ -126,17 +135,17 @@ def test_a_copy_killed_after_the_writer_closed_changes_nothing(small_src, mnt):
     with mounted(small_src, mnt):
         fd = os.open(f"{mnt}/new/{NEXT}", W)
         os.set_inheritable(fd, True)  # meant for the child, as a shell's redirection is
-        os.write(fd, b"\0\0\0\0written")
+        os.write(fd, noun(b"\0\0\0\0written"))
         pid = os.fork()
         if pid == 0:
             time.sleep(30)
             os._exit(0)
         os.close(fd)  # the writer's last close: committed
-        assert read_event(mnt, NEXT) == b"\0\0\0\0written"
+        assert read_event(mnt, NEXT) == noun(b"\0\0\0\0written")
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         time.sleep(0.3)
-        assert read_event(mnt, NEXT) == b"\0\0\0\0written"
+        assert read_event(mnt, NEXT) == noun(b"\0\0\0\0written")
         assert not os.path.exists(f"{mnt}/events/{NEXT + 1}")
 
 
@@ -147,7 +156,7 @@ def test_a_stray_fork_copy_does_not_hold_up_the_writer(small_src, mnt):
     through the copy afterwards fails with EBADF and changes nothing."""
     with mounted(small_src, mnt):
         fd = os.open(f"{mnt}/new/{NEXT}", W)
-        os.write(fd, b"\0\0\0\0data")
+        os.write(fd, noun(b"\0\0\0\0data"))
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -158,11 +167,11 @@ def test_a_stray_fork_copy_does_not_hold_up_the_writer(small_src, mnt):
         t0 = time.monotonic()
         os.close(fd)
         assert time.monotonic() - t0 < 2
-        assert read_event(mnt, NEXT) == b"\0\0\0\0data"
+        assert read_event(mnt, NEXT) == noun(b"\0\0\0\0data")
         os.close(w)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == errno.EBADF
-        assert read_event(mnt, NEXT) == b"\0\0\0\0data"
+        assert read_event(mnt, NEXT) == noun(b"\0\0\0\0data")
 
 
 def test_threads_forking_while_others_close(small_src, mnt):
@@ -179,7 +188,8 @@ def test_threads_forking_while_others_close(small_src, mnt):
         spawners = [threading.Thread(target=spawner) for _ in range(2)]
         for t in spawners:
             t.start()
-        acked, failed = threaded_appends(mnt, NEXT, 3, 15, lambda n: 4 + (n % 7) * 3000, 100)
+        # 5 bytes at least: a mug and a noun
+        acked, failed = threaded_appends(mnt, NEXT, 3, 15, lambda n: 5 + (n % 7) * 3000, 100)
         stop.set()
         for t in spawners:
             t.join()
@@ -427,12 +437,14 @@ def test_truncating_a_new_file_to_1gib_costs_no_memory(small_src, mnt):
         pid = daemon_pid(mnt)
         base = _peak_rss(pid)
         fd = os.open(f"{mnt}/new/{NEXT}", W)
+        head = noun(b"head")  # an event: a mug and a noun
+        os.write(fd, head)
         os.ftruncate(fd, 1 << 30)
         os.pwrite(fd, b"\0\0\0\0end", (1 << 30) - 7)
         assert _peak_rss(pid) - base < 64 << 20
-        os.ftruncate(fd, 7)
+        os.ftruncate(fd, len(head))
         os.close(fd)
-        assert read_event(mnt, NEXT) == bytes(4) + bytes(3)
+        assert read_event(mnt, NEXT) == head
 
 
 def test_many_handles_on_one_event_share_one_copy(make_book, mnt):
@@ -471,7 +483,7 @@ def test_sigterm_unmounts_promptly_with_a_stalled_writer(small_src, mnt):
 
         def waiter():
             fd = os.open(f"{mnt}/new/{NEXT + 1}", W)
-            os.write(fd, b"\0\0\0\0next")
+            os.write(fd, noun(b"\0\0\0\0next"))
             result["err"] = err_of(os.close, fd)
 
         t = threading.Thread(target=waiter)

@@ -125,20 +125,23 @@ def test_append_files_and_stdin(small_src, mnt, tmp_path):
 def test_append_stops_at_first_refusal(small_src, mnt, tmp_path):
     """The reason comes from the refusal record; later files are not appended, unless
     --keep-going, which gives the next file the refused one's number."""
-    f = files(tmp_path, good=payload(11, 100), short=b"ab", later=payload(12, 50))
+    # the refused one is standard input: a FILE that is not a payload is refused before
+    # anything is appended (bad usage: test_checked_appends.py); stdin only by the mount
+    f = files(tmp_path, good=payload(11, 100), later=payload(12, 50))
     with mounted(small_src, mnt):
-        res = run_bookfs("append", str(mnt), f["good"], f["short"], f["later"], check=False)
+        res = run_bookfs("append", str(mnt), f["good"], "-", f["later"], check=False,
+                         input="ab")
         assert res.returncode == 1
         assert res.stdout.splitlines() == [f"event 11 <- {f['good']} (100 bytes)"]
         assert res.stderr.splitlines() == [
-            f"{f['short']}: refused: new/12: 2 bytes written, expected at least 4 "
+            "stdin: refused: new/12: 2 bytes written, expected at least 4 "
             "(a 4-byte mug, then the jam) [EINVAL]"]
         assert not os.path.exists(f"{mnt}/events/12")
         assert refusals(mnt)[-1][:2] == ("new/12", "EINVAL")
-        res = run_bookfs("append", "--keep-going", str(mnt), f["short"], f["later"],
-                         check=False)
+        res = run_bookfs("append", "--keep-going", str(mnt), "-", f["later"],
+                         check=False, input="ab")
         assert res.returncode == 1
-        assert res.stderr.startswith(f"{f['short']}: refused: new/12: 2 bytes written")
+        assert res.stderr.startswith("stdin: refused: new/12: 2 bytes written")
         assert res.stdout.splitlines() == [f"event 12 <- {f['later']} (50 bytes)"]
     assert sorted(engine_events(small_src)) == list(range(1, 13))
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from bookfs.formats.book import Book
-from mounting import proc_gone
+from mounting import noun, octal, proc_gone
 from mount_fixtures import (  # noqa: F401  (fixtures)
     engine_events,
     mounted,
@@ -50,12 +50,16 @@ TIMEOUT = 30  # seconds a writer may take; the old rule hung here for good
 #: The writer: opens new/N (or meta/life), writes part one, starts a process (or dups),
 #: writes part two, checks nothing is committed yet, closes (or execs itself).  Prints
 #: "ok" when every check passed.
+#: What the writer appends (a checked new/ takes a mug and a noun), in two parts.
+EVENT = noun(b"part-one;part-two")
+PARTS = [EVENT[:13], EVENT[13:]]
+
 WRITER = r"""
 import os, subprocess, sys
 root, n, kind, target = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 if target == "new":
     path, flags = f"{root}/new/{n}", os.O_WRONLY | os.O_CREAT
-    parts = [b"\0\0\0\0part-one;", b"part-two"]
+    parts = NEW_PARTS
 else:
     path, flags = f"{root}/meta/life", os.O_WRONLY | os.O_TRUNC
     parts = [b"\x07\x00", b"\x00\x00"]
@@ -99,7 +103,7 @@ if kind == "self-exec":
 os.close(fd)
 assert committed(), "not committed at the writer's close"
 print("ok")
-"""
+""".replace("NEW_PARTS", repr(PARTS))
 
 KINDS = ["system", "posix_spawn", "fork+execv", "subprocess", "dup", "self-exec"]
 
@@ -158,7 +162,7 @@ def test_a_process_started_between_two_writes_commits_nothing(small_src, tmp_pat
     with reached(how, small_src, tmp_path) as root:
         run_writer(root, kind)
         with open(f"{root}/events/{NEXT}", "rb") as f:
-            assert f.read() == b"\0\0\0\0part-one;part-two"
+            assert f.read() == EVENT
         assert len(os.listdir(f"{root}/events")) == NEXT  # committed once
         with open(f"{root}/info") as f:
             assert "last refusals: none" in f.read()
@@ -176,11 +180,15 @@ def test_the_same_on_a_meta_field(small_src, tmp_path, how, kind):
 # --- 3. tools -------------------------------------------------------------------------
 
 
+TOOL_DATA = noun(b"AAAABBBB")  # what each tool writes: a mug and a noun
+
 TOOLS = {
     "cp": "cp {src} {f}",
-    "printf builtin": "printf '\\0\\0\\0\\0AAAABBBB' > {f}",
-    "{ a; b; }": "{{ /usr/bin/printf '\\0\\0\\0\\0AAAA'; /usr/bin/printf 'BBBB'; }} > {f}",
-    "exec 3>": "exec 3> {f}; printf '\\0\\0\\0\\0AAAA' >&3; printf 'BBBB' >&3; exec 3>&-",
+    "printf builtin": f"printf '{octal(TOOL_DATA)}' > {{f}}",
+    "{ a; b; }": f"{{{{ /usr/bin/printf '{octal(TOOL_DATA[:8])}'; "
+                 f"/usr/bin/printf '{octal(TOOL_DATA[8:])}'; }}}} > {{f}}",
+    "exec 3>": f"exec 3> {{f}}; printf '{octal(TOOL_DATA[:8])}' >&3; "
+               f"printf '{octal(TOOL_DATA[8:])}' >&3; exec 3>&-",
     "dd": "dd if={src} of={f} bs=3 status=none",
     "python with open": f"{sys.executable} -c \"import sys; "
                         "f = open(sys.argv[1], 'wb'); f.write(open(sys.argv[2], 'rb').read()); "
@@ -190,7 +198,7 @@ TOOLS = {
 
 @pytest.mark.parametrize("tool", list(TOOLS))
 def test_tools_commit_exactly_the_bytes_written(small_src, tmp_path, tool):
-    data = b"\0\0\0\0AAAABBBB"
+    data = TOOL_DATA
     (tmp_path / "payload").write_bytes(data)
     with reached("bind", small_src, tmp_path) as root:
         cmd = TOOLS[tool].format(src=tmp_path / "payload", f=f"{root}/new/{NEXT}")
@@ -251,12 +259,12 @@ def test_a_killed_writer_commits_nothing(small_src, tmp_path, writer, child):
         time.sleep(0.5)  # the kernel's RELEASE of the file (sent after the last close)
         assert not os.path.exists(f"{root}/events/{NEXT}")
         with open(f, "wb") as w:  # the number is free again
-            w.write(b"\0\0\0\0whole")
+            w.write(noun(b"\0\0\0\0whole"))
         with open(f"{root}/events/{NEXT}", "rb") as r:
-            assert r.read() == b"\0\0\0\0whole"
+            assert r.read() == noun(b"\0\0\0\0whole")
         with open(f"{root}/info") as i:
             assert "killed" in i.read()
-    assert engine_events(small_src)[NEXT] == b"\0\0\0\0whole"
+    assert engine_events(small_src)[NEXT] == noun(b"\0\0\0\0whole")
 
 
 def _gone(pid: int) -> bool:
@@ -271,7 +279,7 @@ def test_pid_counter_wrapped_between_create_and_close(small_src, tmp_path):
     with reached("direct", small_src, tmp_path) as root:
         run_writer(root, "wrapped")
         with open(f"{root}/events/{NEXT}", "rb") as f:
-            assert f.read() == b"\0\0\0\0part-one;part-two"
+            assert f.read() == EVENT
 
 
 # --- 6. a descriptor passed over a UNIX socket -----------------------------------------
@@ -346,7 +354,7 @@ def test_a_thread_spawns_before_its_first_write(small_src, tmp_path):
         try:
             fd = os.open(f"{root}/new/{NEXT}", os.O_WRONLY | os.O_CREAT)
             subprocess.run(["true"], check=True)
-            os.write(fd, b"\0\0\0\0after the child")
+            os.write(fd, noun(b"\0\0\0\0after the child"))
             os.close(fd)
             result.append("ok")
         except OSError as e:
@@ -358,7 +366,7 @@ def test_a_thread_spawns_before_its_first_write(small_src, tmp_path):
         t.join(TIMEOUT)
         assert result == ["ok"]
         with open(f"{root}/events/{NEXT}", "rb") as f:
-            assert f.read() == b"\0\0\0\0after the child"
+            assert f.read() == noun(b"\0\0\0\0after the child")
 
 
 def test_created_in_one_thread_written_and_closed_in_another(small_src, tmp_path):
@@ -378,15 +386,15 @@ def test_created_in_one_thread_written_and_closed_in_another(small_src, tmp_path
         t.start()
         try:
             assert wait_for(lambda: fds)
-            os.write(fds[0], b"\0\0\0\0one;")
+            os.write(fds[0], noun(b"one;two")[:8])
             subprocess.run(["true"], check=True)
-            os.write(fds[0], b"two")
+            os.write(fds[0], noun(b"one;two")[8:])
             os.close(fds[0])
         finally:
             done.set()
             t.join()
         with open(f"{root}/events/{NEXT}", "rb") as f:
-            assert f.read() == b"\0\0\0\0one;two"
+            assert f.read() == noun(b"one;two")
 
 
 def test_a_creating_thread_that_ended_fails_loudly(small_src, tmp_path):
@@ -468,7 +476,7 @@ def test_a_bind_mount_that_reuses_a_freed_mount_id(small_src, tmp_path, target):
                 run_writer(bind, "dup", target=target)
                 if target == "new":
                     with open(f"{bind}/events/{NEXT}", "rb") as f:
-                        assert f.read() == b"\0\0\0\0part-one;part-two"
+                        assert f.read() == EVENT
             finally:
                 subprocess.run(["umount", "-l", str(bind)], check=True)
         break

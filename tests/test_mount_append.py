@@ -14,7 +14,7 @@ import pytest
 
 from bookfs.formats.book import Book
 from bookfs.formats.lock import WriterLock
-from mounting import proc_gone
+from mounting import noun, octal, proc_gone
 from mount_fixtures import (  # noqa: F401  (fixtures)
     daemon_pid,
     engine_events,
@@ -58,8 +58,8 @@ def test_sequential_appends_with_tools(small_src, mnt, tmp_path):
         assert r.returncode == 0, r.stderr
         assert open(f"{mnt}/events/000000000012", "rb").read() == want[12]
         # shell redirection (open, dup2, close: an early flush that must not commit)
-        want[13] = b"\x01\x02\x03\x04hello\n"
-        assert sh(f"printf '\\001\\002\\003\\004hello\\n' > {mnt}/new/13").returncode == 0
+        want[13] = noun(b"\x01\x02\x03\x04hello\n")
+        assert sh(f"printf '{octal(want[13])}' > {mnt}/new/13").returncode == 0
         assert open(f"{mnt}/events/13", "rb").read() == want[13]
         # python, offsets out of order (last chunk first, a hole filled later)
         want[14] = payload(14, 3 * 4096 + 5)
@@ -123,7 +123,9 @@ def test_concurrent_writers_processes(small_src, mnt, tmp_path):
         "import os, sys\n"
         "path, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])\n"
         "import random\n"
-        "data = random.Random(n * 7919 + size).randbytes(size)\n"
+        f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+        "from mounting import noun_payload\n"
+        "data = noun_payload(random.Random(n * 7919 + size).randbytes(size))\n"
         "fd = os.open(path, os.O_WRONLY | os.O_CREAT)\n"
         "print('open', flush=True)\n"
         "sys.stdin.readline()\n"
@@ -177,13 +179,14 @@ def test_writer_killed_mid_write(small_src, mnt, tmp_path, written):
         p.kill()
         p.wait(10)
         # the number frees up once the kernel has closed the killed writer's file
-        assert wait_for(lambda: _try_commit(mnt, 11, b"good event"), timeout=5)
-        assert open(f"{mnt}/events/11", "rb").read() == b"good event"
+        assert wait_for(lambda: _try_commit(mnt, 11, noun(b"good event")), timeout=5)
+        assert open(f"{mnt}/events/11", "rb").read() == noun(b"good event")
         text = logf.read_text()
     assert "new/11 abandoned" in text or "expected at least 4" in text, text
     after = (small_src / "book.log").read_bytes()
-    assert after[: len(before)] == before and len(after) == len(before) + 20 + 10
-    assert engine_events(small_src)[11] == b"good event"
+    assert after[: len(before)] == before and len(after) == len(before) + 20 + len(
+        noun(b"good event"))
+    assert engine_events(small_src)[11] == noun(b"good event")
 
 
 def _try_commit(m, n, data) -> bool:
@@ -200,9 +203,9 @@ def test_stalled_predecessor_etimedout(small_src, mnt, tmp_path):
     logf = tmp_path / "d.log"
     with mounted(small_src, mnt, "-o", "stall_timeout=2", log_file=str(logf)):
         stalled = os.open(f"{mnt}/new/11", W)
-        os.write(stalled, b"slow")
+        os.write(stalled, noun(b"slow"))
         fd = os.open(f"{mnt}/new/12", W)
-        os.write(fd, b"fast one")
+        os.write(fd, noun(b"fast one"))
         t0 = time.monotonic()
         with pytest.raises(OSError) as ei:
             os.close(fd)
@@ -212,14 +215,14 @@ def test_stalled_predecessor_etimedout(small_src, mnt, tmp_path):
         assert not os.path.exists(f"{mnt}/events/12")
         # 12 is free again (11 still in flight); the stalled writer can still finish
         fd = os.open(f"{mnt}/new/12", W)
-        os.write(fd, b"second try")
+        os.write(fd, noun(b"second try"))
         os.close(stalled)
         os.close(fd)
-        assert open(f"{mnt}/events/11", "rb").read() == b"slow"
-        assert open(f"{mnt}/events/12", "rb").read() == b"second try"
+        assert open(f"{mnt}/events/11", "rb").read() == noun(b"slow")
+        assert open(f"{mnt}/events/12", "rb").read() == noun(b"second try")
     assert "still being written" in logf.read_text()
     got = engine_events(small_src)
-    assert got[11] == b"slow" and got[12] == b"second try" and max(got) == 12
+    assert got[11] == noun(b"slow") and got[12] == noun(b"second try") and max(got) == 12
 
 
 def test_daemon_sigkill_mid_commit(small_src, mnt, tmp_path):
@@ -302,16 +305,16 @@ def test_daemon_sigkill_mid_commit(small_src, mnt, tmp_path):
 def test_sigterm_unmounts_and_releases_lock(small_src, mnt, tmp_path):
     with mounted(small_src, mnt):
         pid = daemon_pid(str(mnt))
-        append(mnt, 11, b"before term")
+        append(mnt, 11, noun(b"before term"))
         os.kill(pid, signal.SIGTERM)
         assert wait_for(lambda: not os.path.ismount(mnt), timeout=10)
         assert wait_for(lambda: not pid_alive(pid), timeout=10)
         assert not WriterLock.is_held(str(small_src / "book.lock"))
     with mounted(small_src, mnt):  # a new read-write mount succeeds
-        append(mnt, 12, b"after term")
-        assert open(f"{mnt}/events/11", "rb").read() == b"before term"
+        append(mnt, 12, noun(b"after term"))
+        assert open(f"{mnt}/events/11", "rb").read() == noun(b"before term")
     got = engine_events(small_src)
-    assert got[11] == b"before term" and got[12] == b"after term"
+    assert got[11] == noun(b"before term") and got[12] == noun(b"after term")
 
 
 def test_sigkill_leaves_no_dead_mount(small_src, mnt):

@@ -32,8 +32,9 @@ from hypothesis import strategies as st
 
 from bookfs.formats.book import Book
 from bookfs.fs import inodes as I
+from bookfs.noun import jam
 from mount_fixtures import mnt, mounted  # noqa: F401
-from mounting import proc_gone, proc_status_kib
+from mounting import noun_payload, proc_gone, proc_status_kib
 
 MIB = 1 << 20
 BIG = 32 * MIB  # event 3
@@ -200,7 +201,7 @@ def test_pretty_after_a_replacement(tmp_path, mnt):
     """``pretty/N`` is bound to its generation as well: after a replacement a new open
     renders the new event, and the old name's inode is not the new one's."""
     src = tmp_path / "src"
-    jam_a, jam_b = b"\x00\x00\x00\x00\x0d\x03", b"\x00\x00\x00\x00\x0d\x05"  # 1, 2
+    jam_a, jam_b = b"\0\0\0\0" + jam(1), b"\0\0\0\0" + jam(2)  # two nouns, two renderings
     with Book.open(src, writable=True, create=True) as book:
         book.save(1, [jam_a])
     daemon_log = tmp_path / "daemon.log"
@@ -327,7 +328,7 @@ class _Appends:
                         for _ in range(WAITERS)]
 
     def data(self, n: int) -> bytes:
-        return random.Random(n).randbytes(4096)
+        return noun_payload(random.Random(n).randbytes(4096))
 
     def _slow(self) -> None:
         n, data = self.first, self.data(self.first)

@@ -29,7 +29,7 @@ from bookfs.formats import index as index_mod
 from bookfs.formats.book import Book
 from bookfs.formats.lock import WriterLock, lock_path_for
 from mount_fixtures import in_mountinfo, mnt, small_src, wait_for  # noqa: F401
-from mounting import BOOKFS, daemon_pid, mounted, proc_gone, run_bookfs
+from mounting import BOOKFS, daemon_pid, mounted, noun, proc_gone, run_bookfs
 
 REPO = Path(__file__).resolve().parent.parent
 EVENT1 = "events/000000000001"
@@ -445,8 +445,8 @@ def test_no_index_cache_writes_nothing(make_book, tmp_path, mnt):
                          capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr
     try:
-        (mnt / "new" / "21").write_bytes(b"\0\0\0\0abc")
-        assert (mnt / "events" / "000000000021").read_bytes() == b"\0\0\0\0abc"
+        (mnt / "new" / "21").write_bytes(noun(b"\0\0\0\0abc"))
+        assert (mnt / "events" / "000000000021").read_bytes() == noun(b"\0\0\0\0abc")
     finally:
         res = run_bookfs("umount", str(mnt), check=False)
     assert res.returncode == 0, res.stderr

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from lmdb_fixtures import make_lmdb_epoch, make_pier, payloads
-from mounting import mounted, run_bookfs
+from mounting import mounted, noun, run_bookfs
 
 
 @pytest.fixture
@@ -59,10 +59,10 @@ def test_pier_append_goes_to_newest_epoch_and_takes_vere_lock(pier, tmp_path):
         finally:
             os.close(fd)
         fd = os.open(f"{mnt}/new/601", os.O_CREAT | os.O_WRONLY)
-        os.write(fd, b"\x01\x02\x03\x04\x05")
+        os.write(fd, noun(b"\x01\x02\x03\x04\x05"))
         os.close(fd)
-        assert _read(f"{mnt}/events/601") == b"\x01\x02\x03\x04\x05"
-        assert _read(f"{mnt}/epochs/0i500/events/601") == b"\x01\x02\x03\x04\x05"
+        assert _read(f"{mnt}/events/601") == noun(b"\x01\x02\x03\x04\x05")
+        assert _read(f"{mnt}/epochs/0i500/events/601") == noun(b"\x01\x02\x03\x04\x05")
     assert _read(root / ".urb/log/0i0/data.mdb") == lmdb_before
     from bookfs.formats.book import Book
 

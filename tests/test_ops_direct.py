@@ -15,7 +15,7 @@ from bookfs.formats.book import Book
 from bookfs.fs import inodes as I
 from bookfs.fs import ops as ops_module
 from bookfs.fs.ops import BookOperations
-from mount_fixtures import payload, small_src  # noqa: F401
+from mount_fixtures import noun, payload, small_src  # noqa: F401
 
 CTX = SimpleNamespace(pid=os.getpid(), uid=0, gid=0, umask=0o022)
 W = os.O_WRONLY | os.O_CREAT
@@ -77,9 +77,9 @@ def _append(ops, name: bytes, data: bytes):
 
 
 def test_create_write_flush_release(ops):
-    _append(ops, b"11", b"abcdefgh")
-    assert ops.book.read(11) == b"abcdefgh"
-    assert run(ops.lookup, I.EVENTS, b"11", CTX).st_size == 8
+    _append(ops, b"11", noun(b"abcdefgh"))
+    assert ops.book.read(11) == noun(b"abcdefgh")
+    assert run(ops.lookup, I.EVENTS, b"11", CTX).st_size == len(noun(b"abcdefgh"))
     assert ops.queue.batches == 1
     # errors of the table
     assert fuse_errno(ops.create, I.NEW, b"abc", 0o644, W, CTX) == errno.EINVAL
@@ -124,9 +124,9 @@ def test_group_commit_batches(ops):
 def test_stall_gives_etimedout(ops):
     async def main():
         stalled, _ = await ops.create(I.NEW, b"11", 0o644, W, CTX)
-        await ops.write(stalled.fh, 0, b"slow")
+        await ops.write(stalled.fh, 0, noun(b"slow"))
         fi, _ = await ops.create(I.NEW, b"12", 0o644, W, CTX)
-        await ops.write(fi.fh, 0, b"next")
+        await ops.write(fi.fh, 0, noun(b"next"))
         with pytest.raises(pyfuse3.FUSEError) as ei:
             await ops.flush(fi.fh)
         assert ei.value.errno == errno.ETIMEDOUT
@@ -137,8 +137,8 @@ def test_stall_gives_etimedout(ops):
 
     trio.run(main)
     assert ops.book.last == 10
-    _append(ops, b"11", b"later")  # 11 is free again too
-    assert ops.book.read(11) == b"later"
+    _append(ops, b"11", noun(b"later"))  # 11 is free again too
+    assert ops.book.read(11) == noun(b"later")
 
 
 def test_unexpected_exception_becomes_eio(ops, monkeypatch):
@@ -161,13 +161,13 @@ def test_unexpected_exception_becomes_eio(ops, monkeypatch):
     size = os.path.getsize(ops.book.log_path)
     monkeypatch.setattr(ops.book, "save", boom)
     fi, _ = run(ops.create, I.NEW, b"11", 0o644, W, CTX)
-    run(ops.write, fi.fh, 0, b"data")
+    run(ops.write, fi.fh, 0, noun(b"data"))
     assert fuse_errno(ops.flush, fi.fh) == errno.EIO
     run(ops.release, fi.fh)
     assert os.path.getsize(ops.book.log_path) == size
     monkeypatch.undo()
-    _append(ops, b"11", b"after")
-    assert ops.book.read(11) == b"after"
+    _append(ops, b"11", noun(b"after"))
+    assert ops.book.read(11) == noun(b"after")
 
 
 def test_readonly_ops(small_src, monkeypatch):

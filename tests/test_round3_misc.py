@@ -262,7 +262,7 @@ def test_append_with_its_daemon_killed_after_the_deed_is_written_is_unknown(tmp_
     from bookfs.formats.layout import DEED_OVERHEAD
 
     src = make_log(tmp_path / "log", [MUG + jam(n) for n in range(1, 4)])
-    big = os.urandom(64 << 20)
+    big = MUG + jam(int.from_bytes(os.urandom(64 << 20), "little"))  # a mug and a noun
     (tmp_path / "big.bin").write_bytes(big)
     (tmp_path / "small.bin").write_bytes(MUG + jam(99))
     log = src / "book.log"

@@ -37,6 +37,15 @@ Contract:
   bookfs mount or mounted read-only, a FILE missing, unreadable or a directory, ``-``
   twice), checked before anything is appended; 3 if an outcome is unknown (above); 130
   after Ctrl-C.
+* Payloads are checked (issue 21): each regular FILE must be a 4-byte mug and a jam that
+  cues completely and exactly, or vere's ram encoding, whatever the mug
+  (:class:`~bookfs.fs.staging.PayloadCheck`, the daemon's own check).  Every FILE
+  is checked before anything is appended; one that is not a payload is bad usage (exit
+  2), named with the byte where parsing failed.  Standard input and pipes are read once,
+  so the mount checks them as they are written, and refuses one that is not a payload at
+  its close (a refusal, exit 1).  ``--unchecked`` checks nothing here and sets
+  ``user.bookfs.unchecked`` on each ``new/<N>`` it writes, so the mount accepts it as
+  it is (as ``-o unchecked_payloads`` does for a whole mount).
 * Events only: ``meta/`` fields are written with ``cp``/``printf`` and their refusals read
   in ``info``.
 """
@@ -56,6 +65,7 @@ from datetime import datetime
 
 from bookfs.fs.commit import NEXT_KEY, REFUSALS_HEADER
 from bookfs.fs.mountinfo import bookfs_mount_at
+from bookfs.fs.staging import check_payload_file
 
 CHUNK = 1 << 20  # bytes per write
 #: A close that fails with one of these has an unknown outcome: the daemon went away (or
@@ -67,6 +77,7 @@ INDETERMINATE = frozenset({errno.ENOTCONN, errno.ECONNABORTED, errno.ECONNRESET,
 EXIT_UNKNOWN = 3
 MAX_TRIES = 100  # create attempts per file while other writers take the numbers
 STDIN = "-"
+UNCHECKED_XATTR = "user.bookfs.unchecked"  # nodes/new.py: "1" turns the check off
 _LINE = re.compile(r"^  (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}) (\S+) (\S+) "
                    r"pid (\S+): (.*)$")
 
@@ -135,8 +146,9 @@ def next_number(mnt: str) -> int:
                          "bookfs mount") from None
 
 
-def check_files(files: list[str]) -> list[int | None]:
-    """The size of each FILE (None for stdin or a pipe), or :class:`UsageError`."""
+def check_files(files: list[str], payloads: bool = False) -> list[int | None]:
+    """The size of each FILE (None for stdin or a pipe), or :class:`UsageError`; with
+    ``payloads``, also that each regular FILE is an event payload (a mug and a noun)."""
     if files.count(STDIN) > 1:
         raise UsageError("'-' (standard input) can be given only once")
     sizes: list[int | None] = []
@@ -153,14 +165,26 @@ def check_files(files: list[str]) -> list[int | None]:
         if not os.access(name, os.R_OK):
             raise UsageError(f"{name}: not readable; expected a file to append")
         sizes.append(st.st_size if stat.S_ISREG(st.st_mode) else None)
+    if payloads:
+        for name, size in zip(files, sizes):
+            if size is None:
+                continue  # read once: the mount checks it as it is written
+            try:
+                bad = check_payload_file(name)
+            except OSError:
+                continue  # its append reads it again, and says what failed then
+            if bad is not None:
+                raise UsageError(f"{name}: not an event payload: {bad[1]}; nothing was "
+                                 "appended (--unchecked appends it as it is)")
     return sizes
 
 
 class Appender:
     """Appends files through ``MNT/new/`` one at a time (see the module's contract)."""
 
-    def __init__(self, mnt: str, at: int | None, progress):
+    def __init__(self, mnt: str, at: int | None, progress, unchecked: bool = False):
         self.mnt = mnt
+        self.unchecked = unchecked  # ask the mount not to check the payloads
         self.at = at  # the number the next file must take, if insisted on
         self.progress = progress
         self.unknown = False  # a close's outcome is unknown: append nothing more
@@ -234,7 +258,14 @@ class Appender:
             since = time.time()
             written, err, whole, why, closing = 0, 0, False, "", False
             try:
-                while True:
+                if self.unchecked:
+                    try:
+                        os.setxattr(fd, UNCHECKED_XATTR, b"1")
+                    except OSError as e:
+                        why = (f"{shown}: refused: new/{n}: the mount would not turn its "
+                               f"payload check off ({UNCHECKED_XATTR}: {e.strerror}); "
+                               "nothing appended (mount it with -o unchecked_payloads)")
+                while not why:
                     try:
                         chunk = src.read(CHUNK)
                     except OSError as e:
@@ -288,14 +319,14 @@ def run(args) -> int:
                              "mount (bookfs mount SOURCE MNT without -o ro)")
         if args.at is not None and args.at < 1:
             raise UsageError(f"--at {args.at}: expected an event number of 1 or more")
-        sizes = check_files(args.files)
+        sizes = check_files(args.files, payloads=not args.unchecked)
     except UsageError as e:
         print(f"bookfs append: {e}", file=sys.stderr)
         return 2
     total = None if None in sizes else sum(sizes)
     refused = 0
     with _progress_bar(total, "append") as bar:
-        appender = Appender(args.mountpoint, args.at, bar)
+        appender = Appender(args.mountpoint, args.at, bar, unchecked=args.unchecked)
         for i, name in enumerate(args.files):
             try:
                 n, line = appender.append(name)
@@ -334,4 +365,7 @@ def register(sub) -> None:
                         "on); the next ones N+1, ...")
     s.add_argument("--keep-going", action="store_true",
                    help="after a refusal, go on with the next file")
+    s.add_argument("--unchecked", action="store_true",
+                   help="append the files as they are, even if they are not a mug and a "
+                        "noun (the mount is asked not to check them either)")
     s.set_defaults(func=run)

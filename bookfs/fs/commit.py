@@ -136,6 +136,12 @@ class Reservation:
     error: int = 0
     poisoned: int = 0  # errno of a write that failed: the close fails with it
     writer: object = None  # the fs layer's closer.Writer for this file, if any
+    #: the fs layer's check of the bytes as they are written (``nodes/new.py``), None
+    #: when the payload is not checked
+    payload: object = None
+    #: set by the fs layer just before ``commit``: ``(errno, why)`` if the bytes are not
+    #: an event's payload (not a mug and a noun), None if they are or were not checked
+    refused: tuple[int, str] | None = None
     #: the commit rule's check of the close that made it ready (run on the commit thread
     #: just before the save; see CommitQueue.commit), None once passed
     check: object = None
@@ -348,7 +354,8 @@ class CommitQueue:
 
     def _admit(self, r: Reservation) -> tuple[int, str] | None:
         """``(errno, why)`` if ``r``'s bytes cannot be an event (a poisoning write, fewer
-        than ``MIN_PAYLOAD`` bytes); None if they can."""
+        than ``MIN_PAYLOAD`` bytes, the fs layer's payload check: ``r.refused``); None if
+        they can."""
         if r.poisoned:
             return r.poisoned, (f"not committed, because a write to it failed "
                                 f"({errno.errorcode.get(r.poisoned)})")
@@ -356,7 +363,7 @@ class CommitQueue:
         if size < MIN_PAYLOAD:
             return errno.EINVAL, (f"{size} bytes written, expected at least {MIN_PAYLOAD} "
                                   "(a 4-byte mug, then the jam)")
-        return None
+        return r.refused
 
     def _judge(self, r: Reservation, shared: dict) -> tuple[str, int, str]:
         """On the commit thread: ``(SAVE, 0, "")``, ``(HOLD, 0, "")`` (the close was not

@@ -288,6 +288,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
                              segment_span=opts.segment_span,
                              stall_timeout=opts.stall_timeout,
                              owner=(opts.uid, opts.gid), umask=opts.umask)
+        ops.new_files.checked = not opts.unchecked_payloads  # -o unchecked_payloads
         if opts.ignored:
             log.info("mount options accepted without effect: %s", ",".join(opts.ignored))
         _init_fuse(ops, mountpoint, opts.fuse_options(source, readonly))

@@ -22,7 +22,10 @@ a handle (READ, WRITE, FLUSH, RELEASE) to the kind that opened it.  Following th
 and the log's generations (which file belongs to which log, ESTALE, the kernel's caches
 to drop) is :mod:`bookfs.fs.follow`'s; what every kind shares (cache timeouts,
 permissions) is ``nodes/base.py``'s.  Extended attributes are not supported (ENOSYS),
-which the kernel remembers, so ``ls -l`` does not ask once per file.  Nothing can be
+which the kernel remembers, so ``ls -l`` does not ask once per file; the one exception
+is a ``new/<N>`` file's ``user.bookfs.unchecked`` (``nodes/new.py``), which is why
+setting any other attribute answers ENOTSUP (what ENOSYS shows the caller too) and never
+ENOSYS: the kernel would then refuse every later setxattr of the mount.  Nothing can be
 removed, renamed or linked: EPERM (EROFS on a read-only mount).
 
 Errors follow DESIGN.md's table.  Every handler is guarded (:func:`guarded`): a
@@ -417,6 +420,8 @@ class BookOperations(pyfuse3.Operations):
 
     @guarded
     async def getxattr(self, inode, name, ctx):
+        if I.is_staging(inode):  # new/<N>: user.bookfs.unchecked (nodes/new.py)
+            return await self.new_files.getxattr(inode, name, ctx)
         raise pyfuse3.FUSEError(errno.ENOSYS)  # the kernel stops asking
 
     @guarded
@@ -425,7 +430,12 @@ class BookOperations(pyfuse3.Operations):
 
     @guarded
     async def setxattr(self, inode, name, value, ctx):
-        raise pyfuse3.FUSEError(errno.ENOSYS)
+        if I.is_staging(inode):  # new/<N>: user.bookfs.unchecked (nodes/new.py)
+            return await self.new_files.setxattr(inode, name, value, ctx)
+        # what the caller saw with ENOSYS too (the kernel turns it into EOPNOTSUPP), but
+        # ENOSYS would also make the kernel refuse every later setxattr of the mount,
+        # new/'s user.bookfs.unchecked included (bookfs append --unchecked)
+        raise pyfuse3.FUSEError(errno.ENOTSUP)
 
     @guarded
     async def removexattr(self, inode, name, ctx):

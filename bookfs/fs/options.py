@@ -1,7 +1,7 @@
 """``-o`` mount options: every one falls in exactly one class, and is sorted by it.
 
 * **bookfs's own** (:data:`OWN_OPTIONS`): ``stall_timeout=``, ``segment_mb=``,
-  ``index_dir=``, ``noindex_cache``;
+  ``index_dir=``, ``noindex_cache``, ``unchecked_payloads``;
 * **implemented by bookfs** (:data:`IMPLEMENTED_OPTIONS`), because libfuse 3's low-level
   API no longer does: ``uid=``, ``gid=``, ``umask=``, ``nonempty``;
 * **read-only or read-write** (:data:`MODE_OPTIONS`): ``ro``, ``rw``;
@@ -111,6 +111,9 @@ OWN_OPTIONS = {
     "index_dir": (_directory, "DIR: keep the persisted offset index there"),
     "noindex_cache": (None, "never read or write a persisted index (read-only media, "
                       "throwaway mounts)"),
+    "unchecked_payloads": (None, "accept any bytes of 4 or more as a new/ event, not only "
+                           "a 4-byte mug and a jam (or ram) that decodes exactly; for "
+                           "logs that store something else (a ship cannot replay it)"),
 }
 #: Options libfuse 3's low-level API no longer implements, so bookfs does.
 IMPLEMENTED_OPTIONS = {
@@ -149,6 +152,7 @@ class MountOptions:
     segment_span: int = DEFAULT_SEGMENT_SPAN
     index_dir: str | None = None
     index_cache: bool = True
+    unchecked_payloads: bool = False  # new/ accepts any payload (no noun check)
     uid: int | None = None
     gid: int | None = None
     umask: int | None = None
@@ -189,6 +193,8 @@ def parse_options(text: str | None) -> MountOptions:
                     raise OptionError(f"mount option {key!r} takes no value")
                 if key == "noindex_cache":
                     mo.index_cache = False
+                elif key == "unchecked_payloads":
+                    mo.unchecked_payloads = True
                 continue  # nonempty
             if not eq:
                 raise OptionError(f"mount option {key!r} needs a value: {key}=...")
