@@ -69,12 +69,12 @@ def timed(pid: int | None, mnt: str, first: int, seconds: float, threads: int
     return done / t, cpu
 
 
-def run_bookfs(work: Path, seconds: float, threads: int):
+def run_bookfs(work: Path, seconds: float, threads: int, *options: str):
     src, mnt = work / "log", work / "mnt-bookfs"
     with Book.open(src) as b:
         first = b.last + 1
-    out = subprocess.run([sys.executable, "-m", "bookfs.cli", "mount", str(src), str(mnt)],
-                         cwd=ROOT, check=True, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "bookfs.cli", "mount", str(src), str(mnt),
+                          *options], cwd=ROOT, check=True, capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
     pid = int(re.search(r"daemon pid (\d+)", out.stdout + out.stderr).group(1))
     try:
@@ -83,6 +83,11 @@ def run_bookfs(work: Path, seconds: float, threads: int):
         subprocess.run([sys.executable, "-m", "bookfs.cli", "umount", str(mnt)], cwd=ROOT,
                        check=True, capture_output=True,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def run_bookfs_unchecked(work: Path, seconds: float, threads: int):
+    """The same mount without the payload check (issue 21): the check's cost."""
+    return run_bookfs(work, seconds, threads, "-o", "unchecked_payloads")
 
 
 def run_bookfs_noprobe(work: Path, seconds: float, threads: int):
@@ -129,7 +134,8 @@ def main() -> int:
     with Book.open(work / "log", writable=True, create=True) as b:
         b.save(1, [PAYLOAD])
     (work / "mnt-bookfs").mkdir(exist_ok=True)
-    runners = {"floor": run_floor, "bookfs": run_bookfs, "bookfs-noprobe": run_bookfs_noprobe,
+    runners = {"floor": run_floor, "bookfs": run_bookfs, "bookfs-unchecked": run_bookfs_unchecked,
+               "bookfs-noprobe": run_bookfs_noprobe,
                "requests": run_requests, "direct": run_direct}
     rates: dict[tuple[str, int], list[float]] = {}
     cpus: dict[tuple[str, int], list[float]] = {}
@@ -142,7 +148,7 @@ def main() -> int:
                 rates.setdefault((name, threads), []).append(rate)
                 if cpu is not None:
                     cpus.setdefault((name, threads), []).append(cpu)
-                print(f"round {i + 1}: {name:8} {threads} writer(s): {rate:8,.0f}/s"
+                print(f"round {i + 1}: {name:16} {threads} writer(s): {rate:8,.0f}/s"
                       + (f", daemon CPU {cpu:,.0f} µs per append" if cpu else ""),
                       file=sys.stderr)
     med = {k: statistics.median(v) for k, v in rates.items()}
@@ -152,7 +158,8 @@ def main() -> int:
           f"| daemon CPU per append, 1 / {n} writers |")
     print("|---|---|---|---|---|")
     for name, label in (("floor", "floor: pyfuse3 + fdatasync per append"),
-                        ("bookfs", "bookfs new/ (the commit rule)"),
+                        ("bookfs", "bookfs new/ (the commit rule, payloads checked)"),
+                        ("bookfs-unchecked", "bookfs new/, -o unchecked_payloads"),
                         ("bookfs-noprobe", "bookfs new/, the rule's /proc probe skipped"),
                         ("requests", "pyfuse3 answering the same requests, no I/O"),
                         ("direct", "plain files + fsync, no FUSE")):
@@ -165,6 +172,9 @@ def main() -> int:
     print()
     print(f"medians of {a.rounds} interleaved rounds (min–max in brackets); 1-minute load "
           f"{load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after")
+    for t in (1, n):
+        print(f"the payload check costs {1 - med[('bookfs', t)] / med[('bookfs-unchecked', t)]:+.1%}"
+              f" of bookfs's rate with {t} writer(s) (checked over -o unchecked_payloads)")
     for t in (1, n):
         cost = (med[("bookfs-noprobe", t)] - med[("bookfs", t)]) / med[("floor", t)]
         print(f"the commit rule's probe costs {cost:+.1%} of the floor's rate with {t} "
