@@ -51,7 +51,7 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.import_module(MOVED[spec.name])
 
     def exec_module(self, module):
-        pass
+        """Nothing to run: :meth:`create_module` returned the module already imported."""
 
 
 if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
