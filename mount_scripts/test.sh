@@ -2,7 +2,8 @@
 # Run the whole test suite: installs what it needs (Debian packages, a virtualenv, the pip
 # packages), then runs pytest over tests/ in two passes:
 #   1. every test not marked `serial`, on two xdist workers (`--dist loadgroup`: the tests
-#      of one xdist_group, e.g. all Spark tests, stay on one worker, so one JVM at a time);
+#      of one xdist_group stay on one worker; the Spark tests form two groups, "spark" and
+#      "spark-b", so each worker runs at most one JVM of its own);
 #   2. the tests marked `serial` (wall-clock or CPU-time bounds), alone.
 # Extra arguments go to both passes (e.g. `-k soak`, `-x`); a pass that selects nothing
 # is not a failure. BOOKFS_TEST_WORKERS=0 runs pass 1 without xdist.

@@ -472,7 +472,7 @@ def _tree_bytes(root: Path) -> dict:
 
 
 @pytest.mark.spark
-@pytest.mark.xdist_group("spark")  # one JVM at a time under xdist
+@pytest.mark.xdist_group("spark-b")  # one JVM per worker under xdist
 def test_spark_ctrl_c_leaves_the_output_as_it_was(tree, tmp_path):
     pytest.importorskip("pyspark")
     out = tmp_path / "out"

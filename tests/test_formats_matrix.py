@@ -142,7 +142,7 @@ def test_read_only_mount_serves_every_kind(tmp_path, kind):
 
 
 @pytest.mark.spark
-@pytest.mark.xdist_group("spark")  # one JVM at a time under xdist
+@pytest.mark.xdist_group("spark-b")  # one JVM per worker under xdist
 def test_spark_reads_every_kind_through_the_mount(tmp_path, spark):
     """``read_events`` over a read-only mount of each kind gives every event, with the
     mug and jam split as stored, and the sources stay unchanged.  (``spark``: the run's

@@ -17,7 +17,7 @@ from tests.lmdb_fixtures import make_pier, meta_values  # noqa: E402
 from tests.mounting import mounted, run_bookfs  # noqa: E402
 from tests.test_formats_matrix import payloads  # noqa: E402
 
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]  # one JVM at a time
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark-b")]  # one JVM per worker
 EVENTS = 3000
 
 

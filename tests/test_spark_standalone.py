@@ -38,7 +38,7 @@ from bookfs.cli.commands import main  # noqa: E402
 from bookfs.formats.book import Book  # noqa: E402
 from tests.mounting import BOOKFS, mounted, run_bookfs  # noqa: E402
 
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]  # one JVM at a time
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark-b")]  # one JVM per worker
 #: Events in the sample log: enough for several tasks on each worker (4+ partitions).
 LONG = bool(os.environ.get("BOOKFS_SPARK_LONG"))
 EVENTS = 2000 if LONG else 600

@@ -26,7 +26,7 @@ from bookfs import spark as bs
 from bookfs.formats.book import Book  # noqa: E402
 from tests.mounting import mounted, run_bookfs  # noqa: E402
 
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]  # one JVM at a time
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark-b")]  # one JVM per worker
 INITIAL = 1000  # events in the log when the stream starts
 TOTAL = 2500  # after the appends (payloads taken from a sample log of TOTAL events)
 PER_TRIGGER = 150  # maxEventsPerTrigger of the live run
