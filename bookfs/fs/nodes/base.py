@@ -117,6 +117,15 @@ class Kind:
         """GETATTR (and the attributes a lookup answers)."""
         raise pyfuse3.FUSEError(errno.ENOENT)
 
+    def existing(self, event: int) -> int:
+        """``event``, once the log holds it: an event not seen yet makes the follower look
+        at the log once (a writer may just have committed it); still absent, ENOENT."""
+        if event not in self.book:
+            self.fs.follower.follow()
+            if event not in self.book:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+        return event
+
     async def open(self, ino: int, flags: int, writing: int, ctx) -> pyfuse3.FileInfo:
         """OPEN (on a mount that answers opens; ``writing``: the flags that would)."""
         raise pyfuse3.FUSEError(errno.ENOENT)

@@ -72,11 +72,7 @@ class EventFiles(Kind):
                               FOREVER)
 
     async def attrs(self, ino: int) -> pyfuse3.EntryAttributes:
-        event = self.event_of(ino)
-        if event not in self.book:
-            self.fs.follower.follow()
-        if event not in self.book:
-            raise pyfuse3.FUSEError(errno.ENOENT)
+        event = self.existing(self.event_of(ino))
         return self.event_attrs(event)
 
     async def lookup(self, name: bytes) -> pyfuse3.EntryAttributes:
@@ -84,10 +80,7 @@ class EventFiles(Kind):
         event = I.parse_number(name)
         if event is None:  # can never exist (Hadoop's .<name>.crc, say): cache that
             return negative()
-        if event not in self.book:
-            self.fs.follower.follow()
-            if event not in self.book:
-                raise pyfuse3.FUSEError(errno.ENOENT)
+        event = self.existing(event)
         return self.event_attrs(event)
 
     # --- checking ------------------------------------------------------------------------

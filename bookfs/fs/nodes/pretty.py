@@ -59,11 +59,7 @@ class PrettyFiles(Kind):
                               self.book.mtime_ns(event), FOREVER)
 
     async def attrs(self, ino: int) -> pyfuse3.EntryAttributes:
-        event = self.event_of(ino)
-        if event not in self.book:
-            self.fs.follower.follow()
-        if event not in self.book:
-            raise pyfuse3.FUSEError(errno.ENOENT)
+        event = self.existing(self.event_of(ino))
         return await self.event_attrs(event)
 
     async def lookup(self, name: bytes) -> pyfuse3.EntryAttributes:
@@ -71,10 +67,7 @@ class PrettyFiles(Kind):
         event = I.parse_number(name)
         if event is None:
             return negative()
-        if event not in self.book:
-            self.fs.follower.follow()
-            if event not in self.book:
-                raise pyfuse3.FUSEError(errno.ENOENT)
+        event = self.existing(event)
         return await self.event_attrs(event)
 
     async def open(self, ino: int, flags: int, writing: int, ctx) -> pyfuse3.FileInfo:
