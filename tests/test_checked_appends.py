@@ -367,7 +367,7 @@ def test_the_check_is_fed_as_the_writes_arrive_not_at_the_close():
             s.write(len(small) - 1, b"\xff")
             await ps.wrote(len(small) - 1, b"\xff")
             assert ps.stale
-            assert (await ps.verdict(s))[0] == 4 + scan(small[4:-1] + b"\xff").byte
+            assert (await ps.verdict(s)).offset == 4 + scan(small[4:-1] + b"\xff").byte
         finally:
             worker.close()
 

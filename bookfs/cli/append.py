@@ -39,7 +39,7 @@ Contract:
   after Ctrl-C.
 * Payloads are checked (issue 21): each regular FILE must be a 4-byte mug and a jam that
   cues completely and exactly, or vere's ram encoding, whatever the mug
-  (:class:`~bookfs.fs.staging.PayloadCheck`, the daemon's own check).  Every FILE
+  (:mod:`bookfs.noun.payload`, the daemon's own check).  Every FILE
   is checked before anything is appended; one that is not a payload is bad usage (exit
   2), named with the byte where parsing failed.  Standard input and pipes are read once,
   so the mount checks them as they are written, and refuses one that is not a payload at
@@ -65,7 +65,7 @@ from datetime import datetime
 
 from bookfs.fs.commit import NEXT_KEY, REFUSALS_HEADER
 from bookfs.fs.mountinfo import bookfs_mount_at
-from bookfs.fs.staging import check_payload_file
+from bookfs.noun.payload import check_payload_file
 
 CHUNK = 1 << 20  # bytes per write
 #: A close that fails with one of these has an unknown outcome: the daemon went away (or
@@ -174,7 +174,7 @@ def check_files(files: list[str], payloads: bool = False) -> list[int | None]:
             except OSError:
                 continue  # its append reads it again, and says what failed then
             if bad is not None:
-                raise UsageError(f"{name}: not an event payload: {bad[1]}; nothing was "
+                raise UsageError(f"{name}: not an event payload: {bad.refusal}; nothing was "
                                  "appended (--unchecked appends it as it is)")
     return sizes
 

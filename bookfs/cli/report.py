@@ -3,7 +3,7 @@
 Reads every event once, in order, decoding only its head (date, wire, card tag:
 :func:`~bookfs.noun.peek_event` on the first :data:`HEAD_BYTES` of the jam or of vere's ram
 encoding), and checking that the whole payload is a noun
-(:func:`bookfs.noun.event.payload_problem`: the validating scanner for a jam, in slices,
+(:func:`bookfs.noun.payload.payload_problem`: the validating scanner for a jam, in slices,
 never building the noun; ``ram_decode`` for a ram event).  An event that is not a noun is
 counted as such (:data:`NOT_A_NOUN`), never as a boot event.  It writes to DIR:
 
@@ -117,7 +117,7 @@ def _head(source, event: int, check: bool = False
     """``(size, date, tag, noun, ram)`` of one event, reading only the start of its
     payload, unless ``check``: then the whole payload is decode-checked (``noun`` is
     False when it is not an event's; always True without ``check``)."""
-    from bookfs.noun.event import payload_problem
+    from bookfs.noun.payload import payload_problem
 
     size, pread, done = source.payload(event)
     try:

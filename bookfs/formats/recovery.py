@@ -457,32 +457,17 @@ def bob_dir_for(path: str | None) -> str | None:
     return None
 
 
-def payload_noun_problem(payload, bob_dir: str | None = None
-                         ) -> tuple[int | None, str] | None:
-    """None when ``payload`` is an event's: a 4-byte mug, then a jam that cues completely
-    and exactly (:func:`bookfs.noun.scan`, no noun built) or vere's ram encoding
-    (:func:`bookfs.noun.ram.ram_decode`, bob atoms read from ``bob_dir`` when there).
-    Otherwise ``(byte offset in the payload where parsing failed, why)``; the offset is
-    None for a bob file that is present but wrong (the event's bytes are fine).
-    :func:`bookfs.noun.event.payload_problem` decides, for ``show`` and ``pretty/`` too.
-
-    The stored mug is not compared with anything: it is the mug of Arvo's state after
-    the event (vere's ``mars.c``), which only a replay of the ship can check."""
-    from bookfs.noun.event import payload_problem
-
-    mv = memoryview(payload)
-    return payload_problem(len(mv), lambda off, n: mv[off:off + n], bob_dir)
-
-
 def check_nouns(lg, rep: CheckReport, *, bob_dir: str | None = None, progress=None) -> None:
     """Decode-check every readable event of the open log ``lg``
-    (:func:`payload_noun_problem`); adds a ``noun`` problem to ``rep`` for each event that
+    (:func:`bookfs.noun.payload.payload_problem`: a 4-byte mug, then a jam that cues
+    completely and exactly, or vere's ram encoding; the stored mug is not compared, being
+    Arvo's state's after the event); adds a ``noun`` problem to ``rep`` for each event that
     does not decode, naming the byte where parsing failed, and counts the events checked
     (``rep.nouns_checked``, ``rep.nouns_ram``).  Events the format itself refuses (a CRC
     or framing failure) are skipped: ``check`` reports them already.  Read-only: nothing
     is repaired or cut because an event does not decode."""
     from bookfs.errors import CorruptDeed
-    from bookfs.noun.event import not_a_noun, payload_problem
+    from bookfs.noun.payload import not_a_noun, payload_problem
     from bookfs.noun.ram import is_ram
 
     if not lg.count:
@@ -508,7 +493,7 @@ def check_nouns(lg, rep: CheckReport, *, bob_dir: str | None = None, progress=No
         rep.nouns_checked += 1
         if found is not None:
             rep.problems.append(Problem("noun", None, not_a_noun(event, found), event=event,
-                                        path=path, payload_offset=found[0]))
+                                        path=path, payload_offset=found.offset))
         if progress is not None:
             progress(size)
 

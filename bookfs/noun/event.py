@@ -8,7 +8,7 @@ whole noun, and is called a lifecycle event of the boot only when it is among th
 (:class:`~bookfs.noun.view.JamView`) within :class:`~bookfs.noun.render.Limits` and a CPU
 budget, so memory and time do not grow with the event.
 
-A payload is first checked to be an event's (:func:`payload_problem`: a 4-byte mug, then a
+A payload is first checked to be an event's (:func:`bookfs.noun.payload.payload_problem`: a 4-byte mug, then a
 jam that cues completely and exactly, or vere's ram encoding); one that is not is shown as
 "not a noun" in one line: which event, the byte of its payload where parsing failed, why.
 A ram event (vere ``ml/bob``, :mod:`bookfs.noun.ram`) is decoded whole and shown as its jam
@@ -20,82 +20,21 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator
-
-import re
+from collections.abc import Iterator
 
 from bookfs.noun.aura import da_to_datetime, format_da, parse_patp
 from bookfs.noun.codec import CueError
+from bookfs.noun.payload import MUG_BYTES, Pread, not_a_noun, payload_problem
 from bookfs.noun.render import (DEFAULT, FULL_RENDER_CPU, RENDER_CPU, SHIP_MIN, Budget, Limits,
                                 OutOfTime, human_size, knot_text, render, render_text)
 from bookfs.noun.view import Exhausted, JamView, NounView
 
 MAX_WIRE_KNOTS = 256  # a longer list is not read as a wire
-MUG_BYTES = 4  # a payload is a 4-byte mug, then the jam
-
-Pread = Callable[[int, int], bytes]  # (offset, size) -> bytes of an event's payload
-SCAN_SLICE = 4 << 20  # a jam is scanned in slices of this many bytes
 MAX_BOBS_NAMED = 4  # bob files named on the bobs: line
-
-
-def ram_error_offset(message: str) -> int:
-    """The payload byte a :func:`~bookfs.noun.ram.ram_decode` error names: its messages
-    count bytes from the ``R`` of the header, which is payload byte 4."""
-    m = re.search(r"\(byte (\d+) of the ram encoding\)", message)
-    if m:
-        return MUG_BYTES + int(m.group(1))
-    m = re.search(r"at byte (\d+)", message)
-    return MUG_BYTES + int(m.group(1)) if m else MUG_BYTES
 
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
-
-
-def payload_problem(size: int, pread: Pread, bob_dir=None
-                    ) -> tuple[int | None, str] | None:
-    """None when the payload of ``size`` bytes that ``pread`` reads is an event's: a
-    4-byte mug, then a jam that cues completely and exactly (the validating scanner,
-    :func:`bookfs.noun.scan`, fed in slices: no noun built, bounded memory) or vere's ram
-    encoding (:func:`bookfs.noun.ram.ram_decode` with ``exact=True``, bob atoms read from
-    ``bob_dir`` when there).  Otherwise ``(byte of the payload where parsing failed,
-    why)``; the byte is None when the event's bytes are fine but a bob file it names is
-    present and wrong.  The stored mug is not looked at: it is the mug of Arvo's state
-    after the event, which only a replay can check."""
-    from bookfs.noun import Scanner, scan
-    from bookfs.noun.ram import BobError, is_ram, ram_decode
-
-    if size < MUG_BYTES:
-        return size, f"a payload of {size} bytes has no room for its {MUG_BYTES}-byte mug"
-    body = size - MUG_BYTES
-    if is_ram(pread(MUG_BYTES, 5)):
-        try:
-            ram_decode(pread(MUG_BYTES, body), bob_dir, exact=True)
-        except BobError as e:
-            return None, f"ram encoding: {_one_line(str(e))}"
-        except CueError as e:
-            return ram_error_offset(str(e)), _one_line(str(e))
-        return None
-    if body <= SCAN_SLICE:
-        res = scan(pread(MUG_BYTES, body), exact=True)
-    else:
-        sc = Scanner(exact=True)
-        off = 0
-        while off < body and sc.result is None:
-            chunk = pread(MUG_BYTES + off, min(SCAN_SLICE, body - off))
-            if not chunk:
-                break
-            sc.feed(chunk)
-            off += len(chunk)
-        res = sc.finish()
-    return None if res.ok else (MUG_BYTES + res.byte, f"jam: {res.message}")
-
-
-def not_a_noun(event: int, problem: tuple[int | None, str]) -> str:
-    """The one line saying an event is not a noun: which, where parsing failed, why."""
-    off, why = problem
-    where = f"at byte {off} of its payload" if off is not None else "in a bob file"
-    return f"event {event} is not a noun: parsing failed {where}: {why}"
 
 
 class RamView:
@@ -211,7 +150,7 @@ def event_text(event: int, size: int, pread: Pread, *, limits: Limits | None = D
                  RENDER_CPU if limits is not None else FULL_RENDER_CPU)
     problem = payload_problem(size, pread, bob_dir)
     if problem is not None:
-        yield from _refused(event, size, mug, not_a_noun(event, problem), problem[0],
+        yield from _refused(event, size, mug, not_a_noun(event, problem), problem.offset,
                             as_json, fields)
         return
     from bookfs.noun.ram import is_ram, ram_decode

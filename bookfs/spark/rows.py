@@ -46,7 +46,7 @@ import os
 from typing import Iterator
 
 from bookfs.noun import DA_UNIX_EPOCH, cue, peek_event, uncord
-from bookfs.noun.event import payload_problem
+from bookfs.noun.payload import MUG_BYTES, check_body
 from bookfs.noun.ram import is_ram
 
 SCHEMA = ("event long, epoch long, mug int, size long, jam binary, committed_at timestamp, "
@@ -58,7 +58,6 @@ COLUMNS = ["event", "epoch", "mug", "size", "jam", "committed_at", "date", "wire
 # --- decoding (runs in the Python workers) ------------------------------------------------
 
 _SECONDS_MIN, _SECONDS_MAX = -62135596800, 253402300799  # years 1..9999
-MUG_BYTES = 4
 #: Jams up to this many bytes are cued whole (compiled: ~1 GB/s) and their head read from
 #: the noun; larger ones only have their head read (:func:`bookfs.noun.peek_event`), so a
 #: worker never builds a multi-megabyte noun (a 256 KiB jam is at most ~700k nodes).
@@ -127,13 +126,13 @@ def decode_payload(payload) -> tuple[tuple[int | None, str | None, str | None], 
 
     ``error`` is None when the payload is a 4-byte mug followed by a jam that cues
     completely and exactly or by a valid ram encoding: the check of ``verify --nouns``
-    and ``show``, :func:`bookfs.noun.event.payload_problem`.  ``(date, wire, tag)`` is
+    and ``show``, :mod:`bookfs.noun.payload`.  ``(date, wire, tag)`` is
     then read as :func:`bookfs.noun.peek_event` reads it (three Nones for a noun that is
     not a ``[date [wire [tag data]]]`` event, such as the lifecycle events); a jam of up
     to :data:`_CUE_BYTES` is cued whole by the compiled core instead, which is faster
     than the pure-Python peek.  Otherwise the head is three Nones and ``error`` one line,
     ``byte N: why``, N counting the mug's 4 bytes (the reason as
-    :func:`~bookfs.noun.event.payload_problem` gives it)."""
+    :class:`~bookfs.noun.payload.Problem` gives it)."""
     n = len(payload)
     if n < MUG_BYTES:
         return _NO_HEAD, (f"byte {n}: the payload ends after {n} bytes, inside its "
@@ -147,12 +146,10 @@ def _decode_body(body: bytes) -> tuple[tuple[int | None, str | None, str | None]
         # the check verify --nouns, show and pretty/ make: a jam that cues exactly (the
         # compiled scanner when it built), or a ram encoding (decoded whole); no bob
         # directory, as the mount serves no .urb/bob: a bob atom stays a reference
-        problem = payload_problem(MUG_BYTES + len(body),
-                                  lambda off, n: body[off - MUG_BYTES:off - MUG_BYTES + n])
+        problem = check_body(body)
         if problem is not None:
-            at, why = problem
-            where = f"byte {at}" if at is not None else "a bob file"
-            return _NO_HEAD, f"{where}: {' '.join(why.split())}"
+            where = f"byte {problem.offset}" if problem.offset is not None else "a bob file"
+            return _NO_HEAD, f"{where}: {problem.why}"
         if len(body) <= _CUE_BYTES and not is_ram(body):
             return _head(cue(body)), None
         # a large jam, or ram: only the head is read

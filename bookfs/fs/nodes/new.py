@@ -22,7 +22,7 @@ are refused (EROFS) with a line that says so (:func:`need_rule`).
 Payloads are checked (issue 21; :class:`PayloadStream`): a ``new/<N>`` file must hold a
 4-byte mug and a jam that cues completely and exactly, or vere's ram encoding, whatever
 the mug (Arvo's after the event: only a replay checks it;
-:class:`~bookfs.fs.staging.PayloadCheck`).  The check is fed
+:class:`~bookfs.noun.payload.PayloadCheck`).  The check is fed
 as the written prefix grows (a write at the end of what was fed so far; a write
 elsewhere waits for the close), on the event loop for small writes and, from the first
 large one on, in order on the ``bookfs-check`` worker thread, so the writer's last close
@@ -59,7 +59,8 @@ from bookfs.fs import inodes as I
 from bookfs.fs.closer import Writer
 from bookfs.fs.commit import HOLD, Reservation, WorkerThread, refuse
 from bookfs.fs.nodes.base import CHANGING, Kind
-from bookfs.fs.staging import CHUNK, PayloadCheck, Staging
+from bookfs.fs.staging import CHUNK, Staging
+from bookfs.noun.payload import PayloadCheck, Problem
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class PayloadStream:
         self.worker = worker
         self._reset()
         self.changes = 0  # writes and truncates seen (a verdict is for one state)
-        self._verdict: tuple[int, str] | None | bool = False  # False: none yet
+        self._verdict: Problem | None | bool = False  # False: none yet
 
     def _reset(self) -> None:
         self.check = PayloadCheck()
@@ -139,8 +140,8 @@ class PayloadStream:
         if size < self.fed:
             self.stale = True
 
-    async def verdict(self, staging: Staging) -> tuple[int, str] | None:
-        """None if the bytes written are an event's payload, else ``(offset, reason)``;
+    async def verdict(self, staging: Staging) -> Problem | None:
+        """None if the bytes written are an event's payload, else why not;
         the rest of the scan (what was not fed yet) runs on the worker thread when it is
         large or the check is fed there already."""
         while self._verdict is False:
@@ -163,7 +164,7 @@ class PayloadStream:
 
     @staticmethod
     def _finish(check: PayloadCheck, staging: Staging, start: int,
-                end: int) -> tuple[int, str] | None:
+                end: int) -> Problem | None:
         off = start
         while off < end:
             chunk = staging.read(off, min(CHUNK, end - off))
@@ -329,7 +330,7 @@ class NewFiles(Kind):
             # the payload's check, finished before the commit freezes the bytes (nothing
             # awaits in between); refused by the queue only if this close is the last
             why = None if h.payload is None else await h.payload.verdict(h.staging)
-            h.refused = None if why is None else (errno.EINVAL, why[1])
+            h.refused = None if why is None else (errno.EINVAL, why.refusal)
         if h.state == "failed":
             raise pyfuse3.FUSEError(h.error)
         if not await fs.queue.commit(h, check) and h.poisoned:
