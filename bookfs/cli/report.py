@@ -118,12 +118,13 @@ def _head(source, event: int, check: bool = False
     payload, unless ``check``: then the whole payload is decode-checked (``noun`` is
     False when it is not an event's; always True without ``check``)."""
     from bookfs.noun.payload import payload_problem
+    from bookfs.noun.ram import RAM_HEADER
 
     size, pread, done = source.payload(event)
     try:
         head = pread(4, HEAD_BYTES) if size > 4 else b""
         date, _, tag = peek_event(head) if head else (None, None, None)
-        ram = head[:5] == b"RAM\x00\x01"
+        ram = head[:len(RAM_HEADER)] == RAM_HEADER
         noun = not check or payload_problem(size, pread, getattr(source, "bob_dir", None)
                                             ) is None
     finally:

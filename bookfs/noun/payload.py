@@ -28,9 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bookfs.noun.codec import CueError
+from bookfs.noun.ram import RAM_HEADER
 
 MUG_BYTES = 4  #: a payload starts with the 4-byte mug
-RAM_HEADER = b"RAM\x00\x01"  #: bookfs.noun.ram.RAM_HEADER: U3S_RAM_MAGIC, then version 1
 HEAD_BYTES = MUG_BYTES + len(RAM_HEADER)  #: bytes read before the encoding is known
 SLICE = 4 << 20  #: a stored payload is read and scanned in slices of this many bytes
 
