@@ -183,6 +183,10 @@ def main() -> int:
           f"{pe[2]:.2f}, compiled {ce[0]:.2f} / {ce[1]:.2f} / {ce[2]:.2f}")
     cue = mbps["cue", "sample events"]
     ratio = statistics.median(cue["compiled"]) / statistics.median(cue["pure"])
+    rounds = [c / p for c, p in zip(cue["compiled"], cue["pure"])]  # within one round
+    print("cue on the sample events, compiled / pure within each round: "
+          + ", ".join(f"{r:.1f}x" for r in rounds)
+          + f"; >= 20x in {sum(r >= 20 for r in rounds)} of {len(rounds)} rounds")
     scan_rates = {what: statistics.median(cores["compiled"])
                   for (m, what), cores in mbps.items() if m == "scan"}
     print(f"targets: cue on the sample events {ratio:.1f}x the pure cue (>= 20x: "

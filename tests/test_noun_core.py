@@ -10,6 +10,7 @@ is missing.
 
 from __future__ import annotations
 
+import random
 import os
 import subprocess
 import sys
@@ -190,6 +191,24 @@ def test_big_atoms() -> None:
         data = P.jam(noun)
         assert C.jam(noun) == data and C.cue(data) == noun
         assert C.mug(noun) == P.mug(noun) == C.scan(data, mug=True).mug
+
+
+def test_big_atoms_at_every_bit_offset() -> None:
+    """The compiled cue builds a wide atom's 30-bit digits four at a time, with one copy of
+    the loop for each bit offset (0-7) of the atom's first bit in its byte, then a tail:
+    every offset, and widths around the 4-digit (120-bit) groups and the input's end."""
+    rng = random.Random(21)
+    offsets = set()
+    for width in (65, 90, 119, 120, 121, 150, 239, 240, 241, 361, 1000, 4001):
+        for pad in range(16):  # the head atom moves the wide atom's start bit by bit
+            atom = rng.getrandbits(width) | 1 << (width - 1)
+            noun = ((1 << pad) - 1 if pad else 0, atom)
+            data = P.jam(noun)
+            assert C.cue(data) == noun, (width, pad)
+            assert C.cue(data + b"\xff" * 9) == noun  # bytes after the noun change nothing
+            scan = S.scan(P.jam(noun[0]))
+            offsets.add((3 + scan.bits + 2 * width.bit_length()) % 8)
+    assert offsets == set(range(8))  # the atom's value started at every offset in a byte
 
 
 def _bits_to_bytes(bits: str) -> bytes:

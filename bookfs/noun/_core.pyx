@@ -89,6 +89,22 @@ cdef extern from *:
     #else
     #  define BOOKFS_FAST_LONG 0
     #endif
+    #if BOOKFS_FAST_LONG
+    /* n4 groups of four 30-bit digits into d, from the bits of bp starting at bit s0 */
+    static inline __attribute__((always_inline)) void bookfs_digits4(
+            digit *d, const uint8_t *bp, uint64_t n4, const unsigned s0) {
+        const unsigned o1 = (s0 + 30) >> 3, h1 = (s0 + 30) & 7;
+        const unsigned o2 = (s0 + 60) >> 3, h2 = (s0 + 60) & 7;
+        const unsigned o3 = (s0 + 90) >> 3, h3 = (s0 + 90) & 7;
+        uint64_t w, g;
+        for (g = 0; g < n4; g++, bp += 15, d += 4) {
+            memcpy(&w, bp, 8);      d[0] = (digit)((w >> s0) & 0x3FFFFFFF);
+            memcpy(&w, bp + o1, 8); d[1] = (digit)((w >> h1) & 0x3FFFFFFF);
+            memcpy(&w, bp + o2, 8); d[2] = (digit)((w >> h2) & 0x3FFFFFFF);
+            memcpy(&w, bp + o3, 8); d[3] = (digit)((w >> h3) & 0x3FFFFFFF);
+        }
+    }
+    #endif
     static PyObject *bookfs_long_from_bits(const uint8_t *p, uint64_t nbytes, uint64_t pos,
                                            uint64_t b) {
         uint64_t len = b, n, v, i;
@@ -108,18 +124,24 @@ cdef extern from *:
             if (r == NULL) return NULL;
             uint64_t q = pos, w, s0 = pos & 7;
             const uint8_t *bp = p + (pos >> 3);
-            unsigned o1 = (unsigned)((s0 + 30) >> 3), h1 = (unsigned)((s0 + 30) & 7);
-            unsigned o2 = (unsigned)((s0 + 60) >> 3), h2 = (unsigned)((s0 + 60) & 7);
-            unsigned o3 = (unsigned)((s0 + 90) >> 3), h3 = (unsigned)((s0 + 90) & 7);
+            uint64_t off0 = (uint64_t)(bp - p), n4;
             d = BOOKFS_DIGITS(r);
-            /* four digits are 120 bits, 15 bytes: the same four shifts over and over */
-            for (i = 0; i + 4 < (uint64_t)nd && (uint64_t)(bp - p) + 24 <= nbytes;
-                 i += 4, bp += 15) {
-                memcpy(&w, bp, 8);      d[i] = (digit)((w >> s0) & 0x3FFFFFFF);
-                memcpy(&w, bp + o1, 8); d[i + 1] = (digit)((w >> h1) & 0x3FFFFFFF);
-                memcpy(&w, bp + o2, 8); d[i + 2] = (digit)((w >> h2) & 0x3FFFFFFF);
-                memcpy(&w, bp + o3, 8); d[i + 3] = (digit)((w >> h3) & 0x3FFFFFFF);
+            /* four digits are 120 bits, 15 bytes: the same four shifts over and over, by
+               amounts fixed by s0, so one copy of the loop per s0 (constant shifts) */
+            n4 = (uint64_t)(nd - 1) / 4;
+            if (nbytes < off0 + 24) n4 = 0;
+            else if ((nbytes - off0 - 24) / 15 + 1 < n4) n4 = (nbytes - off0 - 24) / 15 + 1;
+            switch (s0) {
+            case 0: bookfs_digits4(d, bp, n4, 0); break;
+            case 1: bookfs_digits4(d, bp, n4, 1); break;
+            case 2: bookfs_digits4(d, bp, n4, 2); break;
+            case 3: bookfs_digits4(d, bp, n4, 3); break;
+            case 4: bookfs_digits4(d, bp, n4, 4); break;
+            case 5: bookfs_digits4(d, bp, n4, 5); break;
+            case 6: bookfs_digits4(d, bp, n4, 6); break;
+            default: bookfs_digits4(d, bp, n4, 7); break;
             }
+            i = 4 * n4;
             q = pos + 30 * i;
             for (; i + 1 < (uint64_t)nd && (q >> 3) + 8 <= nbytes; i++, q += 30) {
                 memcpy(&w, p + (q >> 3), 8);  /* 30 + 7 bits fit in one load */
@@ -595,6 +617,32 @@ cdef int _grow2(void** a, void** b, uint64_t* cap, uint64_t need) except -1:
     return 0
 
 
+cdef enum:
+    STACK_NODES = 48      # cue's arrays start on the C stack: most events need no more
+
+
+cdef int _grow2_stack(void** a, void** b, uint64_t* cap, uint64_t need,
+                      const void* a_stack) except -1:
+    """:func:`_grow2` for arrays that may still be the caller's stack buffers (``a[0] ==
+    a_stack``, ``b`` likewise): their first growth copies them to the heap."""
+    cdef uint64_t c
+    cdef void* na
+    cdef void* nb
+    if a[0] != a_stack:
+        return _grow2(a, b, cap, need)
+    c = cap[0] * 2 if cap[0] * 2 >= need else need
+    na = PyMem_Malloc(c * 8)
+    nb = PyMem_Malloc(c * sizeof(void*))
+    if na == NULL or nb == NULL:
+        PyMem_Free(na)
+        PyMem_Free(nb)
+        raise MemoryError()
+    memcpy(na, a[0], cap[0] * 8)
+    memcpy(nb, b[0], cap[0] * sizeof(void*))
+    a[0], b[0], cap[0] = na, nb, c
+    return 0
+
+
 # --------------------------------------------------------------------------- nodes
 
 cdef enum:
@@ -714,14 +762,19 @@ def cue(data):
     cdef _Input inp
     cdef uint64_t nbytes, total
     cdef const uint8_t* p
-    cdef uint64_t* starts = NULL          # start bit of every atom and cell, increasing
-    cdef PyObject** objs = NULL           # its noun once complete (borrowed: every
+    # the arrays start in these stack buffers, and move to the heap when they outgrow them
+    cdef uint64_t starts_buf[STACK_NODES]
+    cdef PyObject* objs_buf[STACK_NODES]
+    cdef uint64_t sidx_buf[STACK_NODES]
+    cdef PyObject* shead_buf[STACK_NODES]
+    cdef uint64_t* starts = starts_buf    # start bit of every atom and cell, increasing
+    cdef PyObject** objs = objs_buf       # its noun once complete (borrowed: every
     #                                       complete node is inside an open cell's head,
     #                                       or the node in hand, until cue returns)
-    cdef uint64_t count = 0, cap = 0
-    cdef uint64_t* sidx = NULL            # open cells: node number
-    cdef PyObject** shead = NULL          # and head (NULL until read; a reference held)
-    cdef uint64_t depth = 0, scap = 0
+    cdef uint64_t count = 0, cap = STACK_NODES
+    cdef uint64_t* sidx = sidx_buf        # open cells: node number
+    cdef PyObject** shead = shead_buf     # and head (NULL until read; a reference held)
+    cdef uint64_t depth = 0, scap = STACK_NODES
     cdef uint64_t pos = 0, tag, ref, i
     cdef _Node n
     cdef int64_t found
@@ -741,11 +794,11 @@ def cue(data):
             fail = _read_node(p, nbytes, 0, total, tag, &n)
             if fail == N_CELL:
                 if count >= cap:
-                    _grow2(<void**>&starts, <void**>&objs, &cap, count + 1)
+                    _grow2_stack(<void**>&starts, <void**>&objs, &cap, count + 1, starts_buf)
                 starts[count] = tag
                 objs[count] = NULL
                 if depth >= scap:
-                    _grow2(<void**>&sidx, <void**>&shead, &scap, depth + 1)
+                    _grow2_stack(<void**>&sidx, <void**>&shead, &scap, depth + 1, sidx_buf)
                 sidx[depth] = count
                 shead[depth] = NULL
                 depth += 1
@@ -765,7 +818,7 @@ def cue(data):
                 else:
                     node = bookfs_long_from_bits(p, nbytes, n.start, n.b)
                 if count >= cap:
-                    _grow2(<void**>&starts, <void**>&objs, &cap, count + 1)
+                    _grow2_stack(<void**>&starts, <void**>&objs, &cap, count + 1, starts_buf)
                 starts[count] = tag
                 objs[count] = <PyObject*>node  # borrowed: the noun being built holds it
                 count += 1
@@ -803,10 +856,12 @@ def cue(data):
     finally:
         for i in range(depth):
             Py_XDECREF(shead[i])
-        PyMem_Free(starts)
-        PyMem_Free(objs)
-        PyMem_Free(sidx)
-        PyMem_Free(shead)
+        if starts != starts_buf:
+            PyMem_Free(starts)
+            PyMem_Free(objs)
+        if sidx != sidx_buf:
+            PyMem_Free(sidx)
+            PyMem_Free(shead)
         _close_input(&inp)
 
 
