@@ -177,3 +177,85 @@ def test_pushdown_never_changes_a_later_query_of_the_same_dataframe(env, tmp_pat
     got = [r[0] for r in env.spark.read.parquet(str(out)).select("event").collect()]
     assert sorted(got) == every
     assert df.count() == EVENTS
+
+
+# --- projections (issue 22.3): decode only what the query uses ------------------------------
+
+UNDECODED = ["event", "epoch", "mug", "size", "jam", "committed_at"]
+
+
+def test_a_projection_reads_its_columns_and_decodes_nothing_it_does_not_need(env,
+                                                                             monkeypatch):
+    """The reader given a schema of some columns produces those, in that order, equal to
+    the whole table's; without date/wire/card/error it never decodes a payload, and
+    without committed_at it never stats an event (both are made to fail here, in the
+    reader's own process)."""
+    from bookfs.spark import rows as R
+    from bookfs.spark.source import BookfsReader
+
+    full = BookfsReader(env.mnt, 1, 400, 1)
+    parts = full.partitions()
+
+    def table(reader):
+        return sorted(tuple(r.values()) for p in parts for b in reader.read(p)
+                      for r in b.to_pylist())
+
+    ref = table(full)
+    names = bs.COLUMNS
+
+    def boom(*a, **k):
+        raise AssertionError("decoded or stat'ed though the projection does not need it")
+
+    monkeypatch.setattr(R, "_decode_body", boom)
+    monkeypatch.setattr(R, "decode_payload", boom)
+    monkeypatch.setattr(R, "_mtime_us", boom)
+    for cols in (["event", "size"], ["size", "event"], ["jam", "mug", "event"], ["size"],
+                 [c for c in UNDECODED if c != "committed_at"]):
+        got = table(BookfsReader(env.mnt, 1, 400, 1, cols))
+        assert got == sorted(tuple(r[names.index(c)] for c in cols) for r in ref), cols
+    with pytest.raises(AssertionError, match="decoded"):
+        table(BookfsReader(env.mnt, 1, 400, 1, ["event", "card"]))
+    with pytest.raises(AssertionError, match="stat"):
+        table(BookfsReader(env.mnt, 1, 400, 1, ["event", "committed_at"]))
+
+
+def test_schema_and_columns_option_through_spark(env):
+    """``.schema("event long, size long")`` and ``.option("columns", "event,size")`` give
+    that table through Spark; a column that is not the table's, or of the wrong type,
+    is refused in one line naming it."""
+    want = [(r[0], r[3]) for r in env.ref]
+    by_schema = env.spark.read.format("bookfs").schema("event long, size long").load(env.mnt)
+    assert by_schema.columns == ["event", "size"] and rows(by_schema) == want
+    by_option = env.spark.read.format("bookfs").option("columns", "size,event").load(env.mnt)
+    assert by_option.columns == ["size", "event"]
+    assert rows(by_option.select("event", "size")) == want
+    decoded = (env.spark.read.format("bookfs").schema("event long, card string, error string")
+               .load(env.mnt))
+    assert rows(decoded) == [(r[0], r[8], r[9]) for r in env.ref]
+    for bad, says in (("event long, colour string", "'colour' is not a column"),
+                      ("event int", "'event' is int")):
+        with pytest.raises(Exception, match=says):
+            env.spark.read.format("bookfs").schema(bad).load(env.mnt).collect()
+    with pytest.raises(Exception, match="option columns: no column 'colour'"):
+        env.spark.read.format("bookfs").option("columns", "event,colour").load(env.mnt)
+
+
+def test_a_projection_of_a_pier_mount_reads_no_event_file_it_does_not_need(env):
+    """On the ``events/`` path (no ``segments/``) a projection of event/size/committed_at
+    reads no payload byte (sizes come from ``stat``); with ``jam`` it reads them."""
+    from bookfs.spark.source import BookfsReader
+
+    pier = make_pier(env.root / "pier2", [("lmdb", payloads(1, 30))],
+                     meta=meta_values(who=0x100, fake=1, life=3))
+    with mounted(pier, env.root / "pmnt2", "-o", "ro") as pmnt:
+        full = sorted(tuple(r.values()) for p in BookfsReader(pmnt, None, None, 10).partitions()
+                      for b in BookfsReader(pmnt, None, None, 10).read(p) for r in b.to_pylist())
+        reader = BookfsReader(pmnt, None, None, 10, ["event", "size", "committed_at"])
+        (part, *rest) = reader.partitions()
+        list(reader.read(part))
+        before = rchar()
+        own = rchar() - before
+        got = [tuple(r.values()) for b in reader.read(part) for r in b.to_pylist()]
+        used = rchar() - before - 2 * own
+        assert got == [(r[0], r[3], r[5]) for r in full[:10]]
+        assert used < 8 * 10  # no payload read (each is over 8 bytes); stats only

@@ -159,20 +159,33 @@ def _decode_body(body: bytes) -> tuple[tuple[int | None, str | None, str | None]
                           f"{' '.join(str(e).split())}")
 
 
-def _out_schema():
+#: The columns read from the payload's bytes after the mug by decoding the noun: a
+#: projection without them decodes nothing.
+DECODED = ("date", "wire", "card", "error")
+
+
+def _out_schema(columns=COLUMNS):
+    """The Arrow schema of ``columns`` (names of :data:`SCHEMA`, in its order)."""
     import pyarrow as pa
 
     ts = pa.timestamp("us", tz="UTC")
-    return pa.schema([("event", pa.int64()), ("epoch", pa.int64()), ("mug", pa.int32()),
-                      ("size", pa.int64()), ("jam", pa.binary()), ("committed_at", ts),
-                      ("date", ts), ("wire", pa.string()), ("card", pa.string()),
-                      ("error", pa.string())])
+    types = {"event": pa.int64(), "epoch": pa.int64(), "mug": pa.int32(), "size": pa.int64(),
+             "jam": pa.binary(), "committed_at": ts, "date": ts, "wire": pa.string(),
+             "card": pa.string(), "error": pa.string()}
+    return pa.schema([(c, types[c]) for c in columns])
 
 
 class _Rows:
-    """Column lists for one output batch."""
+    """Column lists for one output batch, of the columns ``want`` (a set of names of
+    :data:`SCHEMA`; ``event`` always): a payload is decoded only when one of
+    :data:`DECODED` is wanted, and its jam copied only when ``jam`` is."""
 
-    def __init__(self):
+    def __init__(self, want=None):
+        self.columns = COLUMNS if want is None else [c for c in COLUMNS
+                                                     if c in want or c == "event"]
+        names = set(self.columns)
+        self.decode = any(c in names for c in DECODED)
+        self.want_mug, self.want_jam = "mug" in names, "jam" in names
         self.event, self.mug, self.size, self.jam = [], [], [], []
         self.committed, self.date, self.wire, self.card, self.error = [], [], [], [], []
         self.bytes = 0
@@ -182,16 +195,18 @@ class _Rows:
         self.event.append(event)
         self.size.append(n)
         self.committed.append(committed_us)
-        if n >= MUG_BYTES:
-            self.mug.append(int.from_bytes(payload[:MUG_BYTES], "little", signed=True))
-            jam = bytes(payload[MUG_BYTES:])
-            (da, wire, tag), error = _decode_body(jam)
-        else:
-            self.mug.append(None)
-            jam = bytes(payload)
-            (da, wire, tag), error = decode_payload(jam)
-        self.jam.append(jam)
         self.bytes += n
+        if self.want_mug:
+            self.mug.append(int.from_bytes(payload[:MUG_BYTES], "little", signed=True)
+                            if n >= MUG_BYTES else None)
+        if not (self.want_jam or self.decode):
+            return
+        jam = bytes(payload[MUG_BYTES:]) if n >= MUG_BYTES else bytes(payload)
+        if self.want_jam:
+            self.jam.append(jam)
+        if not self.decode:
+            return
+        (da, wire, tag), error = _decode_body(jam) if n >= MUG_BYTES else decode_payload(jam)
         self.error.append(error)
         if da is None:
             self.date.append(None)
@@ -208,16 +223,20 @@ class _Rows:
     def batch(self):
         import pyarrow as pa
 
-        schema = _out_schema()
+        schema = _out_schema(self.columns)
         n = len(self.event)
-        cols = [pa.array(self.event, pa.int64()), pa.nulls(n, pa.int64()),
-                pa.array(self.mug, pa.int32()), pa.array(self.size, pa.int64()),
-                pa.array(self.jam, pa.binary()),
-                pa.array(self.committed, pa.int64()).cast(schema.field("committed_at").type),
-                pa.array(self.date, pa.int64()).cast(schema.field("date").type),
-                pa.array(self.wire, pa.string()), pa.array(self.card, pa.string()),
-                pa.array(self.error, pa.string())]
-        return pa.RecordBatch.from_arrays(cols, schema=schema)
+        make = {"event": lambda: pa.array(self.event, pa.int64()),
+                "epoch": lambda: pa.nulls(n, pa.int64()),
+                "mug": lambda: pa.array(self.mug, pa.int32()),
+                "size": lambda: pa.array(self.size, pa.int64()),
+                "jam": lambda: pa.array(self.jam, pa.binary()),
+                "committed_at": lambda: pa.array(self.committed, pa.int64()).cast(
+                    schema.field("committed_at").type),
+                "date": lambda: pa.array(self.date, pa.int64()).cast(schema.field("date").type),
+                "wire": lambda: pa.array(self.wire, pa.string()),
+                "card": lambda: pa.array(self.card, pa.string()),
+                "error": lambda: pa.array(self.error, pa.string())}
+        return pa.RecordBatch.from_arrays([make[c]() for c in self.columns], schema=schema)
 
 
 _BATCH_BYTES = 64 << 20
@@ -248,15 +267,16 @@ def _micros(col) -> list:
     return col.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
 
 
-def _batches(items) -> Iterator:
-    """Arrow batches (:data:`SCHEMA`) of ``(event, payload, committed_us)`` items, at most
+def _batches(items, want=None) -> Iterator:
+    """Arrow batches (:data:`SCHEMA`, or the columns in ``want`` and ``event``: see
+    :class:`_Rows`) of ``(event, payload, committed_us)`` items, at most
     :data:`_BATCH_ROWS` rows or about :data:`_BATCH_BYTES` payload bytes each."""
-    rows = _Rows()
+    rows = _Rows(want)
     for event, payload, when in items:
         rows.add(event, payload, when)
         if len(rows) >= _BATCH_ROWS or rows.bytes >= _BATCH_BYTES:
             yield rows.batch()
-            rows = _Rows()
+            rows = _Rows(want)
     if len(rows):
         yield rows.batch()
 
@@ -302,8 +322,9 @@ def _deeds(seg, first: int, until: int, name: int | None = None
 
 
 def _segment_batches(segments, since: int, until: int, starts: list[int],
-                     stamps: list[int]):
-    """Arrow batches (:data:`SCHEMA`) of events ``since..until`` from ``segments``, an
+                     stamps: list[int], want=None):
+    """Arrow batches (:data:`SCHEMA`, or the columns in ``want``: :class:`_Rows`) of
+    events ``since..until`` from ``segments``, an
     iterable of ``(first, bytes)`` pairs (or ``(first, bytes, name)`` for the part of
     segment ``name`` that starts at event ``first``); ``starts``/``stamps`` is the committed_at step
     function (event ``e`` has ``stamps[bisect_right(starts, e) - 1]`` microseconds)."""
@@ -314,7 +335,7 @@ def _segment_batches(segments, since: int, until: int, starts: list[int],
                 if event >= since:
                     yield event, payload, stamps[bisect.bisect_right(starts, event) - 1]
 
-    return _batches(items())
+    return _batches(items(), want)
 
 
 def _split_segments(since: int, until: int, starts: list[int], stamps: list[int]):

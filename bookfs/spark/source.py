@@ -28,7 +28,17 @@ later query that pushes nothing (``df.count()`` after ``df.where("event < 100").
 counted 99, issue 19).  So on a Spark whose readers have no ``pushLimit`` (the release that
 scopes a pushdown's read to its own scan) nothing is pushed: Spark applies every filter,
 every segment is read, and the ``since``/``until`` options are the way to read a part.
-Spark 4.3's Python data source API has no column pruning: every column is decoded.
+
+**Columns**: Spark 4.3's Python data source API prunes no column by itself (a ``select``
+after ``load`` still has every column made), so a query names the columns it needs up
+front: ``.schema("event long, size long")`` or ``.option("columns", "event,size")``.
+Only those are made (:func:`bookfs.spark.columns.projection`, :func:`read_partition`): without ``date``,
+``wire``, ``card`` or ``error`` no payload is decoded, without ``jam`` none is copied,
+without ``committed_at`` no event is ``stat``-ed, and on the ``events/`` path a
+projection of ``event``/``size``/``committed_at`` reads no payload byte.  Deeds' CRCs
+are checked whatever the columns.  A column that is not the table's, or has another
+type, is refused in one line.  Decoded columns use the compiled noun core
+(:data:`bookfs.noun.CORE`) when it built.
 
 **Many ships**: ``load("/srv/ships/*")`` (a glob) or ``load([MNT1, MNT2, ...])`` reads
 every mount named, one mount per pier, into one table with one more column, ``ship``
@@ -64,7 +74,8 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     EqualTo, GreaterThan, GreaterThanOrEqual, In,
                                     InputPartition, LessThan, LessThanOrEqual)
 
-from bookfs.spark.rows import SCHEMA, _batches, _segment_batches, _stamps, plan_segments
+from bookfs.spark.columns import SHIP, option_columns, projection, spark_types
+from bookfs.spark.rows import DECODED, SCHEMA, _batches, _segment_batches, _stamps, plan_segments
 
 NAME = "bookfs"
 #: Events per partition when reading ``events/`` (no ``segments/`` on the mount).
@@ -78,8 +89,6 @@ PUSHDOWN_KEY = "spark.sql.python.filterPushdown.enabled"
 #: (test_spark_source.test_pushdown_never_changes_a_later_query_of_the_same_dataframe
 #: checks the outcome on the Spark installed, whichever it is).
 PUSHDOWN_SAFE = hasattr(DataSourceReader, "pushLimit")
-#: The column a load of several mounts adds: the ship's @p.
-SHIP = "ship"
 #: :data:`bookfs.spark.SCHEMA` with the :data:`SHIP` column (a load of several mounts).
 SHIP_SCHEMA = f"{SCHEMA}, {SHIP} string"
 #: How long a stream's planning waits for the mount to show events it already reported
@@ -249,10 +258,11 @@ def _skip_deeds(fd: int, pos: int, count: int, size: int, path: str) -> int:
     return pos
 
 
-def _read_segment(p: SegmentRange):
+def _read_segment(p: SegmentRange, want=None):
     """Events ``p.lo..p.hi`` of one segment: only their bytes are read when the range is a
     part of the segment (the deeds before and after are skipped by their length words),
-    the whole file in one read otherwise."""
+    the whole file in one read otherwise.  ``want``: the columns (:func:`_batches`); the
+    events' mtimes are looked up only for ``committed_at``."""
     path = os.path.join(p.mnt, "segments", f"{p.first:012d}")
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -271,15 +281,34 @@ def _read_segment(p: SegmentRange):
             got += n
     finally:
         os.close(fd)
-    starts, stamps = _stamps(p.mnt, [(p.lo, p.hi)])
-    yield from _segment_batches([(p.lo, view[:got], p.first)], p.lo, p.hi, starts, stamps)
+    if want is None or "committed_at" in want:
+        starts, stamps = _stamps(p.mnt, [(p.lo, p.hi)])
+    else:
+        starts, stamps = [p.lo], [None]
+    yield from _segment_batches([(p.lo, view[:got], p.first)], p.lo, p.hi, starts, stamps,
+                                want)
 
 
-def _event_files(mnt: str, events: list[int]):
+def _event_files(mnt: str, events: list[int], read: bool = True):
+    """``(event, payload, committed_us)`` of ``events/`` files; with ``read=False`` the
+    payload is a stand-in of the file's size (a projection that needs no payload byte)."""
     for event in events:
         with open(os.path.join(mnt, "events", f"{event:012d}"), "rb") as f:
             st = os.fstat(f.fileno())
-            yield event, f.read(), st.st_mtime_ns // 1_000_000 * 1000
+            data = f.read() if read else _Size(st.st_size)
+            yield event, data, st.st_mtime_ns // 1_000_000 * 1000
+
+
+class _Size:
+    """A payload of which only the length is used (:func:`_event_files`)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
 
 
 def _exactly(batches, lo: int, hi: int, what: str):
@@ -308,21 +337,28 @@ def _with_ship(batches, ship: str):
             names=[*b.schema.names, SHIP])
 
 
-def read_partition(partition):
+def read_partition(partition, columns: list[str] | None = None):
     """Arrow batches of one planned partition (the ``ship`` column added when it has
-    one).  With nothing planned Spark still runs one task, on a bare ``InputPartition``:
-    it yields no rows."""
+    one), of every column, or of ``columns`` only (:func:`~bookfs.spark.columns.projection`): then nothing is
+    decoded unless one of :data:`bookfs.spark.rows.DECODED` is among them, and the
+    payload bytes are not copied unless ``jam`` is.  Deeds' CRCs are checked either way.
+    With nothing planned Spark still runs one task, on a bare ``InputPartition``: it
+    yields no rows."""
+    want = None if columns is None else set(columns)
     if isinstance(partition, SegmentRange):
         p = partition
         where = f"{p.mnt}/segments/{p.first:012d}"
-        batches = _exactly(_read_segment(p), p.lo, p.hi, where)
+        batches = _exactly(_read_segment(p, want), p.lo, p.hi, where)
     elif isinstance(partition, EventFiles):
         p = partition
-        batches = _exactly(_batches(_event_files(p.mnt, p.events)), p.events[0],
-                           p.events[-1], f"{p.mnt}/events")
+        read = want is None or bool(want & {"mug", "jam", *DECODED})
+        batches = _exactly(_batches(_event_files(p.mnt, p.events, read), want),
+                           p.events[0], p.events[-1], f"{p.mnt}/events")
     else:
         return iter(())
-    return batches if p.ship is None else _with_ship(batches, p.ship)
+    if p.ship is not None and (want is None or SHIP in want):
+        batches = _with_ship(batches, p.ship)
+    return batches if columns is None else (b.select(columns) for b in batches)
 
 
 # --- batch ---------------------------------------------------------------------------------
@@ -334,10 +370,11 @@ class BookfsReader(DataSourceReader):
     one mount point (no ``ship`` column) or a list of :class:`Mount`."""
 
     def __init__(self, mnt: str | list[Mount], since: int | None, until: int | None,
-                 per_partition: int):
+                 per_partition: int, columns: list[str] | None = None):
         self.mounts = [Mount(mnt)] if isinstance(mnt, str) else list(mnt)
         self.since, self.until = since, until
         self.per_partition = per_partition
+        self.columns = columns
 
     def _narrow(self, lo: int | None = None, hi: int | None = None) -> None:
         if lo is not None:
@@ -394,7 +431,7 @@ class BookfsReader(DataSourceReader):
         return parts
 
     def read(self, partition):
-        return read_partition(partition)
+        return read_partition(partition, self.columns)
 
 
 # --- streaming -----------------------------------------------------------------------------
@@ -414,8 +451,9 @@ class BookfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ``Trigger.AvailableNow``, the target event fixed when the query starts."""
 
     def __init__(self, mnt: str, since: int | None, until: int | None, per_partition: int,
-                 max_events: int | None):
+                 max_events: int | None, columns: list[str] | None = None):
         self.mount = Mount(mnt)
+        self.columns = columns
         self.since, self.until = since, until
         self.per_partition = per_partition
         self.max_events = max_events
@@ -489,7 +527,7 @@ class BookfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             time.sleep(0.1)
 
     def read(self, partition):
-        return read_partition(partition)
+        return read_partition(partition, self.columns)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: events are immutable once committed."""
@@ -506,7 +544,12 @@ class BookfsDataSource(DataSource):
         return NAME
 
     def schema(self):
-        return SHIP_SCHEMA if named_paths(self.options)[1] else SCHEMA
+        multi = named_paths(self.options)[1]
+        chosen = option_columns(self.options, multi)
+        if chosen is None:
+            return SHIP_SCHEMA if multi else SCHEMA
+        types = spark_types()
+        return ", ".join(f"{c} {types[c].simpleString()}" for c in chosen)
 
     def _bounds(self) -> tuple[int | None, int | None, int]:
         per = _int_option(self.options, "eventsPerPartition") or EVENTS_PER_PARTITION
@@ -515,7 +558,8 @@ class BookfsDataSource(DataSource):
     def reader(self, schema):
         mounts, multi = resolve_mounts(self.options)
         since, until, per = self._bounds()
-        return BookfsReader(mounts if multi else mounts[0].path, since, until, per)
+        return BookfsReader(mounts if multi else mounts[0].path, since, until, per,
+                            projection(schema, multi))
 
     def streamReader(self, schema):
         paths, multi = named_paths(self.options)
@@ -526,4 +570,5 @@ class BookfsDataSource(DataSource):
         most = _int_option(self.options, "maxEventsPerTrigger")
         if most is not None and most < 1:
             raise ValueError(f"option maxEventsPerTrigger must be at least 1, not {most}")
-        return BookfsStreamReader(check_mount(paths[0]), since, until, per, most)
+        return BookfsStreamReader(check_mount(paths[0]), since, until, per, most,
+                                  projection(schema, False))
