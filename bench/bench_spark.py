@@ -11,6 +11,11 @@ Usage: python bench/bench_spark.py --events 100000 [--dir /tmp/bench-spark] [--s
 per-event ``binaryFile`` pipeline, the bulk view (``bulk=True``) and the Python data
 source ``spark.read.format("bookfs")`` (issue 13).
 
+``--columns R`` instead compares, over one read-only mount, R interleaved rounds of
+``format("bookfs")`` with every column and with ``event`` and ``size`` only (issue 22.3:
+nothing decoded), against local Parquet of the same table read the same two ways, and
+prints min / median / max of each and the ratios taken within each round.
+
 ``--compare R`` instead runs the per-event pipeline R times over each of: local files, a
 read-only mount on the patched pyfuse3 (no-open reads), and the same mount with
 ``BOOKFS_STOCK_PYFUSE3=1`` (stock pyfuse3's path), interleaved, and prints the medians and
@@ -72,6 +77,9 @@ def main() -> int:
                    help="skip the (slow) Spark-defaults run")
     p.add_argument("--compare", type=int, metavar="ROUNDS",
                    help="interleaved per-event runs: local, ro mount, ro mount on stock path")
+    p.add_argument("--columns", type=int, metavar="ROUNDS",
+                   help="interleaved rounds: format('bookfs') and local Parquet, every "
+                        "column and event+size")
     p.add_argument("--sources", type=int, metavar="ROUNDS",
                    help="interleaved rounds: per-event binaryFile, bulk view, format('bookfs')")
     args = p.parse_args()
@@ -86,8 +94,10 @@ def main() -> int:
     mnt = os.path.join(args.dir, "mnt")
     local = os.path.join(args.dir, f"local{args.events}")
     spark = bs.session(args.master)
-    if args.compare or args.sources:
+    if args.compare or args.sources or args.columns:
         try:
+            if args.columns:
+                return columns(spark, src, mnt, args)
             if args.sources:
                 return sources(spark, src, mnt, args)
             return compare(spark, src, mnt, local, args)
@@ -175,6 +185,64 @@ def sources(spark, src, mnt, args) -> int:
     for k in jobs:
         print(f"| {k} | {med[k]:.2f} | {n / med[k]:,.0f} | {base / med[k]:.2f} | "
               f"{med['bulk view (segments/)'] / med[k]:.2f} |")
+    return 0
+
+
+def columns(spark, src, mnt, args) -> int:
+    """format("bookfs") against local Parquet of the same table, every column and
+    event+size, ``--columns`` interleaved rounds (issue 22.3)."""
+    bs.register(spark)
+    n = args.events
+    pq = os.path.join(args.dir, f"parquet{n}")
+    load = os.getloadavg()[0]
+
+    def noop(df):
+        df.write.format("noop").mode("overwrite").save()
+
+    def bookfs_job(cols=None):
+        def go():
+            r = spark.read.format("bookfs")
+            if cols:
+                r = r.option("columns", ",".join(cols))
+            noop(r.load(mnt))
+        return go
+
+    def parquet_job(cols=None):
+        def go():
+            df = spark.read.parquet(pq)
+            noop(df.select(*cols) if cols else df)
+        return go
+
+    two = ["event", "size"]
+    jobs = {"bookfs, every column": bookfs_job(), "bookfs, event+size": bookfs_job(two),
+            "Parquet, every column": parquet_job(), "Parquet, event+size": parquet_job(two)}
+    with mounted(src, mnt, "-o", "ro"):
+        if not os.path.isdir(pq):
+            spark.read.format("bookfs").load(mnt).write.parquet(pq)
+        secs: dict[str, list[float]] = {k: [] for k in jobs}
+        for k, job in jobs.items():
+            timed(f"warm-up: {k}", job, n)
+        for r in range(args.columns):
+            for k in (list(jobs) if r % 2 == 0 else list(reversed(jobs))):
+                secs[k].append(timed(f"round {r + 1}: {k}", jobs[k], n))
+    print(f"\n1-minute load {load:.2f} before, {os.getloadavg()[0]:.2f} after; "
+          f"{args.columns} interleaved rounds; master {args.master}\n")
+    print("| job | s (min / median / max) | events/s (median) |\n|---|---|---:|")
+    for k, v in secs.items():
+        print(f"| {k} | {min(v):.2f} / {statistics.median(v):.2f} / {max(v):.2f} | "
+              f"{n / statistics.median(v):,.0f} |")
+
+    def ratio(a: str, b: str, target: float) -> None:
+        per = [sb / sa for sa, sb in zip(secs[a], secs[b])]  # speed of a over b, per round
+        held = sum(x >= target for x in per)
+        print(f"{a} / {b} (speed, within each round): min {min(per):.2f}, median "
+              f"{statistics.median(per):.2f}, max {max(per):.2f}; >= {target}x in {held} "
+              f"of {len(per)} rounds")
+
+    print()
+    ratio("bookfs, every column", "Parquet, every column", 0.5)
+    ratio("bookfs, event+size", "bookfs, every column", 3.0)
+    ratio("bookfs, event+size", "Parquet, event+size", 0.0)
     return 0
 
 

@@ -47,7 +47,20 @@ def test_rows_and_schema_equal_read_events(env):
     assert rows(df) == env.ref  # every column, committed_at included
     firsts = segment_firsts(env.mnt)
     assert len(firsts) > 3
-    assert df.rdd.getNumPartitions() == len(firsts)  # one partition per segment
+    # consecutive segments packed into tasks of up to maxPartitionBytes (128 MiB: the
+    # whole ~11 MB log is one task); at 1 byte, one segment a task
+    assert df.rdd.getNumPartitions() == 1
+    each = env.spark.read.format("bookfs").option("maxPartitionBytes", 1).load(env.mnt)
+    assert each.rdd.getNumPartitions() == len(firsts)
+    assert rows(each) == env.ref
+    sizes = [os.stat(os.path.join(env.mnt, "segments", f"{f:012d}")).st_size for f in firsts]
+    most = sum(sorted(sizes)[-2:])  # room for any two segments, maybe more small ones
+    runs, total = 0, most + 1  # greedy, in log order: a run closes when the next won't fit
+    for size in sizes:
+        runs, total = (runs, total + size) if total + size <= most else (runs + 1, size)
+    packed = env.spark.read.format("bookfs").option("maxPartitionBytes", most).load(env.mnt)
+    assert packed.rdd.getNumPartitions() == runs < len(firsts)
+    assert rows(packed) == env.ref
 
 
 def test_since_until_options(env):
@@ -65,7 +78,8 @@ def test_event_filters_read_only_their_segments(env):
     # a range inside one segment: one partition, and the filter is gone from the plan
     a = firsts[len(firsts) // 2] + 1
     b = a + 10
-    df = env.spark.read.format("bookfs").load(env.mnt).where(f"event between {a} and {b}")
+    df = (env.spark.read.format("bookfs").option("maxPartitionBytes", 1).load(env.mnt)
+          .where(f"event between {a} and {b}"))
     plan = df._jdf.queryExecution().executedPlan().toString()
     if PUSHDOWN_SAFE:
         assert df.rdd.getNumPartitions() == 1
@@ -119,12 +133,13 @@ def test_part_of_a_segment_reads_only_its_deeds(env):
                                                          f"{fn[0]:012d}")).st_size)
     lo, hi = (first + nxt) // 2, (first + nxt) // 2 + 2
     reader = BookfsReader(env.mnt, lo, hi, 1)
-    (part,) = reader.partitions()
+    (run,) = reader.partitions()
+    (part,) = run.ranges
     assert (part.first, part.last, part.lo, part.hi) == (first, nxt - 1, lo, hi)
-    list(reader.read(part))  # imports and the stats of committed_at, once
+    list(reader.read(run))  # imports and the stats of committed_at, once
     before = rchar()
     own = rchar() - before  # reading /proc/self/io counts too
-    batches = list(reader.read(part))
+    batches = list(reader.read(run))
     used = rchar() - before - 2 * own
     want = [r for r in env.ref if lo <= r[0] <= hi]
     got = sorted((r["event"], r["mug"], r["size"], r["jam"], r["wire"], r["card"])

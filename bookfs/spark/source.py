@@ -4,7 +4,8 @@ bookfs mounts, with the rows and schema of :func:`bookfs.spark.read_events`; and
 follows a live log.
 
 Register it once per session with :func:`bookfs.spark.register`.  It reads **through the
-mount**: from ``segments/`` (one partition per segment file, split into deeds in the
+mount**: from ``segments/`` (consecutive segment files packed into partitions of up to
+``maxPartitionBytes``, split into deeds in the
 Python worker, every returned deed's CRC checked; a partition covering only part of its
 segment skips the other deeds by their length words and reads only its own bytes), or, when the mount has no
 ``segments/`` (a pier or LMDB mount), from ``events/`` files (partitions of
@@ -15,8 +16,9 @@ two paths cannot drift apart: an event that does not decode has null ``date``/``
 ``card`` and an ``error`` here too, in a batch read and in a stream alike.  Every partition checks that it returned exactly the events
 it was planned for (a stale view of the mount fails the task, never drops a row).
 
-**Batch** options: ``since`` and ``until`` (inclusive event bounds), ``eventsPerPartition``
-(the ``events/`` fallback).  Comparisons of ``event`` with an integer (``=``, ``<``,
+**Batch** options: ``since`` and ``until`` (inclusive event bounds), ``maxPartitionBytes``
+(consecutive segments are packed into one partition up to this many bytes, 128 MiB by
+default: :data:`MAX_PARTITION_BYTES`), ``eventsPerPartition`` (the ``events/`` fallback).  Comparisons of ``event`` with an integer (``=``, ``<``,
 ``<=``, ``>``, ``>=``, ``between``, ``in``) are pushed down (``pushFilters``, which needs
 ``spark.sql.python.filterPushdown.enabled``; :func:`bookfs.spark.register` sets it) where
 that is safe, :data:`PUSHDOWN_SAFE`: they narrow the planned event range, so segments
@@ -68,18 +70,17 @@ import glob
 import json
 import os
 import time
-from dataclasses import dataclass
 
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
                                     EqualTo, GreaterThan, GreaterThanOrEqual, In,
-                                    InputPartition, LessThan, LessThanOrEqual)
+                                    LessThan, LessThanOrEqual)
 
 from bookfs.spark.columns import SHIP, option_columns, projection, spark_types
-from bookfs.spark.rows import DECODED, SCHEMA, _batches, _segment_batches, _stamps, plan_segments
+from bookfs.spark.partitions import (EVENTS_PER_PARTITION, MAX_PARTITION_BYTES, Mount,
+                                     committed, plan, read_partition)
+from bookfs.spark.rows import SCHEMA
 
 NAME = "bookfs"
-#: Events per partition when reading ``events/`` (no ``segments/`` on the mount).
-EVENTS_PER_PARTITION = 5000
 #: Spark's setting that lets a Python data source take filters (off by default).
 PUSHDOWN_KEY = "spark.sql.python.filterPushdown.enabled"
 #: Whether a pushed filter may narrow the planned read: only where Spark keeps a pushdown's
@@ -97,25 +98,17 @@ STALE_VIEW_WAIT = 5.0
 _GLOB_CHARS = "*?["
 
 
-def _int_option(options, key: str) -> int | None:
+def _int_option(options, key: str, what: str = "an event number") -> int | None:
     value = options.get(key)
     if value is None or value == "":
         return None
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"option {key} must be an event number, not {value!r}") from None
+        raise ValueError(f"option {key} must be {what}, not {value!r}") from None
 
 
 # --- mounts --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Mount:
-    """A mount to read; ``ship`` is its @p when the table has a ``ship`` column."""
-
-    path: str
-    ship: str | None = None
 
 
 def check_mount(path: str) -> str:
@@ -183,184 +176,6 @@ def resolve_mounts(options) -> tuple[list[Mount], bool]:
     return mounts, True
 
 
-def committed(path: str, first: int | None = None) -> tuple[int, int] | None:
-    """``(first, last)`` committed events of the mount at ``path`` (None while it has
-    none): the count is ``events/``'s size, the first event the mount's ``info`` (pass
-    ``first`` when known: it is read only then)."""
-    count = os.stat(os.path.join(path, "events")).st_size
-    if not count:
-        return None
-    if first is None:
-        from bookfs.formats.info import parse
-
-        with open(os.path.join(path, "info")) as f:
-            first = int(parse(f.read(1 << 16))["first"])
-    return first, first + count - 1
-
-
-# --- partitions and reading (the batch and the stream share these) -------------------------
-
-
-class SegmentRange(InputPartition):
-    """Events ``lo..hi`` of the segment file holding events ``first..last`` of the mount
-    at ``mnt``; ``ship``: the value of the ``ship`` column (None: no such column)."""
-
-    def __init__(self, first: int, last: int, lo: int, hi: int, mnt: str = "",
-                 ship: str | None = None):
-        super().__init__((mnt, first, lo, hi))
-        self.first, self.last, self.lo, self.hi = first, last, lo, hi
-        self.mnt, self.ship = mnt, ship
-
-
-class EventFiles(InputPartition):
-    """The ``events/`` files of the events listed (ascending) of the mount at ``mnt``."""
-
-    def __init__(self, events: list[int], mnt: str = "", ship: str | None = None):
-        super().__init__((mnt, events[0], events[-1]))
-        self.events, self.mnt, self.ship = events, mnt, ship
-
-
-def plan(mount: Mount, since: int | None, until: int | None, per_partition: int
-         ) -> tuple[list[InputPartition], int]:
-    """The partitions that read events ``since..until`` (inclusive; None: the mount's
-    first, last) of ``mount``, and the last event they hold (less than ``since`` if
-    none).  ``segments/`` ranges (:func:`bookfs.spark.plan_segments`) when the mount has
-    them, else ``events/`` files in runs of ``per_partition``."""
-    if since is not None and until is not None and since > until:
-        return [], since - 1
-    mnt = mount.path
-    if os.path.isdir(os.path.join(mnt, "segments")):
-        lo, hi, chosen = plan_segments(mnt, since, until)
-        return [SegmentRange(*t, mnt=mnt, ship=mount.ship) for t in chosen], hi
-    view = committed(mnt)
-    if view is None:
-        return [], (since or 1) - 1
-    lo = view[0] if since is None else max(since, view[0])
-    hi = view[1] if until is None else min(until, view[1])
-    events = list(range(lo, hi + 1))
-    k = per_partition
-    return [EventFiles(events[i:i + k], mnt, mount.ship) for i in range(0, len(events), k)], hi
-
-
-def _skip_deeds(fd: int, pos: int, count: int, size: int, path: str) -> int:
-    """The byte offset ``count`` deeds after offset ``pos`` of the open segment ``fd``
-    (``size`` bytes), reading only each deed's length word."""
-    from bookfs.formats.layout import DEED_LEN, DEED_OVERHEAD
-
-    for _ in range(count):
-        head = os.pread(fd, DEED_LEN.size, pos)
-        if len(head) < DEED_LEN.size:
-            raise ValueError(f"{path}: truncated deed at byte {pos}")
-        nxt = pos + DEED_LEN.unpack(head)[0] + DEED_OVERHEAD
-        if nxt > size:
-            raise ValueError(f"{path}: the deed at byte {pos} runs past the segment's end")
-        pos = nxt
-    return pos
-
-
-def _read_segment(p: SegmentRange, want=None):
-    """Events ``p.lo..p.hi`` of one segment: only their bytes are read when the range is a
-    part of the segment (the deeds before and after are skipped by their length words),
-    the whole file in one read otherwise.  ``want``: the columns (:func:`_batches`); the
-    events' mtimes are looked up only for ``committed_at``."""
-    path = os.path.join(p.mnt, "segments", f"{p.first:012d}")
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        start = _skip_deeds(fd, 0, p.lo - p.first, size, path)
-        end = size
-        if p.hi < p.last:
-            end = _skip_deeds(fd, start, p.hi - p.lo + 1, size, path)
-        buf = bytearray(end - start)
-        view = memoryview(buf)
-        got = 0
-        while got < len(buf):
-            n = os.preadv(fd, [view[got:]], start + got)
-            if not n:
-                break
-            got += n
-    finally:
-        os.close(fd)
-    if want is None or "committed_at" in want:
-        starts, stamps = _stamps(p.mnt, [(p.lo, p.hi)])
-    else:
-        starts, stamps = [p.lo], [None]
-    yield from _segment_batches([(p.lo, view[:got], p.first)], p.lo, p.hi, starts, stamps,
-                                want)
-
-
-def _event_files(mnt: str, events: list[int], read: bool = True):
-    """``(event, payload, committed_us)`` of ``events/`` files; with ``read=False`` the
-    payload is a stand-in of the file's size (a projection that needs no payload byte)."""
-    for event in events:
-        with open(os.path.join(mnt, "events", f"{event:012d}"), "rb") as f:
-            st = os.fstat(f.fileno())
-            data = f.read() if read else _Size(st.st_size)
-            yield event, data, st.st_mtime_ns // 1_000_000 * 1000
-
-
-class _Size:
-    """A payload of which only the length is used (:func:`_event_files`)."""
-
-    __slots__ = ("n",)
-
-    def __init__(self, n: int):
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-
-def _exactly(batches, lo: int, hi: int, what: str):
-    """``batches``, checked to hold events ``lo..hi`` (each once, in order: the decoders
-    yield them so), else ValueError: a partition never silently returns fewer rows."""
-    n, last = 0, lo - 1
-    for b in batches:
-        if b.num_rows:
-            events = b.column(0)
-            if events[0].as_py() != last + 1:
-                break
-            last = events[b.num_rows - 1].as_py()
-            n += b.num_rows
-        yield b
-    if n != hi - lo + 1 or last != hi:
-        raise ValueError(f"{what}: expected events {lo}..{hi}, read {n} ending at {last} "
-                         "(the mount's view changed under the read?)")
-
-
-def _with_ship(batches, ship: str):
-    import pyarrow as pa
-
-    for b in batches:
-        yield pa.RecordBatch.from_arrays(
-            [*b.columns, pa.array([ship] * b.num_rows, pa.string())],
-            names=[*b.schema.names, SHIP])
-
-
-def read_partition(partition, columns: list[str] | None = None):
-    """Arrow batches of one planned partition (the ``ship`` column added when it has
-    one), of every column, or of ``columns`` only (:func:`~bookfs.spark.columns.projection`): then nothing is
-    decoded unless one of :data:`bookfs.spark.rows.DECODED` is among them, and the
-    payload bytes are not copied unless ``jam`` is.  Deeds' CRCs are checked either way.
-    With nothing planned Spark still runs one task, on a bare ``InputPartition``: it
-    yields no rows."""
-    want = None if columns is None else set(columns)
-    if isinstance(partition, SegmentRange):
-        p = partition
-        where = f"{p.mnt}/segments/{p.first:012d}"
-        batches = _exactly(_read_segment(p, want), p.lo, p.hi, where)
-    elif isinstance(partition, EventFiles):
-        p = partition
-        read = want is None or bool(want & {"mug", "jam", *DECODED})
-        batches = _exactly(_batches(_event_files(p.mnt, p.events, read), want),
-                           p.events[0], p.events[-1], f"{p.mnt}/events")
-    else:
-        return iter(())
-    if p.ship is not None and (want is None or SHIP in want):
-        batches = _with_ship(batches, p.ship)
-    return batches if columns is None else (b.select(columns) for b in batches)
-
-
 # --- batch ---------------------------------------------------------------------------------
 
 
@@ -370,11 +185,13 @@ class BookfsReader(DataSourceReader):
     one mount point (no ``ship`` column) or a list of :class:`Mount`."""
 
     def __init__(self, mnt: str | list[Mount], since: int | None, until: int | None,
-                 per_partition: int, columns: list[str] | None = None):
+                 per_partition: int, columns: list[str] | None = None,
+                 max_bytes: int = MAX_PARTITION_BYTES):
         self.mounts = [Mount(mnt)] if isinstance(mnt, str) else list(mnt)
         self.since, self.until = since, until
         self.per_partition = per_partition
         self.columns = columns
+        self.max_bytes = max_bytes
 
     def _narrow(self, lo: int | None = None, hi: int | None = None) -> None:
         if lo is not None:
@@ -427,7 +244,8 @@ class BookfsReader(DataSourceReader):
     def partitions(self):
         parts = []
         for mount in self.mounts:
-            parts += plan(mount, self.since, self.until, self.per_partition)[0]
+            parts += plan(mount, self.since, self.until, self.per_partition,
+                          self.max_bytes)[0]
         return parts
 
     def read(self, partition):
@@ -451,9 +269,11 @@ class BookfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ``Trigger.AvailableNow``, the target event fixed when the query starts."""
 
     def __init__(self, mnt: str, since: int | None, until: int | None, per_partition: int,
-                 max_events: int | None, columns: list[str] | None = None):
+                 max_events: int | None, columns: list[str] | None = None,
+                 max_bytes: int = MAX_PARTITION_BYTES):
         self.mount = Mount(mnt)
         self.columns = columns
+        self.max_bytes = max_bytes
         self.since, self.until = since, until
         self.per_partition = per_partition
         self.max_events = max_events
@@ -517,7 +337,7 @@ class BookfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         deadline = time.monotonic() + STALE_VIEW_WAIT
         while True:
-            parts, got = plan(self.mount, lo, hi, self.per_partition)
+            parts, got = plan(self.mount, lo, hi, self.per_partition, self.max_bytes)
             if got >= hi:
                 return parts
             if time.monotonic() > deadline:
@@ -555,11 +375,17 @@ class BookfsDataSource(DataSource):
         per = _int_option(self.options, "eventsPerPartition") or EVENTS_PER_PARTITION
         return _int_option(self.options, "since"), _int_option(self.options, "until"), per
 
+    def _max_bytes(self) -> int:
+        most = _int_option(self.options, "maxPartitionBytes", "a number of bytes")
+        if most is not None and most < 1:
+            raise ValueError(f"option maxPartitionBytes must be at least 1, not {most}")
+        return most or MAX_PARTITION_BYTES
+
     def reader(self, schema):
         mounts, multi = resolve_mounts(self.options)
         since, until, per = self._bounds()
         return BookfsReader(mounts if multi else mounts[0].path, since, until, per,
-                            projection(schema, multi))
+                            projection(schema, multi), self._max_bytes())
 
     def streamReader(self, schema):
         paths, multi = named_paths(self.options)
@@ -571,4 +397,4 @@ class BookfsDataSource(DataSource):
         if most is not None and most < 1:
             raise ValueError(f"option maxEventsPerTrigger must be at least 1, not {most}")
         return BookfsStreamReader(check_mount(paths[0]), since, until, per, most,
-                                  projection(schema, False))
+                                  projection(schema, False), self._max_bytes())

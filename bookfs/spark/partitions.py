@@ -1,0 +1,244 @@
+"""What one task of ``format("bookfs")`` reads, and how a read is cut into tasks; the batch
+reader and the stream reader (:mod:`bookfs.spark.source`) share it.
+
+A read of a mount with ``segments/`` is planned as the segment files holding its event
+range (:func:`bookfs.spark.rows.plan_segments`), packed into runs of consecutive segments
+of up to :data:`MAX_PARTITION_BYTES` (:func:`pack`), one run a task
+(:class:`SegmentRuns`).  A task reads each segment of its run through the mount (only the
+bytes of its own deeds when the range covers part of a segment, skipping the others by
+their length words), checks every deed's CRC and makes Arrow batches of the columns asked
+for (:mod:`bookfs.spark.rows`).  A mount without ``segments/`` (a pier or LMDB mount) is
+read from its ``events/`` files, :data:`EVENTS_PER_PARTITION` a task
+(:class:`EventFiles`).  Every task checks that it returned exactly the events it was
+planned for: a stale view of the mount fails the task, never drops a row.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import InputPartition
+
+from bookfs.spark.columns import SHIP
+from bookfs.spark.rows import DECODED, _batches, _segment_batches, _stamps, plan_segments
+
+#: Events per partition when reading ``events/`` (no ``segments/`` on the mount).
+EVENTS_PER_PARTITION = 5000
+#: Bytes of ``segments/`` one partition reads at most (option ``maxPartitionBytes``), as
+#: Spark's own file sources pack files (``spark.sql.files.maxPartitionBytes``): each
+#: partition is a task, and a Python data source's task costs Spark tens of milliseconds
+#: besides its work (on 2 cores, 16 one-row partitions take 0.6 s more than 2).
+MAX_PARTITION_BYTES = 128 << 20
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A mount to read; ``ship`` is its @p when the table has a ``ship`` column."""
+
+    path: str
+    ship: str | None = None
+
+
+def committed(path: str, first: int | None = None) -> tuple[int, int] | None:
+    """``(first, last)`` committed events of the mount at ``path`` (None while it has
+    none): the count is ``events/``'s size, the first event the mount's ``info`` (pass
+    ``first`` when known: it is read only then)."""
+    count = os.stat(os.path.join(path, "events")).st_size
+    if not count:
+        return None
+    if first is None:
+        from bookfs.formats.info import parse
+
+        with open(os.path.join(path, "info")) as f:
+            first = int(parse(f.read(1 << 16))["first"])
+    return first, first + count - 1
+
+
+class SegmentRange:
+    """Events ``lo..hi`` of the segment file holding events ``first..last`` of the mount
+    at ``mnt``; ``size``: the segment file's bytes (what planning packs by)."""
+
+    def __init__(self, first: int, last: int, lo: int, hi: int, mnt: str = "",
+                 size: int = 0):
+        self.first, self.last, self.lo, self.hi = first, last, lo, hi
+        self.mnt, self.size = mnt, size
+
+
+class SegmentRuns(InputPartition):
+    """One task's read: consecutive :class:`SegmentRange` parts of one mount, packed up to
+    :data:`MAX_PARTITION_BYTES`; ``ship``: the value of the ``ship`` column (None: no such
+    column)."""
+
+    def __init__(self, ranges: list[SegmentRange], mnt: str, ship: str | None = None):
+        super().__init__((mnt, ranges[0].first, ranges[0].lo, ranges[-1].hi))
+        self.ranges, self.mnt, self.ship = ranges, mnt, ship
+
+
+def pack(ranges: list[SegmentRange], max_bytes: int) -> list[list[SegmentRange]]:
+    """``ranges`` in runs of consecutive ones whose segments total at most ``max_bytes``
+    (a segment larger than that alone)."""
+    runs: list[list[SegmentRange]] = []
+    total = 0
+    for r in ranges:
+        if runs and total + r.size <= max_bytes:
+            runs[-1].append(r)
+            total += r.size
+        else:
+            runs.append([r])
+            total = r.size
+    return runs
+
+
+class EventFiles(InputPartition):
+    """The ``events/`` files of the events listed (ascending) of the mount at ``mnt``."""
+
+    def __init__(self, events: list[int], mnt: str = "", ship: str | None = None):
+        super().__init__((mnt, events[0], events[-1]))
+        self.events, self.mnt, self.ship = events, mnt, ship
+
+
+def plan(mount: Mount, since: int | None, until: int | None, per_partition: int,
+         max_bytes: int = MAX_PARTITION_BYTES) -> tuple[list[InputPartition], int]:
+    """The partitions that read events ``since..until`` (inclusive; None: the mount's
+    first, last) of ``mount``, and the last event they hold (less than ``since`` if
+    none).  ``segments/`` ranges (:func:`bookfs.spark.plan_segments`) when the mount has
+    them, packed in runs of at most ``max_bytes`` (:func:`pack`), else ``events/`` files
+    in runs of ``per_partition``."""
+    if since is not None and until is not None and since > until:
+        return [], since - 1
+    mnt = mount.path
+    if os.path.isdir(os.path.join(mnt, "segments")):
+        lo, hi, chosen = plan_segments(mnt, since, until)
+        seg_dir = os.path.join(mnt, "segments")
+        ranges = [SegmentRange(*t, mnt=mnt,
+                               size=os.stat(os.path.join(seg_dir, f"{t[0]:012d}")).st_size)
+                  for t in chosen]
+        return [SegmentRuns(run, mnt, mount.ship) for run in pack(ranges, max_bytes)], hi
+    view = committed(mnt)
+    if view is None:
+        return [], (since or 1) - 1
+    lo = view[0] if since is None else max(since, view[0])
+    hi = view[1] if until is None else min(until, view[1])
+    events = list(range(lo, hi + 1))
+    k = per_partition
+    return [EventFiles(events[i:i + k], mnt, mount.ship) for i in range(0, len(events), k)], hi
+
+
+def _skip_deeds(fd: int, pos: int, count: int, size: int, path: str) -> int:
+    """The byte offset ``count`` deeds after offset ``pos`` of the open segment ``fd``
+    (``size`` bytes), reading only each deed's length word."""
+    from bookfs.formats.layout import DEED_LEN, DEED_OVERHEAD
+
+    for _ in range(count):
+        head = os.pread(fd, DEED_LEN.size, pos)
+        if len(head) < DEED_LEN.size:
+            raise ValueError(f"{path}: truncated deed at byte {pos}")
+        nxt = pos + DEED_LEN.unpack(head)[0] + DEED_OVERHEAD
+        if nxt > size:
+            raise ValueError(f"{path}: the deed at byte {pos} runs past the segment's end")
+        pos = nxt
+    return pos
+
+
+def _read_segment(p: SegmentRange, want=None):
+    """Events ``p.lo..p.hi`` of one segment: only their bytes are read when the range is a
+    part of the segment (the deeds before and after are skipped by their length words),
+    the whole file in one read otherwise.  ``want``: the columns (:func:`_batches`); the
+    events' mtimes are looked up only for ``committed_at``."""
+    path = os.path.join(p.mnt, "segments", f"{p.first:012d}")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        start = _skip_deeds(fd, 0, p.lo - p.first, size, path)
+        end = size
+        if p.hi < p.last:
+            end = _skip_deeds(fd, start, p.hi - p.lo + 1, size, path)
+        buf = bytearray(end - start)
+        view = memoryview(buf)
+        got = 0
+        while got < len(buf):
+            n = os.preadv(fd, [view[got:]], start + got)
+            if not n:
+                break
+            got += n
+    finally:
+        os.close(fd)
+    if want is None or "committed_at" in want:
+        starts, stamps = _stamps(p.mnt, [(p.lo, p.hi)])
+    else:
+        starts, stamps = [p.lo], [None]
+    yield from _segment_batches([(p.lo, view[:got], p.first)], p.lo, p.hi, starts, stamps,
+                                want)
+
+
+def _event_files(mnt: str, events: list[int], read: bool = True):
+    """``(event, payload, committed_us)`` of ``events/`` files; with ``read=False`` the
+    payload is a stand-in of the file's size (a projection that needs no payload byte)."""
+    for event in events:
+        with open(os.path.join(mnt, "events", f"{event:012d}"), "rb") as f:
+            st = os.fstat(f.fileno())
+            data = f.read() if read else _Size(st.st_size)
+            yield event, data, st.st_mtime_ns // 1_000_000 * 1000
+
+
+class _Size:
+    """A payload of which only the length is used (:func:`_event_files`)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def _exactly(batches, lo: int, hi: int, what: str):
+    """``batches``, checked to hold events ``lo..hi`` (each once, in order: the decoders
+    yield them so), else ValueError: a partition never silently returns fewer rows."""
+    n, last = 0, lo - 1
+    for b in batches:
+        if b.num_rows:
+            events = b.column(0)
+            if events[0].as_py() != last + 1:
+                break
+            last = events[b.num_rows - 1].as_py()
+            n += b.num_rows
+        yield b
+    if n != hi - lo + 1 or last != hi:
+        raise ValueError(f"{what}: expected events {lo}..{hi}, read {n} ending at {last} "
+                         "(the mount's view changed under the read?)")
+
+
+def _with_ship(batches, ship: str):
+    import pyarrow as pa
+
+    for b in batches:
+        yield pa.RecordBatch.from_arrays(
+            [*b.columns, pa.array([ship] * b.num_rows, pa.string())],
+            names=[*b.schema.names, SHIP])
+
+
+def read_partition(partition, columns: list[str] | None = None):
+    """Arrow batches of one planned partition (the ``ship`` column added when it has
+    one), of every column, or of ``columns`` only (:func:`~bookfs.spark.columns.projection`): then nothing is
+    decoded unless one of :data:`bookfs.spark.rows.DECODED` is among them, and the
+    payload bytes are not copied unless ``jam`` is.  Deeds' CRCs are checked either way.
+    With nothing planned Spark still runs one task, on a bare ``InputPartition``: it
+    yields no rows."""
+    want = None if columns is None else set(columns)
+    if isinstance(partition, SegmentRuns):
+        p = partition
+        batches = (b for r in p.ranges for b in _exactly(
+            _read_segment(r, want), r.lo, r.hi, f"{r.mnt}/segments/{r.first:012d}"))
+    elif isinstance(partition, EventFiles):
+        p = partition
+        read = want is None or bool(want & {"mug", "jam", *DECODED})
+        batches = _exactly(_batches(_event_files(p.mnt, p.events, read), want),
+                           p.events[0], p.events[-1], f"{p.mnt}/events")
+    else:
+        return iter(())
+    if p.ship is not None and (want is None or SHIP in want):
+        batches = _with_ship(batches, p.ship)
+    return batches if columns is None else (b.select(columns) for b in batches)
