@@ -128,6 +128,9 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
     p.add_argument("--writers", type=int, default=8, help="concurrent writers (default 8)")
     p.add_argument("--dir", help="work directory (default: a new one under $TMPDIR)")
+    p.add_argument("--profile", action="store_true",
+                   help="then one more 1-writer run of bookfs under cProfile "
+                        "(BOOKFS_PROFILE): the event loop's CPU per append, by function")
     a = p.parse_args()
     work = Path(a.dir or tempfile.mkdtemp(prefix="bookfs-bench-append-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -186,7 +189,41 @@ def main() -> int:
           f"{med[('bookfs', n)] / med[('floor', n)]:.2f}×; "
           f"bookfs {n} writers / requests-only {n} writers: "
           f"{med[('bookfs', n)] / med[('requests', n)]:.2f}×")
+    for t in (1, n):  # within each round: bookfs and the floor ran minutes apart at most
+        per = [b / f for b, f in zip(rates[("bookfs", t)], rates[("floor", t)])]
+        print(f"bookfs / floor with {t} writer(s), within each round: "
+              + ", ".join(f"{x:.2f}" for x in per)
+              + f"; >= 0.9x in {sum(x >= 0.9 for x in per)} of {len(per)} rounds")
+    if a.profile:
+        profile(work, a.seconds)
     return 0
+
+
+def profile(work: Path, seconds: float, top: int = 25) -> None:
+    """One more 1-writer run of bookfs with ``BOOKFS_PROFILE``: where the event loop's
+    CPU goes, in µs per append (cProfile's own overhead included, so the total is above
+    the unprofiled daemon CPU; the shares are what to read)."""
+    import pstats
+
+    path = work / "daemon.prof"
+    with Book.open(work / "log") as b:
+        before = b.last
+    os.environ["BOOKFS_PROFILE"] = str(path)
+    try:
+        run_bookfs(work, seconds, 1)
+    finally:
+        os.environ.pop("BOOKFS_PROFILE", None)
+    with Book.open(work / "log") as b:
+        done = b.last - before
+    st = pstats.Stats(str(path))
+    total = st.total_tt * 1e6 / done
+    print(f"\nprofile: {done} appends, 1 writer; the event loop's CPU under cProfile "
+          f"{total:,.0f} µs per append (main thread only)")
+    print("| µs per append (own time) | share | function |\n|---:|---:|---|")
+    rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]
+    for (file, line, name), (cc, nc, tt, ct, callers) in rows:
+        where = f"{Path(file).name}:{line}" if file != "~" else "builtin"
+        print(f"| {tt * 1e6 / done:,.1f} | {tt / st.total_tt:.1%} | {name} ({where}) |")
 
 
 if __name__ == "__main__":

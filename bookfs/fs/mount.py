@@ -323,7 +323,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
             nursery.cancel_scope.cancel()
 
     try:
-        trio.run(run)
+        _run_profiled(trio.run, run)
     finally:
         try:
             pyfuse3.close(unmount=True)
@@ -333,6 +333,28 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
             book.close()
             log.info("unmounted %s; lock released", mountpoint)
     return 0
+
+
+#: Environment variable: a file to write a :mod:`cProfile` of the daemon's event loop to at
+#: unmount (``pstats`` format; the event-loop thread only), for benchmarks that say where a
+#: request's CPU goes (bench/bench_append.py --profile).
+PROFILE_ENV = "BOOKFS_PROFILE"
+
+
+def _run_profiled(run, *args) -> None:
+    """``run(*args)``, under :mod:`cProfile` when :data:`PROFILE_ENV` names a file."""
+    path = os.environ.get(PROFILE_ENV)
+    if not path:
+        run(*args)
+        return
+    import cProfile
+
+    prof = cProfile.Profile()
+    try:
+        prof.runcall(run, *args)
+    finally:
+        prof.dump_stats(path)
+        log.info("profile of the event loop written to %s", path)
 
 
 def max_tasks() -> int:

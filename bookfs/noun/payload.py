@@ -27,6 +27,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bookfs.noun import Scanner, scan
 from bookfs.noun.codec import CueError
 from bookfs.noun.ram import RAM_HEADER
 
@@ -115,8 +116,6 @@ def check_payload(payload, bob_dir=None) -> Problem | None:
 def check_body(body, bob_dir=None) -> Problem | None:
     """:func:`check_payload` of a payload whose bytes after the mug are ``body`` (offsets
     still count the mug's 4 bytes)."""
-    from bookfs.noun import scan
-
     if bytes(body[:len(RAM_HEADER)]) == RAM_HEADER:
         return _ram_problem(body, bob_dir)
     return _jam_problem(scan(body, exact=True))
@@ -160,8 +159,6 @@ class PayloadCheck:
         return self._scanner.feed(chunk)
 
     def _start(self) -> None:
-        from bookfs.noun import Scanner
-
         head = bytes(self._head)
         if is_ram_head(head):
             self._ram = bytearray(head[MUG_BYTES:])
