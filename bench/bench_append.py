@@ -199,6 +199,23 @@ def main() -> int:
     return 0
 
 
+def _layer(file: str, name: str) -> str:
+    """Which layer a profiled function belongs to (for the profile's summary)."""
+    if file == "~":  # a builtin: by what it is
+        if "epoll" in name or "recv" in name or "socket" in name:
+            return "trio (event loop, I/O waits' bookkeeping)"
+        if "SimpleQueue" in name or "_thread" in name:
+            return "bookfs (hand-off to the commit thread)"
+        return "builtins called from anywhere"
+    for key, layer in (("/trio/", "trio (event loop, I/O waits' bookkeeping)"),
+                       ("outcome", "trio (event loop, I/O waits' bookkeeping)"),
+                       ("pyfuse3", "pyfuse3 (request decoding and replies)"),
+                       ("/bookfs/", "bookfs (handlers, staging, check, commit queue)")):
+        if key in file:
+            return layer
+    return "other Python (stdlib)"
+
+
 def profile(work: Path, seconds: float, top: int = 25) -> None:
     """One more 1-writer run of bookfs with ``BOOKFS_PROFILE``: where the event loop's
     CPU goes, in µs per append (cProfile's own overhead included, so the total is above
@@ -217,8 +234,16 @@ def profile(work: Path, seconds: float, top: int = 25) -> None:
         done = b.last - before
     st = pstats.Stats(str(path))
     total = st.total_tt * 1e6 / done
-    print(f"\nprofile: {done} appends, 1 writer; the event loop's CPU under cProfile "
-          f"{total:,.0f} µs per append (main thread only)")
+    print(f"\nprofile: {done} appends, 1 writer; the event loop thread's CPU under cProfile "
+          f"{total:,.0f} µs per append (thread CPU time; the commit thread's pwrite and "
+          "fdatasync are not in it)")
+    groups: dict[str, float] = {}
+    for (file, line, name), (cc, nc, tt, ct, callers) in st.stats.items():
+        groups[_layer(file, name)] = groups.get(_layer(file, name), 0.0) + tt
+    print("| layer | µs per append | share |\n|---|---:|---:|")
+    for layer, tt in sorted(groups.items(), key=lambda kv: -kv[1]):
+        print(f"| {layer} | {tt * 1e6 / done:,.1f} | {tt / st.total_tt:.1%} |")
+    print()
     print("| µs per append (own time) | share | function |\n|---:|---:|---|")
     rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]
     for (file, line, name), (cc, nc, tt, ct, callers) in rows:

@@ -336,8 +336,9 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
 
 
 #: Environment variable: a file to write a :mod:`cProfile` of the daemon's event loop to at
-#: unmount (``pstats`` format; the event-loop thread only), for benchmarks that say where a
-#: request's CPU goes (bench/bench_append.py --profile).
+#: unmount (``pstats`` format; the event-loop thread's CPU time, so waiting in ``epoll``
+#: counts as nothing), for benchmarks that say where a request's CPU goes
+#: (bench/bench_append.py --profile).
 PROFILE_ENV = "BOOKFS_PROFILE"
 
 
@@ -349,7 +350,7 @@ def _run_profiled(run, *args) -> None:
         return
     import cProfile
 
-    prof = cProfile.Profile()
+    prof = cProfile.Profile(time.thread_time)  # CPU of the loop's thread, not waits
     try:
         prof.runcall(run, *args)
     finally:
