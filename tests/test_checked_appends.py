@@ -316,6 +316,11 @@ def test_mount_option_unchecked_payloads_accepts_junk(tmp_path):
         assert append(mp, n + 1, junk) == 0
         assert read_event(mp, n + 1) == junk
         assert append(mp, n + 2, b"abc") == errno.EINVAL  # still at least a mug
+        with open(f"{mp}/info") as f:  # the mount says it does not check
+            assert re.search(r"^payloads: +unchecked \(-o unchecked_payloads\)", f.read(), re.M)
+    with mounted(tmp_path / "log", tmp_path / "c") as mp:
+        with open(f"{mp}/info") as f:  # and a default mount that it does
+            assert re.search(r"^payloads: +checked: a 4-byte mug, then a jam", f.read(), re.M)
 
 
 def test_the_check_is_fed_as_the_writes_arrive_not_at_the_close():

@@ -36,6 +36,11 @@ import pyfuse3
 from bookfs.formats.info import render, summary
 from bookfs.fs import inodes as I
 from bookfs.fs.commit import NEXT_KEY, refuse
+
+#: The ``payloads:`` line of a read-write mount's info: whether new/ checks what it saves.
+PAYLOADS_CHECKED = ("checked: a 4-byte mug, then a jam that cues exactly or a ram "
+                    "encoding (-o unchecked_payloads turns this off)")
+PAYLOADS_UNCHECKED = "unchecked (-o unchecked_payloads): new/ saves any bytes"
 from bookfs.fs.nodes.base import CHANGING, FOREVER, GROWING, BytesHandle, Kind
 
 _ROOT_ENTRIES = [(b"events", I.EVENTS), (b"meta", I.META), (b"new", I.NEW), (b"info", I.INFO)]
@@ -152,7 +157,8 @@ class Directories(Kind):
 
     def info_bytes(self) -> bytes:
         """The info file: the log's summary; on a read-write mount ``next:``, the number
-        the next ``new/<N>`` must have now; then the last refused appends and meta writes
+        the next ``new/<N>`` must have now, and ``payloads:``, whether ``new/`` checks a
+        payload before it saves it; then the last refused appends and meta writes
         (a shell ignores close()'s errno, so this is where a user reads why).  A read-only
         mount refuses writes at open(), where the shell sees the error, so it has no
         record and its info is exactly ``bookfs info``'s."""
@@ -162,6 +168,7 @@ class Directories(Kind):
         if fs.readonly:
             return render(info).encode()
         info[NEXT_KEY] = fs.queue.next_free()
+        info["payloads"] = (PAYLOADS_CHECKED if fs.new_files.checked else PAYLOADS_UNCHECKED)
         return (render(info) + fs.refusals.render()).encode()
 
     def _epoch_info(self, k: int) -> bytes:
