@@ -183,3 +183,65 @@ def test_refresh_sees_events_a_writer_added(tmp_path):
         assert log.refresh() == 5
         assert log.gulf() == (1, 15)
         assert log.read(15) == b"new!15"
+
+
+def _rolled_epoch(d, meta=True):
+    """An epoch directory as vere's roll leaves it before the first event: data.mdb with
+    META (or nothing) and no EVENTS database."""
+    d.mkdir(parents=True)
+    env = lmdb.open(str(d), map_size=1 << 20, max_dbs=2, subdir=True)
+    try:
+        if meta:
+            from lmdb_fixtures import write_meta_db
+
+            write_meta_db(env, meta_values())
+    finally:
+        env.close()
+    return d
+
+
+def test_a_just_rolled_epoch_opens_empty_and_picks_up_its_first_event(tmp_path):
+    """An epoch ``0i<N>`` without EVENTS (vere has rolled to it, no event yet) opens as an
+    empty epoch instead of being refused; once vere writes the first event, ``refresh``
+    finds EVENTS and the event."""
+    d = _rolled_epoch(tmp_path / "0i30")
+    with LmdbLog.open(d) as log:
+        assert log.count == 0
+        with pytest.raises(NoSuchEvent):
+            log.read(31)
+        assert list(log.walk()) == []
+        # vere's first event, written by another process (as vere is one)
+        subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+            import lmdb, struct
+            env = lmdb.open({str(d)!r}, map_size=1 << 20, max_dbs=2, subdir=True)
+            db = env.open_db(b"EVENTS", integerkey=True, create=True)
+            with env.begin(write=True, db=db) as txn:
+                txn.put(struct.pack("<Q", 31), b"\\0\\0\\0\\0\\x02")
+            env.close()
+            """)], check=True)
+        os.utime(d / "data.mdb", ns=(1, 1))  # a different mtime, whatever the clock
+        assert log.refresh() == 1
+        assert (log.first, log.last) == (31, 31) and log.read(31) == b"\0\0\0\0\x02"
+
+
+def test_no_events_outside_an_epoch_directory_is_still_refused(tmp_path):
+    d = _rolled_epoch(tmp_path / "store", meta=False)
+    with pytest.raises(FormatError, match="no EVENTS database"):
+        LmdbLog.open(d)
+
+
+def test_a_pier_just_after_a_roll_opens_and_mounts(tmp_path):
+    """``bookfs info`` and a read-only mount of a pier whose newest epoch has no event yet
+    (before: refused whole, "no EVENTS database")."""
+    from tests.mounting import mounted, noun_payload, run_bookfs
+
+    root = make_pier(tmp_path / "pier", [("lmdb", [noun_payload(bytes([i]) * 20)
+                                                   for i in range(1, 31)])])
+    _rolled_epoch(root / ".urb" / "log" / "0i30")
+    (root / ".urb" / "log" / "0i30" / "epoc.txt").write_text("2")
+    (root / ".urb" / "log" / "0i30" / "vere.txt").write_text("3.2")
+    out = run_bookfs("info", str(root)).stdout
+    assert "0i30 lmdb no events yet" in out and "last:     30" in out
+    with mounted(root, tmp_path / "mnt", "-o", "ro") as mnt:
+        assert sorted(os.listdir(os.path.join(mnt, "epochs"))) == ["0i0", "0i30"]
+        assert len(os.listdir(os.path.join(mnt, "events"))) == 30

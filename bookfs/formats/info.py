@@ -109,7 +109,8 @@ def summary(book: EventLog) -> dict:
     epochs = getattr(book, "epochs", None)
     if epochs:
         info["epochs"] = "; ".join(
-            f"{e.name} {e.log.format.split(' ')[0]} {e.log.first}..{e.log.last}"
+            f"{e.name} {e.log.format.split(' ')[0]} "
+            + (f"{e.log.first}..{e.log.last}" if e.log.count else "no events yet")
             for e in epochs)
     from bookfs.noun import core_description
     info["nouns"] = core_description()  # the noun core: compiled, or pure and why

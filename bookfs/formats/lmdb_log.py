@@ -89,6 +89,19 @@ def _open_db(env, directory: str, name: bytes, *, integerkey: bool = False):
                           f"{name.decode()}: {e}") from None
 
 
+def _events_db(env, directory: str):
+    """The ``EVENTS`` database of ``env`` (``MDB_INTEGERKEY``), or ``None`` if it has none;
+    :class:`FormatError` if it was created without ``MDB_INTEGERKEY``."""
+    db = _open_db(env, directory, EVENTS_DB, integerkey=True)
+    if db is not None:
+        with env.begin() as txn:
+            if not db.flags(txn).get("integerkey"):
+                raise FormatError(
+                    f"{os.path.join(directory, DATA_NAME)}: EVENTS was not created with "
+                    "MDB_INTEGERKEY, so its keys sort as bytes, not as event numbers")
+    return db
+
+
 def event_count(directory: str) -> int:
     """Entries in the ``EVENTS`` database of the LMDB environment in ``directory``; 0 when
     it has none (vere's roll writes ``META`` before the first event creates ``EVENTS``).
@@ -179,25 +192,26 @@ class LmdbLog(PublishedView):
         else from the epoch's own environment if it has one, else from the parent directory
         when that is a pier's ``.urb/log`` holding ``data.mdb``; else every field is zero.
         Raises :class:`ContiguityError` if the keys are not contiguous (or do not start at
-        ``N + 1`` for a directory ``0i<N>``), :class:`FormatError` if ``EVENTS`` is missing
-        or was not created with ``MDB_INTEGERKEY``.
+        ``N + 1`` for a directory ``0i<N>``), :class:`FormatError` if ``EVENTS`` was not
+        created with ``MDB_INTEGERKEY``, or is missing from a directory that is not an
+        epoch ``0i<N>``.  An epoch directory without ``EVENTS`` is one vere has just rolled
+        to (it writes ``META`` before the first event creates ``EVENTS``): it opens as an
+        empty epoch, and :meth:`refresh` picks up ``EVENTS`` once it exists.
         """
         directory = os.fspath(path)
         if writable:
             raise ReadOnly(f"{os.path.join(directory, DATA_NAME)}: {_READ_ONLY_MSG}")
         env = _open_env(directory)
         try:
-            db = _open_db(env, directory, EVENTS_DB, integerkey=True)
-            if db is None:
+            db = _events_db(env, directory)
+            base = epoch_of_directory(directory)
+            if db is None and base is None:
                 raise FormatError(f"{os.path.join(directory, DATA_NAME)}: no EVENTS database "
                                   "(not an LMDB epoch)")
-            with env.begin() as txn:
-                if not db.flags(txn).get("integerkey"):
-                    raise FormatError(
-                        f"{os.path.join(directory, DATA_NAME)}: EVENTS was not created with "
-                        "MDB_INTEGERKEY, so its keys sort as bytes, not as event numbers")
+            # db None in an epoch directory 0i<N>: just rolled (vere writes the new epoch's
+            # META before its first event creates EVENTS): an empty epoch, until it has one
             meta, source = cls._find_meta(directory, env, meta_from)
-            self = cls(directory, env, db, epoch_of_directory(directory), meta, source)
+            self = cls(directory, env, db, base, meta, source)
             self._scan()
         except BaseException:
             env.close()
@@ -239,6 +253,13 @@ class LmdbLog(PublishedView):
             self._scan_txn()
 
     def _scan_txn(self) -> None:
+        if self._db is None:  # a just-rolled epoch: has its first event created EVENTS?
+            self._db = _events_db(self._env, self.directory)
+        if self._db is None:
+            st = os.stat(self.data_path)
+            self._mtime_ns, self._size = st.st_mtime_ns, st.st_size
+            self._view = (0, 0)
+            return
         with self._env.begin(db=self._db, buffers=True) as txn:
             entries = txn.stat(self._db)["entries"]
             cur = txn.cursor()
