@@ -393,3 +393,39 @@ def test_info_says_which_core(tmp_path) -> None:
     pure = subprocess.run(run + ["info", str(log)], cwd=REPO, env=env, check=True,
                           capture_output=True, text=True, timeout=120).stdout
     assert "nouns:    pure Python: BOOKFS_PURE_NOUNS is set" in pure
+
+
+_da_now = 0x8000000CCE9E0D80 << 64  # ~2024 as an @da's seconds half
+_knots = st.one_of(st.sampled_from([cord("d"), cord("term"), cord("ames"), cord("é"), 0]),
+                   st.integers(0, 2**40), st.just(0xFF), st.just(1 << 70000))
+_wires = st.lists(_knots, max_size=5).map(lambda ks: from_list(ks))
+_dates = st.one_of(st.integers(0, 2**200), st.just(_da_now),
+                   st.integers(_da_now, _da_now + (1 << 90)), st.just(1 << 70000))
+_cards = st.one_of(st.tuples(st.one_of(st.sampled_from([cord("hear"), cord("belt")]),
+                                       st.integers(0, 2**64), st.just(0xFF)), atoms), atoms)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(
+    st.tuples(_dates, st.tuples(_wires, _cards)),  # event-shaped
+    st.tuples(_dates, st.one_of(atoms, st.tuples(atoms, atoms))),  # not quite
+    atoms, trees))
+def test_event_head_agrees(noun: Noun) -> None:
+    """The compiled ``event_head`` (the Spark rows' date, wire and tag) and the pure
+    reference give the same head for event-shaped nouns, and three Nones alike for
+    everything else: dates out of years 1..9999, wires that are not lists of UTF-8 knots,
+    atoms over 2^16 bits, a card that is an atom."""
+    from bookfs.noun import peek
+
+    assert C.event_head(noun, {}) == peek.event_head(noun, {})
+    texts_c, texts_p = {}, {}
+    assert C.event_head(noun, texts_c) == peek.event_head(noun, texts_p)
+    assert texts_c == texts_p  # the cache is filled the same way
+
+
+def test_event_head_of_a_sample_event() -> None:
+    from bookfs.noun import peek
+
+    noun = (_da_now, (from_list([cord("d"), cord("term"), 1]), (cord("belt"), 7)))
+    for impl in (C.event_head, peek.event_head):
+        assert impl(noun, {}) == (_da_now, "/d/term/\x01", "belt")

@@ -41,9 +41,11 @@ else:
         CORE = "compiled"
 if _impl is not None:
     jam, cue, mug, scan, Scanner = _impl.jam, _impl.cue, _impl.mug, _impl.scan, _impl.Scanner
+    event_head = _impl.event_head
 else:
     jam, cue, mug = _codec.jam, _codec.cue, _codec.mug
     scan, Scanner = _scanner.scan, _scanner.Scanner
+    from bookfs.noun.peek import event_head
 
 
 def core_description() -> str:
@@ -54,7 +56,8 @@ def core_description() -> str:
 
 __all__ = ["CORE", "CORE_REASON", "DA_UNIX_EPOCH", "PREFIXES", "REASONS", "SUFFIXES", "Cell",
            "CueError", "Noun", "Prf", "ScanResult", "Scanner", "cell", "core_description",
-           "cord", "cue", "da_to_datetime", "datetime_to_da", "fein", "format_da", "from_list",
+           "cord", "cue", "da_to_datetime", "datetime_to_da", "event_head", "fein", "format_da",
+           "from_list",
            "fynd", "is_atom", "is_cell", "jam", "muk", "mug", "murmur3_32", "murmur3_32_fast",
            "noun_equal", "parse_da", "parse_patp", "path", "patp", "peek_event", "scan", "tape",
            "to_list", "uncord", "unpath", "untape"]

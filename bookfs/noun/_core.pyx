@@ -41,13 +41,15 @@ from cpython.tuple cimport PyTuple_New
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memmove, memset
 
-from bookfs.noun.codec import CueError
+from bookfs.noun.aura import DA_UNIX_EPOCH
+from bookfs.noun.codec import CueError, uncord
+from bookfs.noun.peek import SECONDS_MAX, SECONDS_MIN, TEXTS_MAX
 from bookfs.noun.scanner import ScanResult, _failure, _ok
 
 if sys.byteorder != "little":  # pragma: no cover
     raise ImportError("the compiled noun core assumes a little-endian machine")
 
-__all__ = ["jam", "cue", "mug", "scan", "Scanner"]
+__all__ = ["jam", "cue", "mug", "scan", "Scanner", "event_head"]
 
 cdef extern from "Python.h":
     void _set_item "PyTuple_SET_ITEM" (object, Py_ssize_t, PyObject*)
@@ -1261,3 +1263,59 @@ def scan(data, *, mug=False, exact=True):
         return s._scan_whole(inp.p, inp.n)
     finally:
         _close_input(&inp)
+
+
+# --------------------------------------------------------------------------- event head
+
+cdef extern from "Python.h":
+    size_t _PyLong_NumBits(object) except? <size_t>-1
+
+cdef tuple _NO_HEAD = (None, None, None)
+cdef size_t _HEAD_ATOM_BITS = 1 << 16
+cdef object _SECONDS_LO = SECONDS_MIN + DA_UNIX_EPOCH   # (date >> 64) bounds
+cdef object _SECONDS_HI = SECONDS_MAX + DA_UNIX_EPOCH
+
+
+cdef inline bint _small_atom(object a):
+    """An int (not a bob reference) of at most 2^16 bits."""
+    return type(a) is int and _PyLong_NumBits(a) <= _HEAD_ATOM_BITS
+
+
+cdef object _head_text(object atom, dict texts):
+    text = texts.get(atom)
+    if text is None:
+        text = uncord(atom)
+        if len(texts) >= TEXTS_MAX:
+            texts.clear()
+        texts[atom] = text
+    return text
+
+
+def event_head(noun, dict texts):
+    """:func:`bookfs.noun.peek.event_head`, compiled (tests/test_noun_core.py holds the
+    two equal)."""
+    cdef list knots
+    if type(noun) is not tuple:
+        return _NO_HEAD
+    date, ovum = <tuple>noun
+    if not _small_atom(date) or type(ovum) is not tuple:
+        return _NO_HEAD
+    secs = date >> 64
+    if secs < _SECONDS_LO or secs > _SECONDS_HI:
+        return _NO_HEAD
+    wire, card = <tuple>ovum
+    knots = []
+    try:
+        while type(wire) is tuple:
+            knot, wire = <tuple>wire
+            if not _small_atom(knot):
+                return _NO_HEAD
+            knots.append(_head_text(knot, texts))
+        if type(wire) is not int or wire != 0 or type(card) is not tuple:
+            return _NO_HEAD
+        tag = (<tuple>card)[0]
+        if not _small_atom(tag):
+            return _NO_HEAD
+        return date, "/" + "/".join(knots), _head_text(tag, texts)
+    except UnicodeDecodeError:
+        return _NO_HEAD

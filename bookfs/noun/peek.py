@@ -12,9 +12,60 @@ from __future__ import annotations
 from bookfs.noun.aura import DA_UNIX_EPOCH
 from bookfs.noun.codec import _MISSING, CueError, Noun, is_atom, is_cell, uncord
 
-__all__ = ["peek_event"]
+__all__ = ["event_head", "peek_event"]
 
 _PEEK_MAX_ATOM_BITS = 1 << 16  # a date, a knot or a tag is far smaller than this
+#: An @da read as a date must fall in years 1..9999 (seconds from the Unix epoch).
+SECONDS_MIN, SECONDS_MAX = -62135596800, 253402300799
+#: Texts of knots and tags an :func:`event_head` cache holds before it is emptied.
+TEXTS_MAX = 1 << 14
+_NO_HEAD = (None, None, None)
+
+
+def event_head(noun, texts: dict) -> tuple[int | None, str | None, str | None]:
+    """``(date, wire, tag)`` of a cued ``[date [wire [tag data]]]`` event, by
+    :func:`peek_event`'s rules (a date in years 1..9999, a wire that is a null-terminated
+    list of UTF-8 knots, a UTF-8 tag; atoms of at most 2^16 bits), else three Nones.
+    ``texts`` caches the text of knots and tags (they repeat from event to event; emptied
+    at :data:`TEXTS_MAX`).  A :class:`bookfs.noun.ram.BobRef` is not an atom here.  The
+    pure reference; the compiled core has the same function (``bookfs.noun.event_head``
+    picks it when it built)."""
+    if type(noun) is not tuple:
+        return _NO_HEAD
+    date, ovum = noun
+    if type(date) is not int or date.bit_length() > _PEEK_MAX_ATOM_BITS \
+            or type(ovum) is not tuple:
+        return _NO_HEAD
+    if not SECONDS_MIN <= (date >> 64) - DA_UNIX_EPOCH <= SECONDS_MAX:
+        return _NO_HEAD
+    wire, card = ovum
+    knots = []
+    try:
+        while type(wire) is tuple:
+            knot, wire = wire
+            if type(knot) is not int or knot.bit_length() > _PEEK_MAX_ATOM_BITS:
+                return _NO_HEAD
+            knots.append(_text(knot, texts))
+        if type(wire) is not int or wire != 0 or type(card) is not tuple:
+            return _NO_HEAD
+        tag = card[0]
+        if type(tag) is not int or tag.bit_length() > _PEEK_MAX_ATOM_BITS:
+            return _NO_HEAD
+        return date, "/" + "/".join(knots), _text(tag, texts)
+    except UnicodeDecodeError:
+        return _NO_HEAD
+
+
+def _text(atom: int, texts: dict) -> str:
+    """:func:`uncord` of ``atom``, remembered in ``texts`` (UnicodeDecodeError if not
+    UTF-8)."""
+    text = texts.get(atom)
+    if text is None:
+        text = uncord(atom)
+        if len(texts) >= TEXTS_MAX:
+            texts.clear()
+        texts[atom] = text
+    return text
 _PEEK_MAX_NODES = 4096  # wire nodes decoded at most
 
 

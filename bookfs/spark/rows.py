@@ -45,7 +45,7 @@ import bisect
 import os
 from typing import Iterator
 
-from bookfs.noun import DA_UNIX_EPOCH, cue, peek_event, uncord
+from bookfs.noun import DA_UNIX_EPOCH, cue, event_head, peek_event
 from bookfs.noun.payload import MUG_BYTES, check_body
 from bookfs.noun.ram import is_ram
 
@@ -57,13 +57,10 @@ COLUMNS = ["event", "epoch", "mug", "size", "jam", "committed_at", "date", "wire
 
 # --- decoding (runs in the Python workers) ------------------------------------------------
 
-_SECONDS_MIN, _SECONDS_MAX = -62135596800, 253402300799  # years 1..9999
 #: Jams up to this many bytes are cued whole (compiled: ~1 GB/s) and their head read from
 #: the noun; larger ones only have their head read (:func:`bookfs.noun.peek_event`), so a
 #: worker never builds a multi-megabyte noun (a 256 KiB jam is at most ~700k nodes).
 _CUE_BYTES = 256 << 10
-#: The widest atom read as a date, knot or tag (as :func:`bookfs.noun.peek_event`).
-_HEAD_ATOM_BITS = 1 << 16
 _NO_HEAD = (None, None, None)
 
 
@@ -75,50 +72,12 @@ def _da_micros(da: int) -> int:
 
 #: Texts of knots and tags already decoded (wires and tags repeat from event to event).
 _TEXTS: dict[int, str] = {}
-_TEXTS_MAX = 1 << 14
-
-
-def _text(atom: int) -> str:
-    """:func:`bookfs.noun.uncord` of ``atom``, remembered (UnicodeDecodeError if not
-    UTF-8)."""
-    text = _TEXTS.get(atom)
-    if text is None:
-        text = uncord(atom)
-        if len(_TEXTS) >= _TEXTS_MAX:
-            _TEXTS.clear()
-        _TEXTS[atom] = text
-    return text
 
 
 def _head(noun) -> tuple[int | None, str | None, str | None]:
-    """``(date, wire, tag)`` of a decoded ``[date [wire [tag data]]]`` event, with
-    :func:`bookfs.noun.peek_event`'s rules (a date in years 1..9999, a wire that is a
-    list of UTF-8 knots, a UTF-8 tag; atoms of at most 2^16 bits), else three Nones.  A
-    :class:`bookfs.noun.ram.BobRef` is not an atom here (no date, knot or tag is a bob)."""
-    if type(noun) is not tuple:
-        return _NO_HEAD
-    date, ovum = noun
-    if type(date) is not int or date.bit_length() > _HEAD_ATOM_BITS \
-            or type(ovum) is not tuple:
-        return _NO_HEAD
-    if not _SECONDS_MIN <= (date >> 64) - DA_UNIX_EPOCH <= _SECONDS_MAX:
-        return _NO_HEAD
-    wire, card = ovum
-    knots = []
-    try:
-        while type(wire) is tuple:
-            knot, wire = wire
-            if type(knot) is not int or knot.bit_length() > _HEAD_ATOM_BITS:
-                return _NO_HEAD
-            knots.append(_text(knot))
-        if type(wire) is not int or wire != 0 or type(card) is not tuple:
-            return _NO_HEAD
-        tag = card[0]
-        if type(tag) is not int or tag.bit_length() > _HEAD_ATOM_BITS:
-            return _NO_HEAD
-        return date, "/" + "/".join(knots), _text(tag)
-    except UnicodeDecodeError:
-        return _NO_HEAD
+    """``(date, wire, tag)`` of a decoded event (:func:`bookfs.noun.event_head`, compiled
+    when the core built)."""
+    return event_head(noun, _TEXTS)
 
 
 def decode_payload(payload) -> tuple[tuple[int | None, str | None, str | None], str | None]:
