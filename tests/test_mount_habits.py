@@ -269,6 +269,12 @@ def test_rw_mount_umask_gives_write_bits_only_where_allowed(small_src, mnt):
     ("noindex_cache=yes", "takes no value"),
     ("noindex_cache,index_dir=/tmp/x", "contradict"),
     ("subtype=other", "always bookfs"),
+    # issue 23.3: caught before the log is opened (FUSE refused them after, exit 1), and
+    # max_read ended the mount at once (libfuse: "init() and fuse_session_new() requested
+    # different maximum read size"), so it is refused
+    ("max_read=abc", "'max_read=abc' is not supported"),
+    ("max_read=65536", "'max_read=65536' is not supported"),
+    ("blksize=big", "expected blksize=N, N a number of bytes"),
 ])
 def test_bad_bookfs_option_is_one_line_usage_error(small_src, mnt, opts, expected):
     res = run_bookfs("mount", str(small_src), str(mnt), "-o", opts, check=False)
@@ -471,3 +477,17 @@ def test_bad_index_dir_is_one_line_usage_error(small_src, tmp_path, mnt):
     res = run_bookfs("info", str(small_src), "--index-dir", "x", "--no-index-cache",
                      check=False)
     assert res.returncode == 2 and "not allowed with" in res.stderr
+
+
+@pytest.mark.parametrize("what", ["file", "missing"])
+def test_a_source_that_is_not_a_directory_is_a_usage_error(tmp_path, mnt, what):
+    """Issue 23.3: a file, or nothing, given as the source is a command-line mistake:
+    exit 2, one line saying what was found and what is expected (it was exit 1, "no such
+    directory", even for a file)."""
+    src = tmp_path / "src"
+    if what == "file":
+        src.write_bytes(b"not a log")
+    res = run_bookfs("mount", str(src), str(mnt), check=False)
+    line = one_line_error(res, 2)
+    assert "expected" in line and ("a pier" in line or "a directory" in line)
+    assert not in_mountinfo(mnt)

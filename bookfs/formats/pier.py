@@ -47,7 +47,8 @@ from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 from bookfs.formats.logbase import LogMixin
-from bookfs.errors import BookError, ContiguityError, FormatError, NoSuchEvent, ReadOnly
+from bookfs.errors import (BookError, ContiguityError, FormatError, NoSuchEvent, ReadOnly,
+                           UsageError)
 from bookfs.formats.eventlog import EventLog
 from bookfs.formats.fileio import open_regular
 from bookfs.formats.layout import (
@@ -126,8 +127,10 @@ def identify(path: str | os.PathLike) -> tuple[str, str]:
         return detect_layout(os.path.join(p, LOG_NAME)), p
     if kind == "lmdb":
         return "lmdb", p
-    if not os.path.isdir(p):
-        raise BookError(f"{p}: no such directory")
+    if not os.path.isdir(p):  # a command-line mistake (exit 2), not a damaged log
+        what = "a file" if os.path.lexists(p) else "nothing there"
+        raise UsageError(f"{p}: {what}; expected a directory: a pier, a Book directory "
+                         f"({LOG_NAME}) or an LMDB epoch ({LMDB_DATA_NAME})")
     raise FormatError(f"{p}: not a pier (.urb/log/), a Book directory ({LOG_NAME}) "
                       f"or an LMDB epoch ({LMDB_DATA_NAME})")
 

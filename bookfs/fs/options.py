@@ -136,9 +136,12 @@ IGNORED_OPTIONS = {"defaults", "auto", "noauto", "user", "users", "nouser", "own
 IGNORED_PREFIXES = ("x-",)
 #: Options bookfs always gives FUSE (fsname= is added too: bookfs:<source>, unless given).
 ALWAYS_FUSE = ("subtype=" + FUSE_SUBTYPE, "default_permissions", "auto_unmount")
+#: FUSE options whose value is a number, checked here so that a typo is a usage error
+#: (exit 2) before anything is opened, not FUSE's refusal after the log is locked.
+FUSE_NUMBERS = {"blksize": "bytes"}
 #: Examples of what goes to FUSE untouched (for --help; FUSE decides what it accepts).
 FUSE_EXAMPLES = ("dev", "nodev", "suid", "nosuid", "exec", "noexec", "atime", "noatime",
-                 "sync", "async", "dirsync", "allow_other", "allow_root", "max_read=N",
+                 "sync", "async", "dirsync", "allow_other", "allow_root",
                  "fsname=NAME", "blksize=N", "context=...")
 
 
@@ -212,6 +215,18 @@ def parse_options(text: str | None) -> MountOptions:
         elif key in IGNORED_OPTIONS or key.startswith(IGNORED_PREFIXES):
             mo.ignored.append(item)
         else:
+            if key == "max_read":
+                # pyfuse3's init handler leaves the connection's max_read at 0, and libfuse
+                # then ends the session on its first request ("init() and
+                # fuse_session_new() requested different maximum read size"): a mount
+                # that unmounts itself at once.  Refused here, before anything is opened.
+                raise OptionError(f"mount option {item!r} is not supported: pyfuse3 cannot "
+                                  "pass it on, and libfuse would end the mount at once; "
+                                  "leave it out (FUSE sizes reads itself)")
+            if key in FUSE_NUMBERS and not (eq and value.isdigit()):
+                # FUSE would refuse it only once the log is open (and locked)
+                raise OptionError(f"mount option {item!r}: expected {key}=N, N a number of "
+                                  f"{FUSE_NUMBERS[key]}")
             mo.fuse.append(item)
     if mo.readonly and mo.rw:
         raise OptionError("options ro and rw contradict each other; expected one of them")
