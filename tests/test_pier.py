@@ -18,6 +18,7 @@ from bookfs.errors import (
     LockHeld,
     NoSuchEvent,
     ReadOnly,
+    UsageError,
 )
 from bookfs.formats.eventlog import EventLog
 from bookfs.formats.lmdb_log import LmdbLog
@@ -264,8 +265,11 @@ def test_open_source(tmp_path, make_book):
         assert isinstance(log, Book) and log.writable
     with pytest.raises(FormatError, match="not a pier"):
         open_source(tmp_path)
-    with pytest.raises(BookError, match="no such directory"):
+    with pytest.raises(UsageError, match="missing: nothing there; expected a directory"):
         open_source(tmp_path / "missing")
+    (tmp_path / "afile").write_bytes(b"x")
+    with pytest.raises(UsageError, match="afile: a file; expected a directory"):
+        open_source(tmp_path / "afile")
 
 
 def test_lmdb_epoch_inside_pier_with_own_meta_wins(tmp_path):
