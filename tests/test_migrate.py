@@ -63,7 +63,7 @@ def test_pier_round_trip_and_swap_in(tmp_path):
     report = migrate(pier, dest)
     assert [(e.name, e.first, e.last) for e in report.epochs] == [("0i0", 1, 300),
                                                                   ("0i300", 301, 350)]
-    assert sorted(os.listdir(dest)) == ["0i0", "0i300"]
+    assert sorted(os.listdir(dest)) == [".bookfs-migrated", "0i0", "0i300"]
     for name, evs, first in (("0i0", a, 1), ("0i300", b, 301)):
         d = dest / name
         assert (d / "epoc.txt").read_text() == "3"
@@ -91,9 +91,18 @@ def test_refuses_to_overwrite(tmp_path):
     src = make_lmdb_epoch(tmp_path / "0i0", 0, payloads(1, 10))
     migrate(src, tmp_path / "out")
     before = (tmp_path / "out" / "book.log").read_bytes()
-    with pytest.raises(BookError, match=r"out: already exists and is not empty; refusing "
+    # the same migration again: complete already, nothing written (issue 23.3)
+    again = migrate(src, tmp_path / "out")
+    assert again.already and again.events == 10
+    assert (tmp_path / "out" / "book.log").read_bytes() == before
+    with pytest.raises(BookError, match=r"out: already holds a migration of another source, "
+                                        r"layout or event range; refusing to overwrite it"):
+        migrate(src, tmp_path / "out", layout="uip")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x").write_text("x")
+    with pytest.raises(BookError, match=r"other: already exists and is not empty; refusing "
                                         r"to overwrite it"):
-        migrate(src, tmp_path / "out")
+        migrate(src, tmp_path / "other")
     assert (tmp_path / "out" / "book.log").read_bytes() == before
     (tmp_path / "file").write_text("x")
     with pytest.raises(BookError, match="refusing to overwrite"):
@@ -289,3 +298,19 @@ def test_vere_layout(tmp_path):
     migrate(pier / ".urb" / "log" / "0i40", tmp_path / "single", layout="vere")
     with open_source(tmp_path / "single") as log:
         assert isinstance(log, VereBook) and log.gulf() == (41, 50)
+
+
+def test_rerunning_a_finished_migration_says_it_is_complete(tmp_path):
+    """Issue 23.3: the same ``bookfs migrate`` run again exits 0 and says it is already
+    complete, as ``bookfs sample`` does (it exited 1, "already exists"); the pier's epochs
+    growing since makes it a different migration, refused as before."""
+    pier = make_pier(tmp_path / "pier", [("lmdb", payloads(1, 20))])
+    dest = tmp_path / "epochs"
+    cmd = [sys.executable, "-m", "bookfs.cli", "migrate", str(pier), str(dest)]
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert first.returncode == 0, first.stderr
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert again.returncode == 0, again.stderr
+    assert "already complete, nothing written" in again.stdout
+    assert "20 events" in again.stdout

@@ -25,7 +25,10 @@ Guarantees
   recovery cuts a torn tail), re-verifies whatever had not yet been verified, and resumes
   after its last event.  ``DEST.partial/.bookfs-migrate`` records the source and layout;
   a different source is refused.
-* **No overwrite**: a ``DEST`` that exists and is not an empty directory is refused.
+* **No overwrite**: a ``DEST`` that exists and is not an empty directory is refused,
+  unless it holds this very migration, finished (``DEST/.bookfs-migrated``: the same
+  source, layout and event ranges): then nothing is written and the command says it is
+  already complete (exit 0), as ``bookfs sample`` does.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ BATCH_EVENTS = 10_000
 
 PARTIAL_SUFFIX = ".partial"
 STAMP_NAME = ".bookfs-migrate"
+#: Left in DEST by a finished migration: its stamp (source, layout) and each epoch's event
+#: range, so that the same command run again says it is complete instead of refusing.
+DONE_NAME = ".bookfs-migrated"
 VERIFIED_PREFIX = ".verified-"
 LAYOUTS = ("uip", "vere")
 
@@ -75,6 +81,9 @@ class MigrateReport:
     dest: str
     layout: str
     epochs: list[MigratedEpoch] = field(default_factory=list)
+    #: DEST already held this very migration (same source, layout and events): nothing
+    #: was written this time
+    already: bool = False
 
     @property
     def events(self) -> int:
@@ -160,11 +169,14 @@ def migrate(source: str | os.PathLike, dest: str | os.PathLike, layout: str | No
     dst = os.path.abspath(os.fspath(dest))
     staging = dst + PARTIAL_SUFFIX
     root = os.path.join(staging, os.path.basename(dst))
+    finished = None  # what DEST says a finished migration into it was
     if os.path.lexists(dst) and not (os.path.isdir(dst) and _dir_is_empty(dst)):
         if os.path.isdir(staging) and not os.path.exists(root):
             shutil.rmtree(staging)  # a finished run that crashed while tidying up
-        raise BookError(f"{dst}: already exists and is not empty; refusing to overwrite it "
-                        "(remove it or choose another DEST)")
+        finished = _read_done(dst)
+        if finished is None:
+            raise BookError(f"{dst}: already exists and is not empty; refusing to overwrite "
+                            "it (remove it or choose another DEST)")
     if src == dst or dst.startswith(src + os.sep):
         raise BookError(f"{dst}: inside the source {src}; choose a DEST outside it")
 
@@ -205,6 +217,15 @@ def migrate(source: str | os.PathLike, dest: str | os.PathLike, layout: str | No
 
         stamp = json.dumps({"source": src, "layout": layout, "pier": pier is not None},
                            sort_keys=True).encode()
+        ranges = [[job.name, job.log.first, job.log.last, job.log.count] for job in jobs]
+        if finished is not None:
+            if finished.get("stamp") != stamp.decode() or finished.get("epochs") != ranges:
+                raise BookError(f"{dst}: already holds a migration of another source, layout "
+                                "or event range; refusing to overwrite it (remove it or "
+                                "choose another DEST)")
+            report = MigrateReport(dst, layout, already=True)
+            report.epochs = [MigratedEpoch(n, f, la, c, c) for n, f, la, c in ranges]
+            return report
         _prepare_staging(staging, root, stamp)
         report = MigrateReport(dst, layout)
         for job in jobs:
@@ -222,7 +243,10 @@ def migrate(source: str | os.PathLike, dest: str | os.PathLike, layout: str | No
         if single is not None:
             single.close()
 
-    # Everything is verified and durable: move it into place, then tidy up.
+    # Everything is verified and durable: say so in it, move it into place, tidy up.
+    _write_file(os.path.join(root, DONE_NAME), json.dumps(
+        {"stamp": stamp.decode(), "epochs": ranges}, sort_keys=True).encode())
+    fsync_dir(root)
     publish_dir(root, dst)
     shutil.rmtree(staging)
     return report
@@ -250,6 +274,16 @@ def _refuse_running(pier_dir: str) -> None:
     if is_pier(pier_dir) and WriterLock.is_held(lock_path):
         raise LockHeld(f"{lock_path}: the pier is in use by {describe_holder(lock_path)}; "
                        "stop the ship before migrating")
+
+
+def _read_done(dst: str) -> dict | None:
+    """The record :data:`DONE_NAME` a finished migration left in ``dst`` (None if none)."""
+    try:
+        with open(os.path.join(dst, DONE_NAME), "rb") as f:
+            done = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return None
+    return done if isinstance(done, dict) else None
 
 
 def _prepare_staging(staging: str, root: str, stamp: bytes) -> None:
@@ -396,6 +430,12 @@ def cmd_migrate(args) -> int:
             print(f"bookfs migrate: interrupted; {held}; run the same command again to "
                   "resume", file=sys.stderr)
             return EXIT_INTERRUPTED
+    if report.already:
+        events = sum(e.count for e in report.epochs)
+        print(f"bookfs migrate: {report.dest} already holds this migration ({events:,} "
+              f"events in the {report.layout} layout, verified when written): already "
+              "complete, nothing written")
+        return 0
     for e in report.epochs:
         span = f"events {e.first}..{e.last}" if e.count else "no events"
         again = f" ({e.resumed} already done by an earlier run)" if e.resumed else ""
@@ -418,8 +458,8 @@ def register(subparsers) -> None:
         "for a single epoch, never for a pier.  Meta is copied into meta.bin.  Every event "
         "is re-read and compared after writing.  Work goes to DEST.partial/ and is renamed "
         "into place at the end: after a crash or Ctrl-C, run the same command again to "
-        "resume.  An "
-        "existing non-empty DEST is never overwritten."))
+        "resume.  An existing non-empty DEST is never overwritten; run again after it "
+        "finished, the same command says it is complete and exits 0."))
     from bookfs.cli.args import dir_to_create, existing_dir
 
     s.add_argument("source", type=existing_dir, help="LMDB epoch, Book directory or pier")
