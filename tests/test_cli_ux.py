@@ -296,6 +296,11 @@ def _probed(tmp_path: Path) -> tuple[str, dict]:
     ("spark {mnt} --out {state} --mode ignore", {0}, "nothing to do"),
     ("spark {mnt} --out {new} --incremental --mode overwrite", USAGE, "--mode append"),
     ("spark {mnt} --out {new} --mode replace", USAGE, "invalid choice"),
+    # issue 23.3: nothing listening there: refused at once (it waited 68 s, printed a Java
+    # stack trace and left OUT/.lock)
+    ("spark {mnt} --out {new} --master spark://127.0.0.1:9", USAGE,
+     "no Spark master answers (127.0.0.1:9: Connection refused)"),
+    ("spark {mnt} --out {new} --master spark://nohost", USAGE, "expected spark://HOST:PORT"),
 ])
 def test_spark_refuses_before_spark(tree, tmp_path, args, allowed, says):
     """Each refusal, and 'nothing new', comes back without pyspark ever being imported

@@ -54,6 +54,8 @@ import sys
 import threading
 import time
 
+from bookfs.formats.fileio import fsync_dir
+
 FAIL_ENV = "BOOKFS_SPARK_FAIL"
 #: ``--mode`` values (DataFrameWriter's names; ``errorifexists`` is ``error``).
 MODES = ("error", "errorifexists", "append", "overwrite", "ignore")
@@ -84,15 +86,7 @@ def _write_json(path: str, obj) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path))
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(os.path.dirname(path) or ".")
 
 
 def _read_state(out: str) -> dict:
@@ -145,7 +139,7 @@ def _recover(out: str, state: dict) -> dict:
     if os.path.isdir(old) and not os.path.exists(data):  # killed between the two renames
         _status("putting back the data/ an interrupted run had moved aside")
         os.rename(old, data)
-        _fsync_dir(out)
+        fsync_dir(out)
     if os.path.isdir(staging):
         _status("discarding the staging left by an interrupted run")
         shutil.rmtree(staging)
@@ -268,7 +262,8 @@ def check_inputs(args) -> tuple[str, int, int | None, str]:
     """Everything ``bookfs spark`` can refuse without Spark, checked in milliseconds
     before the 15-30 s Spark start-up (pyspark is not even imported): MOUNTPOINT is a
     bookfs mount, ``--bulk`` has a ``segments/`` to read (a plain UIP-layout log; not a
-    pier, vere-layout or LMDB mount), ``--since`` <= ``--until``, ``--out`` is not a file
+    pier, vere-layout or LMDB mount), ``--since`` <= ``--until``, a ``spark://`` master
+    answers (:func:`bookfs.spark.pipeline.check_master`), ``--out`` is not a file
     nor inside the mount, ``--mode`` fits ``--incremental`` and, with ``--mode error``
     (the default without ``--incremental``), ``OUT/data`` holds nothing yet.  Raises
     :class:`bookfs.errors.UsageError`.  Returns ``(out, first, last, mode)``: the
@@ -291,6 +286,9 @@ def check_inputs(args) -> tuple[str, int, int | None, str]:
     if args.since is not None and args.until is not None and args.since > args.until:
         raise UsageError(f"--since {args.since} is after --until {args.until}; expected "
                          "--since <= --until")
+    from bookfs.spark.pipeline import check_master  # pyspark is not imported by it
+
+    check_master(args.master)
     out = os.path.abspath(args.out)
     real_mnt, real_out = os.path.realpath(mnt), os.path.realpath(out)
     if real_out == real_mnt or real_out.startswith(real_mnt + os.sep):
@@ -413,7 +411,7 @@ class _Job:
         if not replace:  # --incremental, append (and error/ignore into an empty data/)
             os.makedirs(data, exist_ok=True)
             os.rename(stage, os.path.join(data, name))
-            _fsync_dir(data)
+            fsync_dir(data)
             _fail_point("published")
             state = dict(state, high_water=_published_mark(out), updated=time.time())
         else:
@@ -421,7 +419,7 @@ class _Job:
             if os.path.exists(data):
                 os.rename(data, old)
             os.rename(os.path.join(self.staging, "data"), data)
-            _fsync_dir(out)
+            fsync_dir(out)
             _fail_point("published")
             state = {"high_water": summary["last"], "updated": time.time()}
         _write_json(os.path.join(out, "state.json"), state)

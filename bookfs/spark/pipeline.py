@@ -85,6 +85,35 @@ def tune(builder_or_session):
     return target
 
 
+#: Seconds ``bookfs spark`` waits for a ``spark://`` master to accept a connection.
+MASTER_TIMEOUT = 3.0
+
+
+def check_master(master: str, timeout: float = MASTER_TIMEOUT) -> None:
+    """A ``spark://HOST:PORT[,HOST:PORT...]`` master must accept a TCP connection on one
+    of its addresses within ``timeout`` seconds: else :class:`UsageError` in one line,
+    before Spark starts (which would retry for about a minute and then print a Java stack
+    trace).  Other masters (``local[N]``, ``local-cluster[...]``) need no check."""
+    import socket
+
+    from bookfs.errors import UsageError
+
+    if not master.startswith("spark://"):
+        return
+    failures = []
+    for address in master[len("spark://"):].split(","):
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise UsageError(f"--master {master}: expected spark://HOST:PORT")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                return
+        except OSError as e:
+            failures.append(f"{address}: {e.strerror or e}")
+    raise UsageError(f"--master {master}: no Spark master answers ({'; '.join(failures)}); "
+                     "expected a running master (docs/cluster.md)")
+
+
 def session(master: str = "local[2]", app: str = "bookfs", *, tuned: bool = True,
             progress: bool = False, conf: dict[str, str] | None = None):
     """A SparkSession with the configuration that works here (spark-notes.md): workers
