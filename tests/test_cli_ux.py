@@ -539,3 +539,31 @@ def test_old_module_names_import_the_moved_modules():
             "import bookfs.spark_source, bookfs.noun; assert bookfs.noun.cue(bookfs.noun.jam(5)) == 5")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
     assert r.returncode == 0, r.stderr
+
+
+def test_spark_that_cannot_start_leaves_nothing(tree, tmp_path):
+    """Issue 23.3: when Spark does not start (here ``session()`` fails, as it does after a
+    minute against something that is no Spark master), the run says why in one line and
+    removes the ``--out`` it created, lock file and all (it left ``OUT/.lock``); an
+    ``--out`` that existed before is not removed."""
+    code = f"""
+import sys
+from bookfs.spark import pipeline as bs
+def session(*a, **k):
+    raise RuntimeError("All masters are unresponsive! Giving up.")
+bs.session = session
+from bookfs.cli.commands import main
+sys.exit(main(["spark", {str(tree / 'mnt')!r}, "--out", sys.argv[1]]))
+"""
+    fresh = tmp_path / "fresh"
+    r = subprocess.run([sys.executable, "-c", code, str(fresh)], capture_output=True,
+                       text=True)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        "bookfs spark: RuntimeError: All masters are unresponsive! Giving up.")
+    assert not fresh.exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    r = subprocess.run([sys.executable, "-c", code, str(kept)], capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and kept.is_dir()

@@ -30,11 +30,14 @@ def _progress_bar(total: int, desc: str, unit: str = "B"):
 class _SigintFlag:
     """While active, a first Ctrl-C (SIGINT) only sets ``.hit`` instead of raising
     ``KeyboardInterrupt``, so a command can stop at its next safe point and say what it
-    left; a second one raises ``KeyboardInterrupt`` at once.  Calling the object returns
-    ``.hit``.  The previous handler is restored on exit."""
+    left; a second one raises ``KeyboardInterrupt`` at once, unless ``defer``: then every
+    Ctrl-C waits until the block ends (a step that must not stop half-way, such as
+    publishing a Spark run).  Calling the object returns ``.hit``.  The previous handler
+    is restored on exit."""
 
-    def __init__(self):
+    def __init__(self, defer: bool = False):
         self.hit = False
+        self.defer = defer
 
     def __enter__(self):
         import signal
@@ -43,7 +46,7 @@ class _SigintFlag:
         return self
 
     def _handle(self, signum, frame):
-        if self.hit:
+        if self.hit and not self.defer:
             raise KeyboardInterrupt
         self.hit = True
 

@@ -316,26 +316,6 @@ def check_inputs(args) -> tuple[str, int, int | None, str]:
     return out, first, last, mode
 
 
-class _DeferSigint:
-    """Ctrl-C waits until the block ends (publishing must not stop half-way); ``.hit``
-    says whether one came."""
-
-    def __enter__(self):
-        import signal
-
-        self.hit = False
-        self._old = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def _handle(self, signum, frame):
-        self.hit = True
-
-    def __exit__(self, *exc):
-        import signal
-
-        signal.signal(signal.SIGINT, self._old)
-
-
 class _Job:
     """One Spark run, done in a worker thread so that the main thread, which alone gets
     Ctrl-C, never interrupts a call into the JVM half-way: it sets :attr:`abort`, cancels
@@ -482,21 +462,23 @@ def run(args) -> int:
     except ImportError as e:
         print(f"bookfs spark: needs pyspark ({e})", file=sys.stderr)
         return 1
+    created = not os.path.lexists(out)
     os.makedirs(out, exist_ok=True)
     lock = open(os.path.join(out, ".lock"), "w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
+        lock.close()  # not ours: the other run's lock stays
         print(f"bookfs spark: another run holds {out}/.lock", file=sys.stderr)
         return 1
     try:  # under the lock, after recovery (which may have put a data/ back): again
         state = _recover(out, _read_state(out))
         refuse_existing(out, mode, args.out)
     except BaseException:
-        lock.close()
+        _release(lock, out, created)
         raise
     if mode == "ignore" and _holds_data(out):
-        lock.close()
+        _release(lock, out, created)
         return _ignored(out, state)
     since = args.since
     if args.incremental and state.get("high_water") is not None:
@@ -510,7 +492,9 @@ def run(args) -> int:
         while worker.is_alive():
             worker.join(0.2)
     except KeyboardInterrupt:
-        with _DeferSigint():  # cleaning up takes a few seconds: let it finish
+        from bookfs.cli.commands import _SigintFlag
+
+        with _SigintFlag(defer=True):  # cleaning up takes a few seconds: let it finish
             job.abort = True
             if job.spark is not None:
                 with contextlib.suppress(Exception):  # the session is going away anyway
@@ -525,7 +509,7 @@ def run(args) -> int:
                         f"{state.get('high_water')}; the half-written run was discarded)")
         return EXIT_INTERRUPTED
     finally:
-        lock.close()
+        _release(lock, out, created)
     if job.error is None:
         return job.result
     e = job.error
@@ -539,6 +523,20 @@ def run(args) -> int:
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     print(f"bookfs spark: {type(e).__name__}: {msg[:500]}", file=sys.stderr)  # not a JVM trace
     return 1
+
+
+def _release(lock, out: str, created: bool) -> None:
+    """Close the run's lock on ``out``; a run that created ``out`` and wrote nothing in it
+    (Spark failed to start, say) takes the directory away again, lock file and all, so a
+    failed run leaves nothing behind.  Done while the lock is still held."""
+    try:
+        if created and os.listdir(out) == [".lock"]:
+            os.unlink(os.path.join(out, ".lock"))
+            os.rmdir(out)
+    except OSError:
+        pass  # something else appeared in it meanwhile: leave it as it is
+    finally:
+        lock.close()
 
 
 def cmd_spark(args) -> int:
