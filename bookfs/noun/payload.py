@@ -158,6 +158,22 @@ class PayloadCheck:
             return True
         return self._scanner.feed(chunk)
 
+    def feed_from(self, pread: Pread, start: int, end: int,
+                  slice_bytes: int | None = None) -> Problem | None:
+        """Feed bytes ``start..end`` that ``pread(offset, size)`` reads, in slices of
+        ``slice_bytes`` (default :data:`SLICE`), stopping early once refused, then
+        :meth:`finish`."""
+        step = slice_bytes or SLICE
+        off = start
+        while off < end:
+            chunk = pread(off, min(step, end - off))
+            if not chunk:
+                break
+            off += len(chunk)
+            if not self.feed(chunk):
+                break  # refused: the rest cannot change that
+        return self.finish()
+
     def _start(self) -> None:
         head = bytes(self._head)
         if is_ram_head(head):
@@ -189,16 +205,7 @@ def payload_problem(size: int, pread: Pread, bob_dir=None) -> Problem | None:
     slice, for a jam)."""
     if size <= SLICE:
         return check_payload(pread(0, size), bob_dir)
-    check = PayloadCheck(bob_dir)
-    off = 0
-    while off < size:
-        chunk = pread(off, min(SLICE, size - off))
-        if not chunk:
-            break
-        off += len(chunk)
-        if not check.feed(chunk):
-            break  # refused: the rest cannot change that
-    return check.finish()
+    return PayloadCheck(bob_dir).feed_from(pread, 0, size)
 
 
 def check_payload_file(path: str, chunk: int = SLICE) -> Problem | None:

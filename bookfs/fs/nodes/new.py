@@ -165,15 +165,7 @@ class PayloadStream:
     @staticmethod
     def _finish(check: PayloadCheck, staging: Staging, start: int,
                 end: int) -> Problem | None:
-        off = start
-        while off < end:
-            chunk = staging.read(off, min(CHUNK, end - off))
-            if not chunk:
-                break
-            off += len(chunk)
-            if not check.feed(chunk):
-                break  # refused: the rest cannot change that
-        return check.finish()
+        return check.feed_from(staging.read, start, end, CHUNK)
 
 
 # --- the commit rule, shared with meta/ ----------------------------------------------------
