@@ -333,6 +333,8 @@ def test_umount_lazy_detaches_busy_mount_then_daemon_exits(small_src, mnt):
             assert holder.stdout.readline().strip() == "ready"
             line = one_line_error(run_bookfs("umount", str(mnt), check=False), 1)
             assert "busy" in line and "bookfs umount -l" in line
+            # issue 23.3: and who holds it (the holder's cwd, then its open file)
+            assert f"held by pid {holder.pid} (python: working directory events)" in line, line
             res = run_bookfs("umount", "-l", str(mnt), check=False)
             assert res.returncode == 0, res.stderr
             assert "detached" in res.stdout
@@ -491,3 +493,22 @@ def test_a_source_that_is_not_a_directory_is_a_usage_error(tmp_path, mnt, what):
     line = one_line_error(res, 2)
     assert "expected" in line and ("a pier" in line or "a directory" in line)
     assert not in_mountinfo(mnt)
+
+
+def test_busy_umount_names_a_process_by_its_open_file(small_src, mnt):
+    """Issue 23.3: a busy mount's refusal names the process holding it, as the writer
+    lock's does: here by the file it has open (its cwd is outside)."""
+    with mounted(small_src, mnt, "-o", "ro"):
+        holder = subprocess.Popen(
+            [sys.executable, "-c", "import sys; f = open(sys.argv[1], 'rb'); "
+             "print('ready', flush=True); sys.stdin.readline()",
+             str(mnt / "events" / "000000000002")], cwd="/", stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "ready"
+            line = one_line_error(run_bookfs("umount", str(mnt), check=False), 1)
+            assert f"held by pid {holder.pid} (python" in line, line
+            assert "events/000000000002 open)" in line, line
+        finally:
+            holder.stdin.close()
+            holder.wait(timeout=10)

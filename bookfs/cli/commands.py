@@ -168,9 +168,48 @@ def cmd_mount(args) -> int:
 
 
 def cmd_umount(args) -> int:
-    from bookfs.fs.mount import umount
+    from bookfs.fs.mount import MountError, umount
 
-    return umount(args.mountpoint, lazy=args.lazy)
+    try:
+        return umount(args.mountpoint, lazy=args.lazy)
+    except MountError as e:
+        users = users_of(os.path.realpath(args.mountpoint)) if "busy" in str(e) else ""
+        if not users:
+            raise
+        raise MountError(f"{e}; held by {users}") from None
+
+
+def users_of(path: str, most: int = 5) -> str:
+    """The processes holding ``path`` (a mount point) busy, as ``bookfs umount`` names
+    them: ``pid 812 (less: events/000000000001 open)``, by their cwd, root and open files
+    (``/proc/<pid>/cwd``, ``root`` and ``fd/*``: links the kernel resolves without asking
+    the mount); at most ``most`` named, then how many more.  Empty if none is seen."""
+    prefix = path.rstrip("/") + "/"
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        where = None
+        try:
+            links = [os.path.join("/proc", name, k) for k in ("cwd", "root")]
+            fd_dir = os.path.join("/proc", name, "fd")
+            links += [os.path.join(fd_dir, fd) for fd in os.listdir(fd_dir)]
+            for link in links:
+                target = os.readlink(link)
+                if target == path or target.startswith(prefix):
+                    rel, kind = os.path.relpath(target, path), os.path.basename(link)
+                    where = (f"working directory {rel}" if kind == "cwd" else
+                             f"root {rel}" if kind == "root" else f"{rel} open")
+                    break
+            if where is None:
+                continue
+            with open(os.path.join("/proc", name, "comm")) as f:
+                comm = f.read().strip()
+        except OSError:  # gone, or not ours to read
+            continue
+        found.append(f"pid {name} ({comm}: {where})")
+    more = f" and {len(found) - most} more" if len(found) > most else ""
+    return ", ".join(found[:most]) + more
 
 
 def add_index_arguments(parser: argparse.ArgumentParser) -> None:
