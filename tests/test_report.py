@@ -84,3 +84,20 @@ def test_report_bad_input_is_one_line_exit_2(case, src, tmp_path):
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr and r.stdout == ""
     assert case == "out-is-file" or not (tmp_path / "o").exists()
+
+
+def test_report_never_writes_over_other_files(src, tmp_path):
+    """Issue 23.4: ``--out`` holding files that are not an earlier report's is refused in
+    one line, exit 2, those files untouched (the report used to write in among them
+    without a word); an earlier report there is replaced, and the summary says so."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me\n")
+    r = run_bookfs("report", str(src), "--out", str(out), check=False)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "holds other files (notes.txt)" in r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    again = tmp_path / "again"
+    assert run_bookfs("report", str(src), "--out", str(again)).returncode == 0
+    r = run_bookfs("report", str(src), "--out", str(again))
+    assert r.returncode == 0 and "(replacing the earlier report there)" in r.stdout

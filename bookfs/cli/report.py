@@ -306,6 +306,15 @@ def run(args) -> int:
         print(f"bookfs report: --out {out}: its parent directory does not exist",
               file=sys.stderr)
         return 2
+    others = sorted(set(os.listdir(out)) - {"index.html", *IMAGES}) if os.path.isdir(out) \
+        else []
+    if others:  # a report never writes over files that are not an earlier report's
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3
+                                         else "")
+        print(f"bookfs report: --out {out} holds other files ({shown}); expected a new or "
+              "empty directory, or an earlier report to replace", file=sys.stderr)
+        return 2
+    earlier = os.path.isdir(out) and bool(os.listdir(out))
     source = open_any(args.source)
     try:
         span = source.range
@@ -327,7 +336,8 @@ def run(args) -> int:
     bad = (f", {stats.not_nouns:,} of them not nouns (see bookfs verify --nouns)"
            if stats.not_nouns else "")
     print(f"bookfs report: {stats.events:,} events, {human_size(stats.bytes)}{bad}; wrote "
-          f"{os.path.join(out, 'index.html')} and {len(IMAGES)} images")
+          f"{os.path.join(out, 'index.html')} and {len(IMAGES)} images"
+          + (" (replacing the earlier report there)" if earlier else ""))
     return 0
 
 
@@ -337,5 +347,7 @@ def register(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("source", help="a bookfs mount, a pier, a Book directory or an LMDB epoch")
     s.add_argument("--out", required=True, metavar="DIR",
-                   help="directory for index.html and the PNG images (created if missing)")
+                   help="directory for index.html and the PNG images (created if missing; "
+                        "an earlier report there is replaced; a directory holding other "
+                        "files is refused)")
     s.set_defaults(func=run)
