@@ -195,6 +195,9 @@ def test_salvage_past_damage_keeps_only_what_a_header_commits(tmp_path):
     kinds = [(x["kind"], x.get("source_offset")) for x in rep["left_out"]]
     assert kinds == [("damaged", offsets[5]), ("not-committed", committed_end)], kinds
     assert "RENUMBERED" in r.stderr
+    # issue 23.4: one count, said one way ("1 gap", never "gap(s)" twice with two numbers)
+    assert "(1 gap;" in r.stdout and "lost in 1 gap before its last event" in r.stderr
+    assert "gap(s)" not in r.stdout + r.stderr
 
 
 def test_uip_salvage_keeps_damaged_deeds_aside(tmp_path):

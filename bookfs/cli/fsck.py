@@ -128,6 +128,11 @@ def left_out_line(res: dict) -> str:
             f"{', '.join(files)}")
 
 
+def _plural(n: int, word: str) -> str:
+    """``1 gap``, ``2 gaps``, ``no gap``."""
+    return f"no {word}" if n == 0 else f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def renumbering(res: dict) -> list[str]:
     """One line per salvaged log whose events were renumbered: events recovered after a
     gap that lost events have lower numbers in the new, contiguous log than in the source.
@@ -149,8 +154,8 @@ def renumbering(res: dict) -> list[str]:
         where = os.path.join(res["out"], name) if name else res["out"]
         after = gaps[0]["after_new_event"]
         out.append(f"{where}: events after {after} are RENUMBERED: {lost} lost in "
-                   f"{len(gaps)} gap(s), so each later event has a lower number than in "
-                   "the source (see salvage-report.json)")
+                   f"{_plural(len(gaps), 'gap')} before its last event, so each later "
+                   "event has a lower number than in the source (see salvage-report.json)")
     return out
 
 
@@ -218,8 +223,10 @@ def run(args) -> int:
             print(f"bookfs fsck: salvage failed, {args.salvage} was not written: {e}",
                   file=sys.stderr)
             return EXIT_ERROR
+        where = " across its epochs" if "epochs" in res else ""
         print(f"salvaged {res['recovered']} events into {res['out']} "
-              f"({len(res['gaps'])} gap(s); {left_out_line(res)}; see salvage-report.json)")
+              f"({_plural(len(res['gaps']), 'gap')}{where}; {left_out_line(res)}; see "
+              "salvage-report.json)")
         for line in renumbering(res):
             print(f"bookfs fsck: warning: {line}", file=sys.stderr)
     return code
