@@ -165,6 +165,12 @@ def test_corrupt_event_eio_and_log_line(small_src, mnt, tmp_path):
         assert sh(f"dd if={mnt}/events/5 bs=1 status=none").stdout == b""
         assert open(f"{mnt}/events/4", "rb").read() == good[0]
         assert open(f"{mnt}/events/6", "rb").read() == good[1]
+        # issue 23.4: bookfs show says which event, and what to run (it said only
+        # "Input/output error")
+        r = run_bookfs("show", str(mnt), "4..6", check=False)
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr.startswith("bookfs show: event 5: ") and "Input/output error" in r.stderr
+        assert f"bookfs verify {os.path.realpath(small_src)}" in r.stderr, r.stderr
         text = logf.read_text()
         assert f"event 5 at offset {off}" in text, text
     assert log_state(small_src) == before  # the read-only mount quarantined nothing

@@ -143,6 +143,7 @@ def run(args) -> int:
             return 1
         limits = None if args.full else DEFAULT
         out = sys.stdout
+        event = first
         for event in range(first, last + 1):
             size, pread, done = source.payload(event)
             try:
@@ -155,7 +156,8 @@ def run(args) -> int:
         out.flush()
     except OSError as e:
         if not isinstance(e, BrokenPipeError):
-            print(f"bookfs show: {e.filename or args.source}: {e.strerror}", file=sys.stderr)
+            print(f"bookfs show: event {event}: {e.filename or args.source}: {e.strerror}"
+                  + _eio_hint(e, args.source), file=sys.stderr)
             return 1
         # show 1..100000 | head: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -163,6 +165,21 @@ def run(args) -> int:
     finally:
         source.close()
     return 0
+
+
+def _eio_hint(e: OSError, source: str) -> str:
+    """What to run when a mount refused an event's bytes (EIO: they fail the log's check,
+    and the mount serves no corrupt byte), naming the log it mounts."""
+    import errno
+
+    if e.errno != errno.EIO:
+        return ""
+    from bookfs.fs.mountinfo import mount_at
+
+    m = mount_at(source)
+    log = m.bookfs_source if m is not None and m.is_bookfs and m.bookfs_source else "the log"
+    return (f": the mount refused its bytes, which fail the log's check; `bookfs verify "
+            f"{log}` names the damage, `bookfs fsck {log}` says what can be repaired")
 
 
 def register(sub) -> None:
