@@ -512,3 +512,17 @@ def test_busy_umount_names_a_process_by_its_open_file(small_src, mnt):
         finally:
             holder.stdin.close()
             holder.wait(timeout=10)
+
+
+def test_a_bad_option_is_named_before_a_held_lock(small_src, mnt, tmp_path):
+    """Issue 23.3: ``-o readonly`` (no such option) on a log another mount holds for
+    writing: the bad option is the error (exit 2), not the lock (exit 1), as it is on a
+    free log; libfuse parses the options before the log is opened."""
+    with mounted(small_src, mnt):
+        other = tmp_path / "other"
+        other.mkdir()
+        res = run_bookfs("mount", str(small_src), str(other), "-o", "readonly", check=False)
+        line = one_line_error(res, 2)
+        assert "FUSE does not accept the mount option(s) readonly" in line, line
+        assert "locked" not in line
+        assert not in_mountinfo(other)

@@ -207,16 +207,57 @@ def _init_fuse(ops, mountpoint: str, fuse_opts: set[str]) -> None:
     :class:`MountError` line naming the options FUSE did not accept (or FUSE's own last
     line), instead of pyfuse3's bare ``fuse_session_new failed``; anything else libfuse
     says is logged."""
-    import tempfile
-
     import pyfuse3
+
+    failure, said = _libfuse_call(pyfuse3.init, ops, mountpoint, fuse_opts)
+    if failure is None:
+        if said:
+            log.warning("libfuse: %s", said.replace("\n", "; "))
+        return
+    _refuse_unknown_options(said)
+    last = said.splitlines()[-1].removeprefix("fuse: ") if said else str(failure)
+    raise MountError(f"FUSE refused the mount: {last}") from None
+
+
+#: A mount point that cannot exist: :func:`check_fuse_options` lets libfuse parse the
+#: options and then fail to mount there.
+_NOWHERE = "/nonexistent/bookfs-option-check"
+
+
+def check_fuse_options(fuse_opts: set[str]) -> None:
+    """Let libfuse parse ``fuse_opts`` (``fuse_session_new``) before the log is opened, so
+    that an option it does not know is refused as bad usage (:class:`OptionError`), not
+    reported after the writer lock was found held.  The mount it then tries at a path
+    that does not exist fails, as it must; the real ``pyfuse3.init`` comes later."""
+    import pyfuse3
+
+    failure, said = _libfuse_call(pyfuse3.init, pyfuse3.Operations(), _NOWHERE, fuse_opts)
+    if failure is None:  # pragma: no cover - _NOWHERE cannot be mounted on
+        pyfuse3.close(unmount=True)
+        return
+    _refuse_unknown_options(said)
+
+
+def _refuse_unknown_options(said: str) -> None:
+    unknown = _FUSE_UNKNOWN.search(said)
+    if unknown:
+        names = sorted({name for word in unknown.group(1).split()
+                        for name in word.removeprefix("-o").split(",") if name})
+        raise OptionError(f"FUSE does not accept the mount option(s) {', '.join(names)}; "
+                         "see bookfs mount --help for the options bookfs knows") from None
+
+
+def _libfuse_call(fn, *args) -> tuple[BaseException | None, str]:
+    """``fn(*args)`` with file descriptor 2 caught: ``(the RuntimeError it raised or None,
+    what libfuse printed)``."""
+    import tempfile
 
     with tempfile.TemporaryFile() as err:
         saved = os.dup(2)
         sys.stderr.flush()
         os.dup2(err.fileno(), 2)
         try:
-            pyfuse3.init(ops, mountpoint, fuse_opts)
+            fn(*args)
             failure = None
         except RuntimeError as e:
             failure = e
@@ -225,18 +266,7 @@ def _init_fuse(ops, mountpoint: str, fuse_opts: set[str]) -> None:
             os.close(saved)
         err.seek(0)
         said = err.read().decode("utf-8", "replace").strip()
-    if failure is None:
-        if said:
-            log.warning("libfuse: %s", said.replace("\n", "; "))
-        return
-    unknown = _FUSE_UNKNOWN.search(said)
-    if unknown:
-        names = sorted({name for word in unknown.group(1).split()
-                        for name in word.removeprefix("-o").split(",") if name})
-        raise OptionError(f"FUSE does not accept the mount option(s) {', '.join(names)}; "
-                         "see bookfs mount --help for the options bookfs knows") from None
-    last = said.splitlines()[-1].removeprefix("fuse: ") if said else str(failure)
-    raise MountError(f"FUSE refused the mount: {last}") from None
+    return failure, said
 
 
 def _setup_logging(log_file: str | None, debug: bool, daemon: bool) -> str | None:
@@ -273,6 +303,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
         os.close(devnull)
+    check_fuse_options(opts.fuse_options(source, readonly))  # before any lock is taken
     try:
         book = open_source(source, writable=not readonly)
     except LockHeld as e:
