@@ -567,3 +567,12 @@ sys.exit(main(["spark", {str(tree / 'mnt')!r}, "--out", sys.argv[1]]))
     r = subprocess.run([sys.executable, "-c", code, str(kept)], capture_output=True,
                        text=True)
     assert r.returncode == 1 and kept.is_dir()
+
+
+def test_spark_summary_pace_says_no_rate_for_a_small_run():
+    """Issue 23.4: a run of 2 events in 17 s said "(0 events/s)"."""
+    from bookfs.spark.cli import pace
+
+    assert pace(2, 17.04) == "the pipeline 17.0 s for 2 events"
+    assert pace(1, 3.0) == "the pipeline 3.0 s for 1 event"
+    assert pace(100_000, 10.0) == "the pipeline 10.0 s for 100,000 events (10,000 events/s)"
