@@ -576,3 +576,24 @@ def test_spark_summary_pace_says_no_rate_for_a_small_run():
     assert pace(2, 17.04) == "the pipeline 17.0 s for 2 events"
     assert pace(1, 3.0) == "the pipeline 3.0 s for 1 event"
     assert pace(100_000, 10.0) == "the pipeline 10.0 s for 100,000 events (10,000 events/s)"
+
+
+@pytest.mark.parametrize("tool", [["info"], ["verify"], ["verify", "--nouns"], ["fsck"]])
+def test_every_log_tool_accepts_a_mount_point(tree, tool):
+    """Issue 23.2: ``info``, ``verify`` and ``fsck`` take a bookfs mount point as ``show``
+    and ``report`` do, read the log it serves, and say so in one stderr line (they refused
+    it: "not a pier, a Book directory or an LMDB epoch", fsck with exit 8).  The result is
+    the one for the log itself."""
+    on_mount = sh(f"{BOOKFS} {' '.join(tool)} {tree / 'mnt'}", tree)
+    on_log = sh(f"{BOOKFS} {' '.join(tool)} {tree / 'log'}", tree)
+    assert on_mount.returncode == on_log.returncode == 0, on_mount.stderr
+    said = f"is a bookfs mount (read-only) of {tree / 'log'}: reading {tree / 'log'}"
+    assert said in on_mount.stderr, on_mount.stderr
+    assert on_mount.stdout == on_log.stdout
+
+
+def test_migrate_accepts_a_mount_point(tree, tmp_path):
+    r = sh(f"{BOOKFS} migrate {tree / 'piermnt'} {tmp_path / 'epochs'}", tree)
+    assert r.returncode == 0, r.stderr
+    assert f"of {tree / 'pier'}: reading {tree / 'pier'}" in r.stderr
+    assert (tmp_path / "epochs" / "0i0").is_dir()

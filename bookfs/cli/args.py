@@ -85,6 +85,27 @@ def existing_dir(text: str) -> str:
     return text
 
 
+def log_source(text: str) -> str:
+    """A ``type=`` for the log a tool reads: a pier, a Book directory or an LMDB epoch, as
+    :func:`existing_dir`; or a bookfs mount point, taken as the source it serves (one line
+    on stderr says so), so that every tool accepts what ``show`` and ``report`` accept.  A
+    mount whose ``fsname=`` hides its source is refused in one line."""
+    existing_dir(text)
+    from bookfs.fs.mountinfo import mount_at
+
+    m = mount_at(text)
+    if m is None or not m.is_bookfs:
+        return text
+    source = m.bookfs_source
+    if not source or not os.path.isdir(source):
+        raise argparse.ArgumentTypeError(
+            f"{text} is a bookfs mount whose source is not known (mounted with fsname=); "
+            "expected the pier, Book directory or LMDB epoch itself")
+    print(f"bookfs: {text} is a bookfs mount ({'read-only' if m.readonly else 'read-write'}) "
+          f"of {source}: reading {source}", file=sys.stderr)
+    return source
+
+
 def dir_to_create(text: str) -> str:
     """A ``type=`` for a directory that may exist or will be created: not a file, and its
     parent directory must exist (nothing is created with ``mkdir -p``)."""

@@ -290,8 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("info", help="summarise a log", description=(
         "Format, first/last event, count, bytes, ship (@p), fake, life, version."))
-    s.add_argument("path", type=cliargs.existing_dir,
-                   help="a pier, a Book directory or an LMDB epoch")
+    s.add_argument("path", type=cliargs.log_source,
+                   help="a pier, a Book directory, an LMDB epoch, or a bookfs mount of one")
     s.add_argument("--json", action="store_true", help="print JSON")
     add_index_arguments(s)
     s.set_defaults(func=cmd_info)
@@ -304,8 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
         "with the byte of its payload where parsing failed; nothing is repaired.  --mugs "
         "is accepted as --nouns: a stored mug is the mug of Arvo's state after the event, "
         "which only a replay of the ship can check.  Exit 1 on any failure."))
-    s.add_argument("path", type=cliargs.existing_dir,
-                   help="a pier, a Book directory or an LMDB epoch")
+    s.add_argument("path", type=cliargs.log_source,
+                   help="a pier, a Book directory, an LMDB epoch, or a bookfs mount of one")
     s.add_argument("--nouns", action="store_true",
                    help="also decode every event and list each that does not decode")
     s.add_argument("--mugs", action="store_true",

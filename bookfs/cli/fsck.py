@@ -235,10 +235,11 @@ def run(args) -> int:
 def register(sub) -> None:
     s = sub.add_parser("fsck", help="check, repair or salvage any log", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    from bookfs.cli.args import dir_to_create, existing_dir, file_to_write
+    from bookfs.cli.args import dir_to_create, file_to_write, log_source
 
-    s.add_argument("source", type=existing_dir,
-                   help="a Book directory (UIP or vere layout), an LMDB epoch or a pier")
+    s.add_argument("source", type=log_source,
+                   help="a Book directory (UIP or vere layout), an LMDB epoch, a pier, or a "
+                        "bookfs mount of one")
     s.add_argument("--repair", action="store_true",
                    help="do the repairs that are safe for the format, and say what was done")
     s.add_argument("--salvage", metavar="OUT", type=dir_to_create,

@@ -460,9 +460,10 @@ def register(subparsers) -> None:
         "into place at the end: after a crash or Ctrl-C, run the same command again to "
         "resume.  An existing non-empty DEST is never overwritten; run again after it "
         "finished, the same command says it is complete and exits 0."))
-    from bookfs.cli.args import dir_to_create, existing_dir
+    from bookfs.cli.args import dir_to_create, log_source
 
-    s.add_argument("source", type=existing_dir, help="LMDB epoch, Book directory or pier")
+    s.add_argument("source", type=log_source,
+                   help="LMDB epoch, Book directory or pier, or a bookfs mount of one")
     s.add_argument("dest", type=dir_to_create,
                    help="new Book directory (or directory of epochs, for a pier), in an "
                         "existing directory")
