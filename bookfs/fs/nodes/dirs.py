@@ -59,6 +59,11 @@ class Directories(Kind):
         if fs.epochs:
             self.root.append((b"epochs", I.EPOCHS))
         self.root_names = dict(self.root)
+        #: what ``ls MNT`` shows: not ``segments/`` and ``epochs/``, which hold the log's
+        #: bytes and events a second time, so that whole-mount walks (``du``, ``tar``,
+        #: ``rsync``, ``find -size``) count each byte once; both are opened by name
+        #: (``ls MNT/segments``: the Spark readers list it so)
+        self.root_listed = [(n, i) for n, i in self.root if i not in (I.SEGMENTS, I.EPOCHS)]
         #: the directories' inodes (the root's entries but info)
         self.inodes = {ino for _, ino in self.root if ino != I.INFO} | {I.ROOT}
         self.epoch_by_name = {e.name.encode(): k for k, e in enumerate(fs.epochs)}
@@ -277,7 +282,7 @@ class Directories(Kind):
     def _small_dir(self, fh: int) -> list[tuple[bytes, int]]:
         """The fixed entries of /, meta/, epochs/ and an epoch's directory."""
         if fh == I.ROOT:
-            return self.root
+            return self.root_listed
         if fh == I.META:
             return [(k.encode(), ino) for k, ino in I.META_INODES.items()]
         if fh == I.EPOCHS:
