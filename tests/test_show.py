@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -263,7 +264,16 @@ def test_pretty_view_through_a_real_mount(src, tmp_path):
         assert os.listdir(f"{mnt}/pretty") == []
         assert "pretty" in os.listdir(mnt)
         st = os.stat(f"{mnt}/pretty/7")
-        assert st.st_size == 0 and st.st_ino == I.pretty_inode(7)  # rendered on open only
+        # the rendering's real size (issue 23.4: it was 0, and rsync copied nothing)
+        seven = subprocess.run(["cat", f"{mnt}/pretty/7"], capture_output=True,
+                               check=True).stdout
+        assert seven.decode().strip() == expected[6]
+        assert st.st_size == len(seven) and st.st_ino == I.pretty_inode(7)
+        if shutil.which("rsync"):
+            r = subprocess.run(["rsync", f"{mnt}/pretty/7", str(tmp_path / "seven")],
+                               capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            assert (tmp_path / "seven").read_bytes() == seven
         assert os.stat(f"{mnt}/pretty/000000000007").st_ino == st.st_ino
         for n in (1, 2, 7, 30):
             got = subprocess.run(["cat", f"{mnt}/pretty/{n}"], capture_output=True,

@@ -1,9 +1,11 @@
 """``pretty/<N>``: each event rendered readable (``bookfs show``'s text, abbreviated).
 
-Contract: ``pretty/<N>`` has size 0 (like a /proc file); its content is rendered on open
-and served with ``direct_io``, so nothing of it is cached by the kernel.  On the no-open
-path (patched pyfuse3, read-only mount) the kernel reads through its page cache up to
-the size, so the rendering is made at lookup and its real size given.  Entries and
+Contract: ``pretty/<N>`` has the size of its rendering, made when the name is looked up
+(so ``rsync``, ``cp`` and ``stat`` see the real size: a size of 0 made ``rsync`` copy
+nothing, issue 23.4); it is served with ``direct_io`` on a mount that opens files, and
+through the kernel's page cache up to that size on the no-open path (patched pyfuse3,
+read-only mount).  ``pretty/`` lists as empty, so a whole-mount walk never looks a
+rendering up, let alone makes one.  Entries and
 attributes are cached for a day (``FOREVER``): a rendering of an event never changes in
 one generation of the log, and its inode carries the generation slot (``inodes.py``),
 as ``events/<N>``'s does.  ``pretty/`` lists as empty (``dirs.py``): an event is reached
@@ -49,12 +51,11 @@ class PrettyFiles(Kind):
         return I.inode_pretty(ino, self.book.first)
 
     async def event_attrs(self, event: int) -> pyfuse3.EntryAttributes:
-        """``pretty/<event>``: size 0 (like a /proc file), content rendered on open and
-        served with ``direct_io``.  On the no-open path the kernel reads through its page
-        cache up to the size, so the rendering is made here and its real size given."""
+        """``pretty/<event>``, with the size of its rendering (made here, kept for the
+        reads that follow)."""
         fs = self.fs
         slot = fs.follower.slot_now()  # before the rendering: its size is this generation's
-        size = len(await self.text(event)) if fs.no_open else 0
+        size = len(await self.text(event))
         return fs.entry_attrs(I.pretty_inode(event, slot), stat.S_IFREG | fs.modes.read, size,
                               self.book.mtime_ns(event), FOREVER)
 
