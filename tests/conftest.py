@@ -25,10 +25,16 @@ def _payload(event: int, size: int) -> bytes:
 
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path_factory, monkeypatch) -> Path:
-    """A private index cache directory for this test (``$BOOKFS_CACHE_DIR``)."""
+    """A private index cache directory for this test (``$BOOKFS_CACHE_DIR``), and this
+    process's index-cache settings back at their defaults before and after it (a test
+    that calls ``configure_cache`` never leaks into the next)."""
+    from bookfs.formats import index as index_mod
+
     d = tmp_path_factory.mktemp("bookfs-cache")
     monkeypatch.setenv("BOOKFS_CACHE_DIR", str(d))
-    return d
+    index_mod.configure_cache()
+    yield d
+    index_mod.configure_cache()
 
 
 @pytest.fixture

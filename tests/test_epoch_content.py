@@ -27,7 +27,6 @@ import lmdb
 import pytest
 
 from bookfs.errors import FormatError, ReadOnly
-from bookfs.formats import index as index_mod
 from bookfs.formats.layout import crc32
 from bookfs.formats.lmdb_log import LmdbLog
 from bookfs.formats.pier import Pier, epoch_kind, identify, open_source
@@ -42,15 +41,6 @@ from lmdb_fixtures import (
     write_meta_db,
 )
 from mounting import mounted, run_bookfs
-
-
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    d = tmp_path / "cache"
-    monkeypatch.setenv("BOOKFS_CACHE_DIR", str(d))
-    index_mod.configure_cache()
-    yield d
-    index_mod.configure_cache()
 
 
 # --- what vere writes --------------------------------------------------------------------

@@ -33,15 +33,6 @@ from index_fixtures import write_index
 from lmdb_fixtures import make_pier, payloads
 from mounting import mounted, run_bookfs
 
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    d = tmp_path / "cache"
-    monkeypatch.setenv("BOOKFS_CACHE_DIR", str(d))
-    index_mod.configure_cache()
-    yield d
-    index_mod.configure_cache()
-
-
 def _digest(root: Path) -> dict[str, str]:
     """Every file under ``root`` and its bytes' hash (the index cache is elsewhere)."""
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
