@@ -41,11 +41,16 @@ else:
         CORE = "compiled"
 if _impl is not None:
     jam, cue, mug, scan, Scanner = _impl.jam, _impl.cue, _impl.mug, _impl.scan, _impl.Scanner
-    event_head = _impl.event_head
+    event_head, murmur3_buffer = _impl.event_head, _impl.murmur3_buffer
 else:
     jam, cue, mug = _codec.jam, _codec.cue, _codec.mug
     scan, Scanner = _scanner.scan, _scanner.Scanner
     from bookfs.noun.peek import event_head
+
+    def murmur3_buffer(data, seed: int) -> int:
+        """MurmurHash3_x86_32 of any buffer (the compiled core hashes it in place; this
+        fallback copies it)."""
+        return murmur3_32_fast(bytes(data), seed)
 
 
 def core_description() -> str:
@@ -58,6 +63,6 @@ __all__ = ["CORE", "CORE_REASON", "DA_UNIX_EPOCH", "PREFIXES", "REASONS", "SUFFI
            "CueError", "Noun", "Prf", "ScanResult", "Scanner", "cell", "core_description",
            "cord", "cue", "da_to_datetime", "datetime_to_da", "event_head", "fein", "format_da",
            "from_list",
-           "fynd", "is_atom", "is_cell", "jam", "muk", "mug", "murmur3_32", "murmur3_32_fast",
+           "fynd", "is_atom", "is_cell", "jam", "muk", "mug", "murmur3_32", "murmur3_32_fast", "murmur3_buffer",
            "noun_equal", "parse_da", "parse_patp", "path", "patp", "peek_event", "scan", "tape",
            "to_list", "uncord", "unpath", "untape"]

@@ -247,6 +247,18 @@ cdef uint32_t _murmur_bytes(const uint8_t* data, uint64_t n, uint32_t seed) noex
     return _fmix(h, n)
 
 
+def murmur3_buffer(const uint8_t[::1] data, uint32_t seed):
+    """MurmurHash3_x86_32 of any buffer (bytes, a read-only ``mmap``...) with ``seed``,
+    without copying it; the GIL is released while it hashes."""
+    cdef uint64_t n = data.shape[0]
+    cdef uint32_t h
+    if n == 0:
+        return _fmix(seed, 0)
+    with nogil:
+        h = _murmur_bytes(&data[0], n, seed)
+    return h
+
+
 cdef uint32_t _murmur_bits(const uint8_t* p, uint64_t nbytes, uint64_t pos, uint64_t length,
                            uint32_t seed) noexcept nogil:
     """Murmur3 of the atom whose ``length`` significant bits start at bit ``pos``."""

@@ -7,9 +7,10 @@ A payload is a 4-byte mug (little-endian) followed by either
   noun, nothing after it, not even a non-zero bit in its last byte.  No noun is built and
   the jam is fed in slices, so memory does not grow with the event; or
 * vere's **ram** encoding (``ml/bob``): bytes 4..8 are ``"RAM\\0"`` and version 1, and
-  :func:`bookfs.noun.ram.ram_decode` (``exact=True``) decodes it whole.  A bob atom is read
-  from ``bob_dir`` (a pier's ``.urb/bob``) when that is given and holds its file, and is
-  otherwise the reference it is.
+  the ram scanner (:class:`bookfs.noun.ramscan.RamScanner`) accepts it exactly when
+  :func:`bookfs.noun.ram.ram_decode` (``exact=True``) would, fed in slices too, without
+  holding it.  A bob atom's file is checked (mapped, not read) when ``bob_dir`` (a pier's
+  ``.urb/bob``) is given and holds it; otherwise the bob is the reference it is.
 
 The stored mug is never compared with anything: it is the mug of Arvo's state *after* the
 event (reference-formats.md §4; vere's ``mars.c``), which only a replay can check.
@@ -29,7 +30,8 @@ from dataclasses import dataclass
 
 from bookfs.noun import Scanner, scan
 from bookfs.noun.codec import CueError
-from bookfs.noun.ram import RAM_HEADER
+from bookfs.noun.ram import RAM_HEADER, BobError
+from bookfs.noun.ramscan import RamScanner, ram_check
 
 MUG_BYTES = 4  #: a payload starts with the 4-byte mug
 HEAD_BYTES = MUG_BYTES + len(RAM_HEADER)  #: bytes read before the encoding is known
@@ -82,20 +84,17 @@ def _jam_problem(res) -> Problem | None:
                    f"jam, which starts at byte {MUG_BYTES}): {res.message}")
 
 
-def _ram_problem(body, bob_dir) -> Problem | None:
-    """The :class:`Problem` of the ram encoding ``body`` (the payload after the mug)."""
-    from bookfs.noun.ram import BobError, ram_decode
-
-    try:
-        ram_decode(body, bob_dir, exact=True)
-    except BobError as e:
-        text = f"ram encoding: {_one_line(str(e))}"
+def _ram_problem(error: CueError | None) -> Problem | None:
+    """The :class:`Problem` of a ram encoding :class:`RamScanner` refused with ``error``
+    (None if it accepted it)."""
+    if error is None:
+        return None
+    if isinstance(error, BobError):
+        text = f"ram encoding: {_one_line(str(error))}"
         return Problem(None, text, text)
-    except CueError as e:
-        at, text = ram_error_offset(str(e)), _one_line(str(e))
-        return Problem(at, text, f"not a mug and a ram encoding: parsing failed at byte "
-                                 f"{at}: {text}")
-    return None
+    at, text = ram_error_offset(str(error)), _one_line(str(error))
+    return Problem(at, text, f"not a mug and a ram encoding: parsing failed at byte "
+                             f"{at}: {text}")
 
 
 def is_ram_head(head) -> bool:
@@ -117,14 +116,14 @@ def check_body(body, bob_dir=None) -> Problem | None:
     """:func:`check_payload` of a payload whose bytes after the mug are ``body`` (offsets
     still count the mug's 4 bytes)."""
     if bytes(body[:len(RAM_HEADER)]) == RAM_HEADER:
-        return _ram_problem(body, bob_dir)
+        return _ram_problem(ram_check(body, bob_dir))
     return _jam_problem(scan(body, exact=True))
 
 
 class PayloadCheck:
     """:func:`check_payload` of bytes fed in order, in chunks of any size: a jam is scanned
-    as it comes, without building the noun or holding its bytes; a ram encoding is held
-    and decoded at :meth:`finish`.  :meth:`feed` returns False once the payload is
+    as it comes, and so is a ram encoding, without building the noun or holding its
+    bytes.  :meth:`feed` returns False once the payload is
     certainly refused (the rest cannot change that).  Not thread-safe: one feeder at a
     time."""
 
@@ -133,7 +132,7 @@ class PayloadCheck:
         self._bob_dir = bob_dir
         self._head = bytearray()  # the first bytes, until the encoding is known
         self._scanner = None
-        self._ram: bytearray | None = None
+        self._ram: RamScanner | None = None
         self._verdict: Problem | None | bool = False  # False: not finished
 
     def feed(self, chunk) -> bool:
@@ -151,11 +150,11 @@ class PayloadCheck:
                 return True
             self._start()
             if n <= need:
-                return self._scanner is None or self._scanner.result is None
+                return (self._scanner.result is None if self._scanner is not None
+                        else self._ram.error is None)
             chunk = memoryview(chunk)[need:]
         if self._ram is not None:
-            self._ram += chunk
-            return True
+            return self._ram.feed(chunk)
         return self._scanner.feed(chunk)
 
     def feed_from(self, pread: Pread, start: int, end: int,
@@ -177,7 +176,8 @@ class PayloadCheck:
     def _start(self) -> None:
         head = bytes(self._head)
         if is_ram_head(head):
-            self._ram = bytearray(head[MUG_BYTES:])
+            self._ram = RamScanner(self._bob_dir)
+            self._ram.feed(head[MUG_BYTES:])
         else:
             self._scanner = Scanner(exact=True)
             self._scanner.feed(head[MUG_BYTES:])
@@ -194,8 +194,7 @@ class PayloadCheck:
         if self._scanner is None and self._ram is None:
             self._start()
         if self._ram is not None:
-            data, self._ram = bytes(self._ram), None
-            return _ram_problem(data, self._bob_dir)
+            return _ram_problem(self._ram.finish())
         return _jam_problem(self._scanner.finish())
 
 

@@ -35,11 +35,11 @@ the two bits of jam's atom 0) and ignores the rest: a corrupt ram event would re
 
 from __future__ import annotations
 
+import mmap
 import os
 from typing import Union
 
-from bookfs.noun.codec import (_MISSING, CueError, _attach, _cells_children_first, _mat, _mum,
-                               murmur3_32_fast)
+from bookfs.noun.codec import _MISSING, CueError, _attach, _cells_children_first, _mat, _mum
 
 __all__ = [
     "RAM_MAGIC",
@@ -54,6 +54,7 @@ __all__ = [
     "ram_mug",
     "bob_file_mug",
     "bob_path",
+    "check_bob_file",
 ]
 
 RAM_MAGIC = b"RAM\x00"  #: U3S_RAM_MAGIC
@@ -121,13 +122,14 @@ def bob_file_mug(data: bytes | memoryview) -> int:
     mixed with the high length bits and the last window's mug, as vere does (not
     exercised by the tests).
     """
+    from bookfs.noun import murmur3_buffer
+
     mv = memoryview(data)
     n = len(mv)
 
     def mug_bytes(chunk: memoryview) -> int:
-        raw = bytes(chunk)
         for i in range(8):
-            h = murmur3_32_fast(raw, 0xCAFEBABE + i)
+            h = murmur3_buffer(chunk, 0xCAFEBABE + i)
             ham = (h >> 31) ^ (h & 0x7FFFFFFF)
             if ham:
                 return ham
@@ -291,24 +293,48 @@ def ram_decode(data: bytes | bytearray | memoryview, bob_dir: str | os.PathLike[
     return node  # type: ignore[return-value]
 
 
+def check_bob_file(bob_dir, mug: int, seq: int) -> bool:
+    """Whether the bob file of ``mug`` and ``seq`` is present under ``bob_dir``: True if it
+    is and holds the atom (not empty, its content's :func:`bob_file_mug` is ``mug``), False
+    if there is no such file.  Raises :class:`BobError` for a present file that is not the
+    atom, or cannot be read.  The file is mapped, never read into memory, so a check costs
+    no memory whatever its size (the compiled core hashes the mapping in place)."""
+    path = bob_path(bob_dir, mug, seq)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise BobError(f"bob file {path} cannot be read: {e}") from e
+    try:
+        size = os.fstat(fd).st_size
+        got = None
+        if size:
+            with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mapped:
+                got = bob_file_mug(mapped)
+    except OSError as e:
+        raise BobError(f"bob file {path} cannot be read: {e}") from e
+    finally:
+        os.close(fd)
+    if got is None:
+        raise BobError(f"bob file {path} is empty (vere never writes an empty bob)")
+    if got != mug:
+        raise BobError(f"bob file {path}: its content's mug is {got}, not the {mug} in its "
+                       "name: it is not the atom the event refers to")
+    return True
+
+
 def _load_bob(bob_dir, mug: int, seq: int) -> RamNoun:
-    if bob_dir is None:
+    """The bob atom, materialised when its file is present (and checked), else its
+    :class:`BobRef`."""
+    if bob_dir is None or not check_bob_file(bob_dir, mug, seq):
         return BobRef(mug, seq)
     path = bob_path(bob_dir, mug, seq)
     try:
         with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        return BobRef(mug, seq)
+            return int.from_bytes(f.read(), "little")
     except OSError as e:
         raise BobError(f"bob file {path} cannot be read: {e}") from e
-    if not raw:
-        raise BobError(f"bob file {path} is empty (vere never writes an empty bob)")
-    got = bob_file_mug(raw)
-    if got != mug:
-        raise BobError(f"bob file {path}: its content's mug is {got}, not the {mug} in its "
-                       "name: it is not the atom the event refers to")
-    return int.from_bytes(raw, "little")
 
 
 # ---------------------------------------------------------------------------
