@@ -115,13 +115,15 @@ def test_events_are_immutable(rw):
     assert err_of(os.truncate, e, 0) == errno.EROFS
     assert err_of(os.unlink, e) in (errno.EPERM, errno.EROFS)
     assert err_of(os.rename, e, f"{m}/events/000000000099") in (errno.EPERM, errno.EROFS)
-    assert err_of(os.rename, e, f"{m}/new/11") in (errno.EPERM, errno.EROFS)
+    # events/ is the read-only companion's mount (fs/companion.py): a rename from it
+    # into new/ crosses mounts, EXDEV
+    assert err_of(os.rename, e, f"{m}/new/11") in (errno.EPERM, errno.EROFS, errno.EXDEV)
     assert create_errno(f"{m}/events/11") == errno.EROFS
     assert err_of(os.mkdir, f"{m}/events/x") in (errno.EPERM, errno.EROFS)
     assert err_of(os.symlink, "x", f"{m}/events/y") in (errno.EPERM, errno.EROFS)
     assert err_of(os.link, e, f"{m}/events/z") in (errno.EPERM, errno.EROFS)
-    assert err_of(os.chmod, e, 0o666) == errno.EPERM
-    assert err_of(os.rmdir, f"{m}/events") in (errno.EPERM, errno.EROFS)
+    assert err_of(os.chmod, e, 0o666) in (errno.EPERM, errno.EROFS)
+    assert err_of(os.rmdir, f"{m}/events") in (errno.EPERM, errno.EROFS, errno.EBUSY)
     # shell tools
     assert sh(f"echo hi > {e}").returncode != 0
     assert sh(f"rm -f {e}").returncode != 0

@@ -318,33 +318,40 @@ print(len(f.read()), flush=True)
 """
 
 
-def test_umount_lazy_detaches_busy_mount_then_daemon_exits(small_src, mnt):
+@pytest.mark.parametrize("where,name", [("meta", "who"), ("events", "000000000001")])
+def test_umount_lazy_detaches_busy_mount_then_daemon_exits(small_src, mnt, where, name):
     """A process with a file open and its cwd inside a read-write mount: plain umount is
-    refused (one line, exit 1); umount -l detaches at once while the daemon keeps
-    serving the open file and holding the writer lock; when the process lets go, the
-    daemon exits and the lock is free."""
+    refused (one line, exit 1, naming the holder); umount -l detaches at once and the
+    process reads on.  Held in meta/ (the read-write connection), the daemon keeps
+    serving the open file and holding the writer lock until the process lets go.  Held in
+    events/ (the read-only companion's, fs/companion.py), the companion serves it and the
+    read-write daemon, with nothing of its own held, exits and frees the lock at once."""
     lock = lock_path_for(str(small_src))
     with mounted(small_src, mnt):
         pid = daemon_pid(mnt)
-        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(mnt / "events"),
-                                   "000000000001"], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True)
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(mnt / where), name],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             assert holder.stdout.readline().strip() == "ready"
             line = one_line_error(run_bookfs("umount", str(mnt), check=False), 1)
             assert "busy" in line and "bookfs umount -l" in line
             # issue 23.3: and who holds it (the holder's cwd, then its open file)
-            assert f"held by pid {holder.pid} (python: working directory events)" in line, line
+            assert f"held by pid {holder.pid} (python: working directory {where})" in line, line
             res = run_bookfs("umount", "-l", str(mnt), check=False)
             assert res.returncode == 0, res.stderr
             assert "detached" in res.stdout
             assert not in_mountinfo(mnt)
             time.sleep(0.3)
-            assert alive(pid) and WriterLock.is_held(lock)
+            if where == "meta":
+                assert alive(pid) and WriterLock.is_held(lock)
+            else:
+                assert wait_for(lambda: not alive(pid), timeout=15)
+                assert not WriterLock.is_held(lock)
             holder.stdin.write("read\n")
             holder.stdin.flush()
             with Book.open(small_src) as book:
-                assert int(holder.stdout.readline()) == len(book.read(1))
+                want = len(book.meta()["who"]) if where == "meta" else len(book.read(1))
+                assert int(holder.stdout.readline()) == want
         finally:
             holder.stdin.close()
             holder.wait(timeout=10)

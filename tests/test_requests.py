@@ -80,16 +80,21 @@ def test_read_only_mount_reads_without_opens(log, tmp_path):
 
 
 @needs_patch
-def test_read_write_mount_sends_no_flush_for_reads(log, tmp_path):
+def test_read_write_mount_reads_like_a_read_only_one(log, tmp_path):
+    """Issue 22.1: a read-write mount's warm read of an event costs no request at all,
+    as on a read-only mount: events/ is its read-only companion's (fs/companion.py), a
+    second connection that answered OPEN and FLUSH with ENOSYS.  Both daemons log to the
+    one file, so a request to either is counted.  An append is listed and read at once
+    (read after acknowledge)."""
     with counted_mount(log, tmp_path) as (mnt, req):
-        cat(f"{mnt}/events/6")
+        assert "read-only companion" in cat(f"{mnt}/info").decode()
+        cat(f"{mnt}/events/5")  # the companion's first open: ENOSYS turns opens off
         req.take()
-        cat(f"{mnt}/events/6")
-        counts = req.take()
-        # noflush: no FLUSH on close.  The kernel also marks atime stale after every read
-        # of a file on a writable superblock, which costs one GETATTR later
-        assert counts == {"open": 1, "release": 1, "getattr": counts["getattr"]}
-        assert counts["getattr"] <= 1
+        data = cat(f"{mnt}/events/6")
+        assert req.take() == {"lookup": 1, "read_inode": 1}  # cold: LOOKUP, READ
+        for _ in range(3):
+            assert cat(f"{mnt}/events/6") == data
+        assert req.take() == {}  # warm: no OPEN, RELEASE, FLUSH or GETATTR
         ls_l(f"{mnt}/events")
         req.take()
         ls_l(f"{mnt}/events")
@@ -97,10 +102,27 @@ def test_read_write_mount_sends_no_flush_for_reads(log, tmp_path):
         nxt = int(re.search(r"^next: *(\d+)", cat(f"{mnt}/info").decode(), re.M)[1])
         with open(f"{mnt}/new/{nxt}", "wb") as f:
             f.write(b"\0\0\0\0\x02")
+        assert cat(f"{mnt}/events/{nxt}") == b"\0\0\0\0\x02"  # at once after the close
         req.take()
         names = ls_l(f"{mnt}/events")
         assert f"{nxt:012d}" in names  # the append made the kernel list again
         assert req.take()["readdir"] >= 1
+
+
+@needs_patch
+def test_single_connection_read_write_mount_sends_no_flush_for_reads(log, tmp_path):
+    """-o single_connection: events are read through the read-write connection, each
+    warm read an OPEN and a RELEASE (noflush: no FLUSH)."""
+    with counted_mount(log, tmp_path, "-o", "single_connection") as (mnt, req):
+        assert "single_connection" in cat(f"{mnt}/info").decode()
+        cat(f"{mnt}/events/6")
+        req.take()
+        cat(f"{mnt}/events/6")
+        counts = req.take()
+        # The kernel also marks atime stale after every read of a file on a writable
+        # superblock, which costs one GETATTR later
+        assert counts == {"open": 1, "release": 1, "getattr": counts["getattr"]}
+        assert counts["getattr"] <= 1
 
 
 @pytest.mark.parametrize("mode", ["ro", "rw"])

@@ -13,7 +13,9 @@ The ``-o`` options are sorted in :mod:`bookfs.fs.options` (re-exported here:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import functools
 import logging
 import os
 import re
@@ -295,7 +297,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
 
     from bookfs.errors import LockHeld, ReadOnly
     from bookfs.formats.pier import open_source
-    from bookfs.fs.ops import BookOperations
+    from bookfs.fs.ops import FEATURES, BookOperations
 
     log_file = _setup_logging(log_file, debug, daemon)
     if ready_fd is not None:
@@ -331,14 +333,27 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
     _start_watchdog(mountpoint)
     log.info("mounted %s at %s (%s); events %s", source, mountpoint,
              "ro" if readonly else "rw", book.gulf())
-    if ready_fd is not None:
-        os.write(ready_fd, f"OK {log_file}".encode())
-        os.close(ready_fd)
-    else:
-        print(f"bookfs: mounted {source} at {mountpoint}; Ctrl-C unmounts", file=sys.stderr)
+
+    def ready() -> None:
+        if ready_fd is not None:
+            os.write(ready_fd, f"OK {log_file}".encode())
+            os.close(ready_fd)
+        else:
+            print(f"bookfs: mounted {source} at {mountpoint}; Ctrl-C unmounts",
+                  file=sys.stderr)
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:
+            if readonly or opts.single_connection or "read_inode" not in FEATURES:
+                if opts.single_connection and not readonly:
+                    ops.reads_note = "through this connection (-o single_connection)"
+                elif not readonly:
+                    ops.reads_note = ("through this connection (stock pyfuse3: a read-only "
+                                      "connection would not save a request)")
+                ready()
+            else:  # reads through a read-only companion (fs/companion.py)
+                nursery.start_soon(_companion, ops, source, mountpoint, opts, log_file,
+                                   debug, ready)
             async def stop_on_signal():
                 with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                     async for sig in signals:
@@ -371,6 +386,38 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
 #: counts as nothing), for benchmarks that say where a request's CPU goes
 #: (bench/bench_append.py --profile).
 PROFILE_ENV = "BOOKFS_PROFILE"
+
+
+async def _companion(ops, source, mountpoint, opts, log_file, debug, ready) -> None:
+    """Start the read-write mount's read-only companion (in a thread: binding over this
+    mount's directories looks them up through it), report the mount ready, then watch
+    the companion: if its daemon exits while this mount is served, detach its binds."""
+    import trio
+
+    from bookfs.fs import companion as comp
+
+    try:
+        got = await trio.to_thread.run_sync(functools.partial(
+            comp.start, source, mountpoint, opts.companion_options(), log_file=log_file,
+            debug=debug))
+    finally:
+        ready()
+    if isinstance(got, str):
+        ops.reads_note = got
+        log.warning("%s", got)
+        return
+    ops.reads_note = got.describe()
+    pidfd = got.pidfd()
+    if pidfd is None:
+        return
+    try:
+        await trio.lowlevel.wait_readable(pidfd)
+    finally:
+        os.close(pidfd)
+    log.warning("the read-only companion (pid %d) exited: reads go through this "
+                "connection now", got.pid)
+    ops.reads_note = f"through this connection (the companion, pid {got.pid}, exited)"
+    await trio.to_thread.run_sync(got.unbind)
 
 
 def _run_profiled(run, *args) -> None:
@@ -463,6 +510,14 @@ def umount(mountpoint: str, *, lazy: bool = False, timeout: float = 30.0) -> int
     mounted there, or the unmount fails."""
     mountpoint = os.path.realpath(mountpoint)
     source, readonly = _mounted_source(mountpoint)
+    if not lazy:  # a lazy detach takes the companion's binds along
+        from bookfs.fs.companion import unbind_all
+
+        try:
+            unbind_all(mountpoint)  # a mount with mounts inside is busy for umount
+        except OSError as e:
+            hint = "; bookfs umount -l detaches it lazily" if e.errno == errno.EBUSY else ""
+            raise MountError(f"{e.strerror}{hint}") from None
     tool = shutil.which("fusermount3") or shutil.which("fusermount")
     if tool:
         cmd = [tool, "-u", *(["-z"] if lazy else []), mountpoint]

@@ -72,6 +72,26 @@ def mount_at(path: str, *, resolve: bool = True) -> Mount | None:
     return found
 
 
+def mounts_under(path: str) -> list[Mount]:
+    """Every mount strictly inside the directory ``path`` (already resolved), the deepest
+    and latest first: the order they can be unmounted in (a read-write mount's
+    companion binds, ``fs/companion.py``)."""
+    prefix = path.rstrip("/") + "/"
+    found = []
+    with open(MOUNTINFO) as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields, rfields = left.split(), right.split()
+            if len(fields) > 5 and rfields and unescape(fields[4]).startswith(prefix):
+                found.append(Mount(fields[0], unescape(fields[4]),
+                                   tuple(fields[5].split(",")), rfields[0],
+                                   unescape(rfields[1]) if len(rfields) > 1 else "",
+                                   fields[2]))
+    found.reverse()
+    found.sort(key=lambda m: m.point.count("/"), reverse=True)
+    return found
+
+
 def mount_devices() -> dict[int, str]:
     """Every mount in this process's mount namespace: its ID -> its filesystem's
     ``major:minor`` (a mount and its bind mounts share one)."""

@@ -149,6 +149,8 @@ class BookOperations(pyfuse3.Operations):
         self._uid, self._gid, self.modes = source_modes(book, self.readonly, owner=owner,
                                                         umask=umask)
         self.mounted_ns = time.time_ns()
+        #: how event reads reach the log, for info's ``reads:`` (``fs/companion.py``)
+        self.reads_note = "through this connection (the read-only companion is starting)"
         # fewer requests (module docstring): which of pyfuse3's extensions this mount uses
         self.no_open = self.readonly and "read_inode" in FEATURES
         self.noflush = "noflush" in FEATURES

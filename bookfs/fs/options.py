@@ -111,6 +111,9 @@ OWN_OPTIONS = {
     "index_dir": (_directory, "DIR: keep the persisted offset index there"),
     "noindex_cache": (None, "never read or write a persisted index (read-only media, "
                       "throwaway mounts)"),
+    "single_connection": (None, "read events through the read-write connection too, "
+                          "with no read-only companion bound over events/, pretty/, "
+                          "segments/ and epochs/ (slower reads; a plain umount works)"),
     "unchecked_payloads": (None, "accept any bytes of 4 or more as a new/ event, not only "
                            "a 4-byte mug and a jam (or ram) that decodes exactly; for "
                            "logs that store something else (a ship cannot replay it)"),
@@ -156,6 +159,7 @@ class MountOptions:
     index_dir: str | None = None
     index_cache: bool = True
     unchecked_payloads: bool = False  # new/ accepts any payload (no noun check)
+    single_connection: bool = False  # no read-only companion (fs/companion.py)
     uid: int | None = None
     gid: int | None = None
     umask: int | None = None
@@ -174,6 +178,23 @@ class MountOptions:
         if readonly:
             opts.add("ro")
         return opts
+
+
+    def companion_options(self) -> str:
+        """The ``-o`` text of a read-write mount's read-only companion
+        (``fs/companion.py``): read-only, the same segments, index, owner and FUSE
+        options; its ``fsname=`` is bookfs's own, naming the source."""
+        out = ["ro", f"segment_mb={self.segment_span / (1 << 20)!r}"]
+        if self.index_dir:
+            out.append(f"index_dir={self.index_dir}")
+        if not self.index_cache:
+            out.append("noindex_cache")
+        for key in ("uid", "gid"):
+            if getattr(self, key) is not None:
+                out.append(f"{key}={getattr(self, key)}")
+        if self.umask is not None:
+            out.append(f"umask={self.umask:o}")
+        return ",".join(out + [o for o in self.fuse if not o.startswith("fsname=")])
 
 
 def parse_options(text: str | None) -> MountOptions:
@@ -198,6 +219,8 @@ def parse_options(text: str | None) -> MountOptions:
                     mo.index_cache = False
                 elif key == "unchecked_payloads":
                     mo.unchecked_payloads = True
+                elif key == "single_connection":
+                    mo.single_connection = True
                 continue  # nonempty
             if not eq:
                 raise OptionError(f"mount option {key!r} needs a value: {key}=...")

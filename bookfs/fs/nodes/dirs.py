@@ -174,6 +174,7 @@ class Directories(Kind):
             return render(info).encode()
         info[NEXT_KEY] = fs.queue.next_free()
         info["payloads"] = (PAYLOADS_CHECKED if fs.new_files.checked else PAYLOADS_UNCHECKED)
+        info["reads"] = fs.reads_note  # fs/companion.py
         return (render(info) + fs.refusals.render()).encode()
 
     def _epoch_info(self, k: int) -> bytes:

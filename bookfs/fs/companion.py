@@ -1,0 +1,182 @@
+"""A read-write mount's read-only companion: one mount that reads at read-only speed.
+
+**Why a second connection.**  A warm read of an event on a read-only mount costs no FUSE
+request: the mount answers OPEN with ENOSYS and FLUSH with ENOSYS, after which the kernel
+sends neither again for any file of that connection (``fs/fuse/file.c``:
+``fuse_file_open()`` sets ``fc->no_open`` when OPEN answers ``-ENOSYS`` and opens with the
+default ``ff->open_flags = FOPEN_KEEP_CACHE``, so no RELEASE either; ``fuse_flush()``
+returns early once ``fc->no_flush`` is set, and otherwise only for an open that said
+``FOPEN_NOFLUSH``, which needs an OPEN to say it).  Both switches are per connection.  A
+read-write mount cannot set them: a ``new/`` or ``meta/`` close is a FLUSH that commits,
+and a ``meta/`` open is an OPEN.  So every read of an event through the read-write
+connection costs an OPEN and a RELEASE (0.036x the read-only mount's warm reads).
+
+**What it does.**  Once the read-write mount is served, its daemon starts a read-only
+bookfs daemon of the same log (``bookfs mount SOURCE PRIVATE -o ro,...``: a follower,
+which takes no lock), bind-mounts that mount's ``events/``, ``pretty/``, ``segments/``
+and ``epochs/`` (those it has) over the same directories of the read-write mount, then
+detaches the private mount point (``umount2(MNT_DETACH)``) and removes it, so the binds
+alone hold the companion's mount.  Reads of events then never reach the read-write
+daemon, and cost what they cost on a read-only mount; ``new/``, ``meta/`` and ``info``
+stay on the read-write connection with every durability rule.
+
+* **Read after acknowledge.**  The writer's close returns only once the event is in
+  ``book.log`` and ``fdatasync``'d; a lookup of a number the companion has not seen
+  makes it refresh from the file (``fs/follow.py``) before it answers, and it caches no
+  negative entry.  So ``events/N`` is there as soon as the close of ``new/N`` returned.
+* **Unmounting.**  A mount with mounts inside it is busy for a plain ``umount``
+  (``fs/pnode.c``, ``propagate_mount_busy()``: ``if (!list_empty(&mnt->mnt_mounts) ...)
+  return 1``, which ``do_umount()`` in ``fs/namespace.c`` turns into ``-EBUSY``).
+  ``bookfs umount`` unmounts the binds first (:func:`unbind_all`), then the mount; the
+  daemon's own unmount at exit is lazy and takes them along (libfuse
+  ``fuse_kern_unmount()``: ``umount2(mnt, MNT_DETACH)`` as root, ``fusermount3 -u -z``
+  otherwise).  The companion daemon exits by itself once its last bind is gone.
+* **When the companion dies**, the read-write daemon (which watches it through a pidfd)
+  detaches the binds, so the read-write connection's own ``events/`` shows through
+  again: slower, never wrong.
+* **Needs** ``CAP_SYS_ADMIN`` for the bind mounts (``mount(2)``: ``EPERM`` otherwise).
+  Without it, or with ``-o single_connection``, reads go through the read-write
+  connection as before.  The ``reads:`` line of ``info`` says which.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+from bookfs.fs.mountinfo import mount_at, mounts_under
+
+__all__ = ["BOUND", "Companion", "start", "unbind_all"]
+
+log = logging.getLogger(__name__)
+
+#: the read-only directories the companion serves in the read-write mount's place
+BOUND = ("events", "pretty", "segments", "epochs")
+MS_BIND = 4096  # <linux/mount.h>
+MNT_DETACH = 2  # <linux/fs.h>: umount2's lazy flag
+START_TIMEOUT = 60.0  # seconds the companion daemon may take to mount
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _bind(source: str, target: str) -> None:
+    if _libc.mount(os.fsencode(source), os.fsencode(target), None, MS_BIND, None) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"bind mount of {source} on {target}: {os.strerror(e)}")
+
+
+def _detach(path: str) -> None:
+    if _libc.umount2(os.fsencode(path), MNT_DETACH) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"detach {path}: {os.strerror(e)}")
+
+
+class Companion:
+    """A running companion: its daemon's pid and the directories bound from it."""
+
+    def __init__(self, pid: int, bound: list[str]):
+        self.pid = pid
+        self.bound = bound
+
+    def describe(self) -> str:
+        names = ", ".join(os.path.basename(p) + "/" for p in self.bound)
+        return (f"{names} through a read-only companion connection (daemon pid {self.pid}); "
+                "new/, meta/ and info through this one")
+
+    def pidfd(self) -> int | None:
+        """A pidfd of the companion daemon (readable once it has exited), or None."""
+        try:
+            return os.pidfd_open(self.pid)
+        except (OSError, AttributeError):
+            return None
+
+    def unbind(self) -> None:
+        """Detach the binds (the read-write connection's own directories show again)."""
+        for path in reversed(self.bound):
+            try:
+                _detach(path)
+            except OSError as e:
+                if e.errno not in (errno.EINVAL, errno.ENOENT):
+                    log.warning("companion: %s", e)
+
+
+def start(source: str, mountpoint: str, options: str, *, log_file: str | None,
+          debug: bool) -> Companion | str:
+    """Start the companion of the read-write mount at ``mountpoint`` (already served: the
+    bind targets are looked up through it, so never call this on its event loop).
+    ``options``: the companion's ``-o`` text (``MountOptions.companion_options()``).
+    Returns the :class:`Companion`, or one line saying why reads stay on the read-write
+    connection."""
+    private = tempfile.mkdtemp(prefix="bookfs-companion-")
+    cmd = [sys.executable, "-m", "bookfs.cli", "mount", source, private, "-o", options]
+    if log_file:
+        cmd += ["--log-file", log_file]
+    if debug:
+        cmd.append("--debug")
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=START_TIMEOUT,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        _remove(private)
+        return f"the read-only companion did not start ({e})"
+    m = re.search(r"daemon pid (\d+)", res.stdout)
+    if res.returncode != 0 or m is None:
+        _remove(private)
+        said = (res.stderr or res.stdout).strip().splitlines()
+        return f"the read-only companion did not start ({said[-1] if said else 'no output'})"
+    companion = Companion(int(m.group(1)), [])
+    try:
+        for name in BOUND:
+            inside, target = os.path.join(private, name), os.path.join(mountpoint, name)
+            if os.path.isdir(inside) and os.path.isdir(target):
+                _bind(inside, target)
+                companion.bound.append(target)
+    except OSError as e:
+        companion.unbind()
+        _detach_quietly(private)
+        _remove(private)
+        why = ("bind mounts need CAP_SYS_ADMIN" if e.errno == errno.EPERM else str(e))
+        return f"reads through this connection: {why}"
+    _detach_quietly(private)  # the binds hold the companion's mount now
+    _remove(private)
+    log.info("companion: %s", companion.describe())
+    return companion
+
+
+def _detach_quietly(path: str) -> None:
+    try:
+        _detach(path)
+    except OSError as e:
+        log.warning("companion: %s", e)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.rmdir(path)
+    except OSError as e:
+        log.warning("companion: cannot remove %s: %s", path, e)
+
+
+def unbind_all(mountpoint: str) -> None:
+    """Unmount a read-write mount's companion binds, before the mount itself (a plain
+    unmount of a mount with mounts inside is EBUSY: module docstring).  Only bookfs
+    mounts directly at ``BOUND`` names are touched; a busy one raises ``OSError``
+    (EBUSY), leaving the rest mounted."""
+    names = {os.path.join(mountpoint, name) for name in BOUND}
+    for m in mounts_under(mountpoint):
+        if m.point in names and m.is_bookfs:
+            if _libc.umount2(os.fsencode(m.point), 0) != 0:
+                e = ctypes.get_errno()
+                raise OSError(e, f"{m.point}: {os.strerror(e)}")
+
+
+def is_bound(path: str) -> bool:
+    """Whether a companion bind is mounted at ``path``."""
+    m = mount_at(path, resolve=False)
+    return m is not None and m.is_bookfs
