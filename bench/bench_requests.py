@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """Issue 12: FUSE requests per operation, and what they cost, side by side in one run.
 
-The same small events (``bookfs sample``), served five ways:
+The same small events (``bookfs sample``), served six ways:
 
   local       the events as files on the local disk (ext4)
   ro          ``bookfs mount -o ro`` with the patched pyfuse3 (no-open reads by inode)
   ro-stock    the same with ``BOOKFS_STOCK_PYFUSE3=1`` (today's path on stock pyfuse3)
-  rw          ``bookfs mount`` (read-write) with the patched pyfuse3 (noflush)
-  rw-stock    the same with ``BOOKFS_STOCK_PYFUSE3=1``
+  rw          ``bookfs mount`` (read-write) with the patched pyfuse3: events/ is its
+              read-only companion's (issue 22.1, ``bookfs/fs/companion.py``)
+  rw-single   the same with ``-o single_connection``: events read through the
+              read-write connection (noflush), the path before issue 22.1
+  rw-stock    ``bookfs mount`` (read-write) with ``BOOKFS_STOCK_PYFUSE3=1``
 
-Measured, rounds interleaved across the five (medians):
+Measured, rounds interleaved across the six (medians; then the warm reads' min / median
+/ max, the ratio rw / ro within each round and the load average):
 
 1. warm small reads: open + read + close of R random events (<= 16 KiB) with os calls,
    after one pass that brings them into the caches;
@@ -53,7 +57,7 @@ from bookfs.formats.book import Book  # noqa: E402
 from tests.mounting import mounted  # noqa: E402
 
 SMALL = 16 << 10
-KINDS = ("local", "ro", "ro-stock", "rw", "rw-stock")
+KINDS = ("local", "ro", "ro-stock", "rw", "rw-single", "rw-stock")
 _REQUEST = re.compile(r"DEBUG bookfs\.fs\.ops: (\w+)\(")
 
 
@@ -67,7 +71,8 @@ def source(kind: str, log: str, local: str, work: str, debug: bool = False):
     if kind == "local":
         yield os.path.join(local, "events")
         return
-    opts = ["-o", "ro"] if kind.startswith("ro") else []
+    opts = (["-o", "ro"] if kind.startswith("ro") else
+            ["-o", "single_connection"] if kind == "rw-single" else [])
     extra = ["--debug"] if debug else []
     log_file = os.path.join(work, f"{kind}{'-debug' if debug else ''}.log")
     saved = os.environ.get("BOOKFS_STOCK_PYFUSE3")
@@ -158,6 +163,7 @@ def main(argv=None) -> int:
         picks = rnd.sample(sorted(sizes), min(a.reads, len(sizes)))
         want = [sizes[e] for e in picks]
         say(f"{len(picks)} random small events of {a.events}; {a.rounds} rounds")
+        load_before = os.getloadavg()[0]
 
         warm = {k: [] for k in KINDS}
         cold = {k: [] for k in KINDS}
@@ -178,6 +184,7 @@ def main(argv=None) -> int:
                     cold[kind].append(len(paths) / read_files(paths, want))
                     read_files(paths, want)  # every one cached now
                     warm[kind].append(len(paths) / read_files(paths, want))
+        load_after = os.getloadavg()[0]
         requests = {k: count_requests(k, log, local, work, picks)
                     for k in KINDS if k != "local"}
     finally:
@@ -195,6 +202,17 @@ def main(argv=None) -> int:
                      f"{w / med['ro-stock'][0]:.2f} | {f:,.0f} | {f / med['ro-stock'][1]:.2f} | "
                      f"{f / med['rw-stock'][1]:.2f} | {c:,.0f} | {c / med['local'][2]:.2f} | "
                      f"{c / med['ro-stock'][2]:.2f} |")
+    lines += ["", f"1-minute load {load_before:.2f} before, {load_after:.2f} after", "",
+              "| warm reads/s | min | median | max |", "|---|---|---|---|"]
+    for k in KINDS:
+        lines.append(f"| {k} | {min(warm[k]):,.0f} | {statistics.median(warm[k]):,.0f} | "
+                     f"{max(warm[k]):,.0f} |")
+    for top, base in (("rw", "ro"), ("rw-single", "ro")):
+        ratios = [t / b for t, b in zip(warm[top], warm[base])]
+        lines.append(f"\nwarm reads {top} / {base} within each round: "
+                     + ", ".join(f"{x:.2f}" for x in ratios)
+                     + f" (median {statistics.median(ratios):.2f}; >= 0.9 in "
+                     f"{sum(x >= 0.9 for x in ratios)} of {len(ratios)})")
     ops = list(next(iter(requests.values())))
     lines += ["", "| operation | " + " | ".join(requests) + " |",
               "|---|" + "---|" * len(requests)]
