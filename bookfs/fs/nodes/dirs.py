@@ -19,8 +19,9 @@ rechecks their attributes before reading, drops its stale pages.
 Listings: with patched pyfuse3 directories are opened with ``cache_readdir``, and keep
 the kernel's listing while the log has not changed since the last opendir (``ls -l
 events/`` costs OPENDIR and RELEASEDIR).  ``events/`` lists every event (readdirplus:
-each entry counted as a lookup, :meth:`~bookfs.fs.follow.Follower.entry`); ``new/`` and
-``pretty/`` list as empty (write-only; reached by name).  Errors: a file opened as a
+each entry counted as a lookup, :meth:`~bookfs.fs.follow.Follower.entry`); ``new/``,
+``pretty/`` and ``follow/`` list as empty (write-only; reached by name; a listing of
+``follow/`` would make walks wait or count events twice).  Errors: a file opened as a
 directory is ENOTDIR, a directory opened as a file EISDIR, an info file opened for
 writing EACCES.
 """
@@ -54,6 +55,7 @@ class Directories(Kind):
         super().__init__(fs)
         self.root = list(_ROOT_ENTRIES)
         self.root.append((b"pretty", I.PRETTY))  # readable renderings (bookfs show)
+        self.root.append((b"follow", I.FOLLOW))  # names that wait (nodes/follow_dir.py)
         if fs.segments is not None:
             self.root.append((b"segments", I.SEGMENTS))
         if fs.epochs:
@@ -258,7 +260,7 @@ class Directories(Kind):
                 refs[slot] += 1  # an entry the kernel links (readdirplus): Follower.entry
                 event += 1
             return
-        if fh == I.PRETTY:
+        if fh in (I.PRETTY, I.FOLLOW):
             # lists as empty: pretty/N is reached by name.  A listing would make every
             # whole-mount walk (grep -r, tar, rsync, cp -r) render every event, and copy
             # size-0 entries as empty files.
