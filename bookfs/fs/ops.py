@@ -137,7 +137,9 @@ class BookOperations(pyfuse3.Operations):
         self.book = book
         # the bulk view needs the UIP layout's deeds; a pier shows its epochs instead
         self.segments = Segments(book, segment_span) if isinstance(book, Book) else None
-        self.epochs = list(getattr(book, "epochs", []))
+        # the pier's own list: a read-only mount's follower adds the epochs a roll
+        # creates (Pier.refresh), and every view (epochs/, info) sees them
+        self.epochs = getattr(book, "epochs", [])
         # resolved before mounting: descriptors' links name files by their real path
         self.mountpoint = mountpoint
         self.readonly = not book.writable

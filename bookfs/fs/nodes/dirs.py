@@ -68,9 +68,19 @@ class Directories(Kind):
         self.root_listed = [(n, i) for n, i in self.root if i not in (I.SEGMENTS, I.EPOCHS)]
         #: the directories' inodes (the root's entries but info)
         self.inodes = {ino for _, ino in self.root if ino != I.INFO} | {I.ROOT}
-        self.epoch_by_name = {e.name.encode(): k for k, e in enumerate(fs.epochs)}
         self.listed: dict[int, tuple] = {}  # directory inode -> log state at its opendir
         self.content_mtime: dict[int, tuple[bytes, int]] = {}  # inode -> (content, mtime)
+
+    def epoch_named(self, name: bytes) -> int | None:
+        """The index of the epoch called ``name`` (``0i300``); one a roll created since
+        the last look is picked up here (the follower looks once more)."""
+        for again in (False, True):
+            if again:
+                self.fs.follower.follow()
+            for k, e in enumerate(self.fs.epochs):
+                if e.name.encode() == name:
+                    return k
+        return None
 
     def owns(self, ino: int) -> bool:
         return ino in self.inodes or ino == I.INFO or I.is_epoch(ino)
@@ -136,7 +146,7 @@ class Directories(Kind):
         """A name in ``/``, ``epochs/`` or an epoch's directory."""
         fs = self.fs
         if parent_inode == I.EPOCHS:
-            k = self.epoch_by_name.get(name)
+            k = self.epoch_named(name)
             if k is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
             return self._epoch_attrs(I.epoch_inode(k, I.EPOCH_DIR))
@@ -225,7 +235,7 @@ class Directories(Kind):
             return inode
         # the kernel may keep its cached listing unless the log changed since the last
         # opendir of this directory (an append, a recovery, a replacement)
-        state = (fs.follower.generation, self.book.gulf())
+        state = (fs.follower.generation, self.book.gulf(), len(fs.epochs))
         unchanged = self.listed.get(inode) == state
         self.listed[inode] = state
         return pyfuse3.FileInfo(fh=inode, cache_readdir=True, keep_cache=unchanged)
