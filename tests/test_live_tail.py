@@ -186,34 +186,45 @@ def test_show_follow_prints_events_as_they_commit(tmp_path):
     assert res.returncode == 2 and "mount" in res.stderr
 
 
+def roll(root, last: int, events: list[bytes]) -> None:
+    """What a ship does at an upgrade: a new vere-layout epoch ``0i<last>`` (its directory
+    first, its files a moment later), then appends there."""
+    new = root / ".urb" / "log" / f"0i{last}"
+    new.mkdir()  # caught half made, the epoch is taken once it opens
+    time.sleep(0.3)
+    make_vere_epoch(new, last, [], meta=meta_values())
+    (new / "epoc.txt").write_text("3")
+    time.sleep(0.3)
+    with Pier.open(root, writable=True) as pier:
+        pier.save(last + 1, events)
+
+
 def test_ro_pier_mount_follows_a_roll(tmp_path):
-    """A ship rolls to a new epoch while a read-only mount follows it: events after the
-    roll appear under events/ and follow/, and epochs/ shows the new epoch."""
+    """A ship rolls to a new epoch while a read-only mount follows it: the events after
+    the roll appear under events/ and follow/, epochs/ shows the new epoch, info too."""
     before = payloads(1, 10)
-    more = payloads(11, 6)
+    more = payloads(11, 8)
     root = make_pier(tmp_path / "pier", [("lmdb", before[:5]), ("vere", before[5:])])
 
     def ship():
         with Pier.open(root, writable=True) as pier:
             pier.save(11, more[:2])
-        new = root / ".urb" / "log" / "0i12"
-        new.mkdir()  # a roll caught half made: the epoch is taken once it opens
-        time.sleep(0.3)
-        make_vere_epoch(new, 12, [], meta=meta_values())
-        (new / "epoc.txt").write_text("3")
-        time.sleep(0.3)
-        with Pier.open(root, writable=True) as pier:
-            pier.save(13, more[2:])
+        roll(root, 12, more[2:6])
 
-    with mounted(root, tmp_path / "mnt", "-o", "ro,follow_timeout=10") as m:
+    with mounted(root, tmp_path / "mnt", "-o", "ro") as m:
         assert sorted(os.listdir(f"{m}/epochs")) == ["0i0", "0i5"]
-        later(0.3, ship)
-        res = subprocess.run(["cat", f"{m}/follow/14"], capture_output=True, timeout=15)
-        assert res.returncode == 0 and res.stdout == more[3]
-        assert wait_for(lambda: os.path.exists(f"{m}/events/16"))
+        later(0.3, ship).join()
+        assert wait_for(lambda: os.path.exists(f"{m}/events/16"), 5), "the roll is not followed"
+        got = [open(f"{m}/events/{n}", "rb").read() for n in range(1, 17)]
+        assert got == before + more[:6]
         assert sorted(os.listdir(f"{m}/epochs")) == ["0i0", "0i12", "0i5"]
         assert len(os.listdir(f"{m}/epochs/0i12/events")) == 4
         assert open(f"{m}/epochs/0i12/events/13", "rb").read() == more[2]
-        got = [open(f"{m}/events/{n}", "rb").read() for n in range(1, 17)]
-        assert got == before + more
         assert "0i12 vere-book 13..16" in open(f"{m}/info").read()
+
+        def append_more():
+            with Pier.open(root, writable=True) as pier:
+                pier.save(17, more[6:])
+        later(0.5, append_more)  # follow/ waits in the new epoch
+        res = subprocess.run(["cat", f"{m}/follow/18"], capture_output=True, timeout=15)
+        assert res.returncode == 0 and res.stdout == more[7]
