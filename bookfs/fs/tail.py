@@ -21,14 +21,20 @@ still served.
 What the kernel does with a waiting caller.  A lookup sent to the daemon is not ended by
 the caller's signals: the kernel queues a ``FUSE_INTERRUPT`` for the first one, then
 waits (killable) and, once the request is in userspace, "waits it out" even for a fatal
-signal (``fs/fuse/dev.c``, ``request_wait_answer()``).  pyfuse3 does not pass
-``FUSE_INTERRUPT`` on (libfuse's ``do_interrupt()`` only marks the request), so a waiter
+signal (``fs/fuse/dev.c``, ``request_wait_answer()``: "Either request is already in
+userspace, or it was forced.  Wait it out.").  pyfuse3 does not pass ``FUSE_INTERRUPT``
+on: libfuse's ``find_interrupted()`` (``lib/fuse_lowlevel.c``) sets the request's
+``interrupted`` flag and calls its interrupt function, which pyfuse3 never registers
+(``fuse_req_interrupt_func()``) and whose flag it never reads.  So a waiter
 killed by Ctrl-C returns when its lookup is answered: when the event commits, at the
 latest after ``follow_timeout``.  Nothing is left behind: the answer goes to a request
 the kernel still holds.  That is why the default timeout is short (``DEFAULT_TIMEOUT``).
 
-Unmounting.  A process waiting in a lookup holds the mount busy (``umount`` answers
-EBUSY), as any process inside it does.  SIGINT/SIGTERM to the daemon answer every waiter
+Unmounting.  A process waiting in a lookup holds the mount busy, as any process inside
+it does: ``umount`` answers EBUSY (``fs/namespace.c``, ``do_umount()``: EBUSY while
+``propagate_mount_busy()`` finds references beyond the mount's own; the waiter's path
+walk holds one), while ``MNT_DETACH`` detaches the mount at once (``umount_tree()``)
+and the filesystem lives until its last reference goes.  SIGINT/SIGTERM to the daemon answer every waiter
 ESHUTDOWN at once (:meth:`Tail.close`, called by ``mount._serve``), and so does a lazy
 unmount (``bookfs umount -l``): :meth:`Tail.watch` sees, once a second while lookups
 wait, that no mount shows this filesystem any more, so the daemon ends within a second.
