@@ -10,12 +10,9 @@ import errno
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
-import pytest
 
 from bookfs.formats.book import Book
 from bookfs.formats.pier import Pier
@@ -62,6 +59,21 @@ def test_follow_n_waits_for_a_concurrent_writer(small_src, tmp_path):
         assert os.stat(f"{m}/follow/000000000011").st_size == 700
         res, took = timed(subprocess.run, ["cat", f"{m}/follow/3"], capture_output=True)
         assert res.stdout == payload(3, 4 + 37 * 3) and took < 0.5
+
+
+def test_many_waiters_do_not_starve_the_writer(small_src, tmp_path):
+    """Forty processes wait on follow/11 at once: reads still answer at once, the append
+    of event 11 through new/ (CREATE, WRITE, FLUSH) still commits, and every waiter then
+    gets its bytes."""
+    data = payload(11, 300)
+    with mounted(small_src, tmp_path / "rw") as m:
+        cats = [subprocess.Popen(["cat", f"{m}/follow/11"], stdout=subprocess.PIPE)
+                for _ in range(40)]
+        time.sleep(0.5)
+        got, took = timed(lambda: open(f"{m}/events/10", "rb").read())
+        assert got == payload(10, 4 + 370) and took < 0.5
+        append_new(m, 11, data)
+        assert [c.communicate(timeout=10)[0] for c in cats] == [data] * 40
 
 
 def test_shell_loop_consumes_a_live_log_on_a_read_only_follower(small_src, tmp_path):
