@@ -13,7 +13,6 @@ import subprocess
 import threading
 import time
 
-
 from bookfs.formats.book import Book
 from bookfs.formats.pier import Pier
 from lmdb_fixtures import make_pier, make_vere_epoch, meta_values, payloads
@@ -139,7 +138,8 @@ def test_timeout_errno_and_existence_checks_never_wait(small_src, tmp_path):
 def test_killed_waiter_then_unmount(small_src, tmp_path):
     """A cat killed while it waits ends at the latest when its lookup times out (the
     kernel waits out a request the daemon holds); the mount serves on, and unmounts.  A
-    lazy unmount while a lookup waits answers it ESHUTDOWN and the daemon ends."""
+    lazy unmount, or SIGTERM to the daemon, while a lookup waits answers it ESHUTDOWN and
+    the daemon ends."""
     with mounted(small_src, tmp_path / "ro", "-o", "ro,follow_timeout=2") as m:
         cat = subprocess.Popen(["cat", f"{m}/follow/50"], stderr=subprocess.DEVNULL)
         time.sleep(0.3)
@@ -160,6 +160,14 @@ def test_killed_waiter_then_unmount(small_src, tmp_path):
         assert "shutdown" in cat.stderr.read()
         assert wait_for(lambda: proc_gone(pid), 10), "the daemon did not end"
         assert time.monotonic() - t < 5
+    with mounted(small_src, tmp_path / "ro3", "-o", "ro,follow_timeout=30") as m:
+        pid = daemon_pid(m)
+        cat = subprocess.Popen(["cat", f"{m}/follow/50"], stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        t = time.monotonic()
+        os.kill(pid, signal.SIGTERM)  # the daemon stops: the waiter is answered at once
+        assert cat.wait(timeout=10) == 1 and time.monotonic() - t < 5
+        assert wait_for(lambda: proc_gone(pid), 10), "the daemon did not end"
 
 
 def test_show_follow_prints_events_as_they_commit(tmp_path):
