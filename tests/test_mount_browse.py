@@ -49,7 +49,7 @@ def test_ls_lists_every_event_in_order(browse):
     # segments/ holds the log's bytes again: not listed (whole-mount walks count each byte
     # once, issue 23.1), opened by name
     assert sorted(sh(f"ls {browse}").stdout.decode().split()) == [
-        "events", "info", "meta", "new", "pretty"]
+        "events", "follow", "info", "meta", "new", "pretty"]
     assert sh(f"ls {browse}/segments").stdout.decode().split() == [f"{1:012d}"]
     assert sh(f"ls {browse}/meta").stdout.decode().split() == ["fake", "life", "version", "who"]
 

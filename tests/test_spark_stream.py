@@ -268,3 +268,42 @@ def test_stream_refuses_many_mounts_and_bad_options(env, tmp_path):
     with pytest.raises(Exception, match="maxEventsPerTrigger must be at least 1"):
         env.spark.readStream.format("bookfs").option("maxEventsPerTrigger", 0) \
             .load(env.static).writeStream.format("noop").start().awaitTermination(10)
+
+
+def test_stream_goes_on_across_a_roll(spark, tmp_path):
+    """A read-only mount of a pier whose ship rolls to a new epoch mid-stream: the stream
+    delivers the events of both epochs, each once (issue 23.5)."""
+    from bookfs.formats.pier import Pier
+    from tests.lmdb_fixtures import make_pier, make_vere_epoch, meta_values, payloads
+
+    before, after = payloads(1, 12), payloads(13, 9)
+    root = make_pier(tmp_path / "pier", [("lmdb", before[:6]), ("vere", before[6:])])
+    with mounted(root, tmp_path / "mnt", "-o", "ro") as mnt:
+        q = (spark.readStream.format("bookfs").load(mnt).writeStream.format("memory")
+             .queryName("bookfs_roll").trigger(processingTime="0.5 seconds").start())
+        try:
+            def delivered() -> list[int]:
+                return sorted(r[0] for r in spark.sql("select event from bookfs_roll")
+                              .collect())
+
+            deadline = time.monotonic() + 60
+            while delivered() != list(range(1, 13)) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert delivered() == list(range(1, 13))
+            new = root / ".urb" / "log" / "0i12"  # the roll
+            make_vere_epoch(new, 12, [], meta=meta_values())
+            (new / "epoc.txt").write_text("3")
+            with Pier.open(root, writable=True) as pier:
+                pier.save(13, after[:4])
+                pier.save(17, after[4:])
+            deadline = time.monotonic() + 60
+            while len(delivered()) < 21 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert delivered() == list(range(1, 22))
+            assert q.exception() is None
+            rows = {r["event"]: r for r in
+                    spark.sql("select event, jam from bookfs_roll").collect()}
+            assert [bytes(rows[n]["jam"]) for n in range(1, 22)] == [
+                p[4:] for p in before + after]
+        finally:
+            q.stop()

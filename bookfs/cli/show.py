@@ -1,4 +1,5 @@
 """``bookfs show SOURCE N[..M]``: events as a person reads them.
+``bookfs show --follow MNT [N[..M]]``: events as they are committed, like ``tail -f``.
 
 For each event: its number, date, wire and card tag, its size and mug, and the noun in the
 dojo's notation (:mod:`bookfs.noun.render`).  A ship event ``[date [wire card]]`` shows the card
@@ -18,6 +19,15 @@ bytes and prints in well under a second, and memory does not grow with the event
 everything.  ``--json`` prints one JSON object per line (the exact noun, no heuristics).
 
 The rendering is :func:`bookfs.noun.event.event_text`; the mount's ``pretty/N`` files serve the same.
+
+``--follow`` (``-f``) reads a bookfs mount (read-only ones follow a writer, and a pier's
+rolls): it prints every event from N (default: the first one committed after it
+started) as it is committed, until event M or Ctrl-C (exit status 130, nothing more
+printed).  It waits through the mount's ``follow/N`` (each lookup waits up to the
+mount's ``follow_timeout``, then is asked again), in a child process: the kernel lets
+no signal end a lookup the mount is serving (``fs/fuse/dev.c``,
+``request_wait_answer()``), so Ctrl-C ends ``show`` at once and the child ends when its
+lookup is answered.
 """
 
 from __future__ import annotations
@@ -124,6 +134,12 @@ def parse_range(text: str) -> tuple[int, int]:
 
 
 def run(args) -> int:
+    if args.follow:
+        return _follow(args)
+    if args.events is None:
+        print("bookfs show: expected an event number N or a range N..M (or --follow)",
+              file=sys.stderr)
+        return 2
     try:
         first, last = parse_range(args.events)
     except ValueError as e:
@@ -167,6 +183,93 @@ def run(args) -> int:
     return 0
 
 
+# --- --follow --------------------------------------------------------------------------
+
+
+def _print_event(source: _MountSource, event: int, args) -> None:
+    size, pread, done = source.payload(event)
+    try:
+        for piece in event_text(event, size, pread, limits=None if args.full else DEFAULT,
+                                who=source.who, as_json=args.json, life=source.life,
+                                bob_dir=source.bob_dir):
+            sys.stdout.write(piece)
+    finally:
+        done()
+    sys.stdout.flush()  # one event at a time: a pipe sees it as it commits
+
+
+def _wait_in_child(path: str) -> int:
+    """``stat(path)`` (a lookup under ``follow/``, which waits) in a child process: 0 once
+    it answers, else its errno.  Ctrl-C interrupts our ``waitpid`` at once (a
+    ``KeyboardInterrupt``); the child, which ignores it and holds none of our output,
+    ends by itself when the mount answers its lookup (module docstring)."""
+    import signal
+
+    pid = os.fork()
+    if pid == 0:  # the child: no Python cleanup, no output, no traceback
+        code = 0
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.stat(path)
+        except OSError as e:
+            code = e.errno or 1
+        except BaseException:
+            code = 1
+        os._exit(code & 0xFF)
+    _, status = os.waitpid(pid, 0)  # Ctrl-C: KeyboardInterrupt here, the child goes on
+    return os.waitstatus_to_exitcode(status)
+
+
+def _follow(args) -> int:
+    """``--follow``: print events as they commit, through the mount's ``follow/``."""
+    import errno
+
+    path = args.source
+    if not is_mount(path) or not os.path.isdir(os.path.join(path, "follow")):
+        print(f"bookfs show: --follow reads a bookfs mount's follow/, and {path} is not "
+              "one; mount the log first (bookfs mount -o ro LOG MNT)", file=sys.stderr)
+        return 2
+    try:
+        first, last = parse_range(args.events) if args.events else (None, None)
+        if args.events and ".." not in args.events:
+            last = None  # N alone: from N on
+    except ValueError as e:
+        print(f"bookfs show: {e}", file=sys.stderr)
+        return 2
+    event = first
+    try:
+        source = _MountSource(path)
+        if event is None:
+            event = source.range[1] + 1 if source.range[1] else 1
+        while last is None or event <= last:
+            try:
+                _print_event(source, event, args)
+                event += 1
+                continue
+            except FileNotFoundError:
+                pass  # not committed yet: wait for it
+            err = _wait_in_child(os.path.join(path, "follow", str(event)))
+            if err in (0, errno.ETIMEDOUT):
+                continue  # committed, or not yet: look again
+            what = {errno.ENOENT: f"no event {event} (the log starts after it)",
+                    errno.ESHUTDOWN: "the mount went away"}.get(err, os.strerror(err))
+            print(f"bookfs show: {path}: {what}", file=sys.stderr)
+            return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # show --follow | head: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as e:
+        print(f"bookfs show: event {event}: {e.filename or path}: {e.strerror}"
+              + _eio_hint(e, path), file=sys.stderr)
+        return 1
+    return 0
+
+
 def _eio_hint(e: OSError, source: str) -> str:
     """What to run when a mount refused an event's bytes (EIO: they fail the log's check,
     and the mount serves no corrupt byte), naming the log it mounts."""
@@ -186,9 +289,14 @@ def register(sub) -> None:
     s = sub.add_parser("show", help="print events as readable nouns", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("source", help="a bookfs mount, a pier, a Book directory or an LMDB epoch")
-    s.add_argument("events", metavar="N[..M]", help="an event number or an inclusive range")
+    s.add_argument("events", metavar="N[..M]", nargs="?",
+                   help="an event number or an inclusive range (with --follow: start at "
+                        "N, stop after M; default: from the next event committed, on)")
     s.add_argument("--full", action="store_true",
                    help="show everything: no abbreviation (cues the whole event)")
     s.add_argument("--json", action="store_true",
                    help="one JSON object per event: the exact noun, date, wire, card")
+    s.add_argument("-f", "--follow", action="store_true",
+                   help="on a bookfs mount: print events as they are committed, until "
+                        "Ctrl-C (like tail -f; waits through the mount's follow/)")
     s.set_defaults(func=run)

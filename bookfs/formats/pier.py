@@ -32,8 +32,13 @@ Contract
   ``.vere.lock`` is taken (``lock.lock_path_for``), so two writers never meet.
 * Meta is the newest epoch's: ``meta.bin`` for a Book epoch, the top-level META database
   for an LMDB epoch.
-* ``refresh`` delegates to the newest epoch (a new epoch created by a roll while the pier
-  is open is not picked up; reopen the pier).
+* ``refresh`` delegates to the newest epoch and, on a read-only pier, picks up the epochs
+  a writer created since by a *roll* (:meth:`Pier.refresh`): a follower of a live ship
+  goes on across an upgrade.  A new epoch is taken once it opens and continues the
+  chain (``0i<N>`` with N the last event seen); one caught half made (the directory
+  without its files yet, a Book header not written) is looked at again at the next
+  refresh, never refused.  The check costs one ``stat`` of ``.urb/log`` while no
+  directory was added.
 
 :func:`open_source` opens whatever a user points at: a pier, a single Book directory (UIP
 or vere layout), or a single LMDB epoch directory.
@@ -42,6 +47,7 @@ or vere layout), or a single LMDB epoch directory.
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
@@ -62,6 +68,8 @@ from bookfs.formats.layout import (
     VERE_LOCK_NAME,
 )
 from bookfs.types import EventNum
+
+_log = logging.getLogger(__name__)
 
 LOG_DIR = PIER_LOG_DIR
 LOCK_NAME = VERE_LOCK_NAME  # kept for importers; lock.lock_path_for finds it from any path
@@ -271,6 +279,9 @@ class Pier(LogMixin):
         self.epochs: list[Epoch] = []
         self._bases: list[int] = []
         self._lock = None
+        self._log_dir_mtime: int | None = None  # .urb/log as of the last look for a roll
+        self._roll_pending = False  # a new epoch seen but not taken yet (half made)
+        self._roll_said: str | None = None  # the last reason a new epoch waits (logged once)
 
     @classmethod
     def open(cls, path: str | os.PathLike, writable: bool = False, *,
@@ -431,9 +442,68 @@ class Pier(LogMixin):
             yield from e.log.walk(max(start, e.log.first), min(end, e.log.last))
 
     def refresh(self) -> int:
-        """Events the newest epoch gained since the last look (it rebuilds its view, and
-        bumps its ``generation``, if it was rewritten under us)."""
-        return self.newest.log.refresh()
+        """Events the pier gained since the last look: the newest epoch's (it rebuilds its
+        view, and bumps its ``generation``, if it was rewritten under us), then, on a
+        read-only pier, those of epochs a roll created since (:meth:`_take_rolls`)."""
+        gained = self.newest.log.refresh()
+        if not self.writable:
+            gained += self._take_rolls()
+        return gained
+
+    def _take_rolls(self) -> int:
+        """Open the epochs a writer's roll added to ``.urb/log`` since the last look, in
+        order, as long as each continues the chain; their events gained.  One ``stat``
+        while the directory is unchanged and no new epoch is pending."""
+        try:
+            mtime = os.stat(self.log_dir).st_mtime_ns
+        except OSError:
+            return 0
+        if mtime == self._log_dir_mtime and not self._roll_pending:
+            return 0
+        self._log_dir_mtime = mtime
+        newest = self.newest.base
+        try:
+            names = sorted((int(m.group(1)), name) for name in os.listdir(self.log_dir)
+                           if (m := EPOCH_NAME.fullmatch(name)) and int(m.group(1)) > newest)
+        except OSError:
+            names = []
+        gained, self._roll_pending = 0, False
+        for base, name in names:
+            last_log = self.newest.log
+            last_log.refresh()  # the events committed before the roll
+            last = last_log.last if last_log.count else self.newest.base
+            why = None
+            if base != last:
+                why = f"it would start after event {base}, and the pier ends at {last}"
+            else:
+                try:
+                    log = self._open_epoch(os.path.join(self.log_dir, name))
+                except (BookError, OSError) as e:
+                    log, why = None, f"not complete yet ({e})"
+                if log is not None and log.count and log.first != base + 1:
+                    why = f"its first event is {log.first}, expected {base + 1}"
+                    log.close()
+                    log = None
+            if why is not None:
+                self._roll_pending = True
+                if why != self._roll_said:
+                    _log.info("%s: new epoch %s not followed yet: %s", self.log_dir, name, why)
+                    self._roll_said = why
+                break
+            self.epochs.append(Epoch(name, base, log))
+            self._bases.append(base)
+            gained += log.count
+            _log.info("%s: followed a roll: new epoch %s (%s)", self.log_dir, name, log.format)
+        return gained
+
+    def _open_epoch(self, directory: str) -> EventLog:
+        """A new epoch directory, opened read-only (BookError while it is half made)."""
+        kind = store_kind(directory)
+        if kind is None:
+            raise FormatError(f"{directory}: no {EPOC_NAME}, {LOG_NAME} or {LMDB_DATA_NAME}")
+        if kind == "lmdb":
+            return self._open_lmdb(directory)
+        return open_book_dir(directory, False)
 
     @property
     def generation(self) -> int:

@@ -1,8 +1,9 @@
 """Following the log: a read-only mount picks up what the writer commits, and one read
 stream never mixes two generations of the log.
 
-Read-only mounts follow the writer: :meth:`Follower.loop` checks the log every second,
-and handlers look again (:meth:`Follower.follow`) when asked for an event, a segment or a
+Read-only mounts follow the writer: :meth:`Follower.loop` checks the log every second
+(every 50 ms while a lookup under ``follow/`` waits for an event, ``tail.py``, which
+every change seen here wakes), and handlers look again (:meth:`Follower.follow`) when asked for an event, a segment or a
 directory the mount has not seen yet.  When the log grew, the kernel is told to drop the
 attributes that changed (``CHANGING``: the root, ``events/``, the epochs' directories and
 the info files; a writer's append is not slowed by that notification: its directories
@@ -37,6 +38,7 @@ import trio
 
 from bookfs.fs import inodes as I
 from bookfs.fs.commit import refuse
+from bookfs.fs.tail import WAITING_EVERY
 
 if TYPE_CHECKING:
     from bookfs.fs.ops import BookOperations
@@ -125,6 +127,8 @@ class Follower:
         gen = getattr(self.book, "generation", 0)
         old = self.known
         self.known = self.book.gulf()
+        if self.known != old or gen != self.generation:
+            fs.tail.published()  # lookups under follow/ look again (tail.py)
         if gen == self.generation and self.known != old and fs.mountpoint:
             trio.lowlevel.spawn_system_task(self._drop_attrs)  # it grew
         if gen != self.generation:
@@ -162,9 +166,17 @@ class Follower:
     async def loop(self) -> None:
         """Run by the daemon of a read-only mount: check the log every ``FOLLOW_EVERY``
         seconds, so a recovery or replacement by the writer is noticed even while the
-        kernel serves every read from its cache."""
+        kernel serves every read from its cache; while a lookup under ``follow/`` waits,
+        every ``WAITING_EVERY`` seconds (one ``fstat`` while nothing changed), and at
+        once when a wait begins (``tail.py``)."""
+        tail = self.fs.tail
         while True:
-            await trio.sleep(FOLLOW_EVERY)
+            if tail.waiting:
+                await trio.sleep(WAITING_EVERY)
+            else:
+                tail.arrived = trio.Event()
+                with trio.move_on_after(FOLLOW_EVERY):
+                    await tail.arrived.wait()
             try:
                 self.follow()
             except Exception:

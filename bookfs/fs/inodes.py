@@ -12,7 +12,7 @@ The u64 inode space is split by its top bit:
 * **everything else** lives below 2^63, in ranges that cannot meet::
 
     1 /            2 events/      3 meta/       4 new/        5 info      6 segments/
-    7 epochs/ (piers)            8 pretty/
+    7 epochs/ (piers)            8 pretty/     9 follow/     10 follow/next
     16..           meta/<key>
     2^36 + 4k      epochs/<k-th>/   2^36 + 4k + 1  its events/   2^36 + 4k + 2  its info
     2^40 + s*2^45 + k   segments/<k> in slot s (k < 2^45: a segment index is a byte offset
@@ -56,6 +56,8 @@ INFO: Final = InodeT(5)
 SEGMENTS: Final = InodeT(6)
 EPOCHS: Final = InodeT(7)
 PRETTY: Final = InodeT(8)
+FOLLOW: Final = InodeT(9)
+FOLLOW_NEXT: Final = InodeT(10)
 
 META_BASE: Final = 16
 META_INODES: Final = {key: InodeT(META_BASE + i) for i, key in enumerate(META_KEYS)}

@@ -320,6 +320,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
         ops = BookOperations(book, debug=debug, mountpoint=mountpoint,
                              segment_span=opts.segment_span,
                              stall_timeout=opts.stall_timeout,
+                             follow_timeout=opts.follow_timeout,
                              owner=(opts.uid, opts.gid), umask=opts.umask)
         ops.new_files.checked = not opts.unchecked_payloads  # -o unchecked_payloads
         if opts.ignored:
@@ -359,10 +360,12 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
                     async for sig in signals:
                         log.info("signal %d: unmounting", sig)
                         ops.queue.shutdown(f"signal {sig}: the mount is going away")
+                        ops.tail.close(f"signal {sig}: the mount is going away")
                         pyfuse3.terminate()
                         return
 
             nursery.start_soon(stop_on_signal)
+            nursery.start_soon(ops.tail.watch)  # follow/ waiters after a lazy unmount
             if ops.readonly:
                 nursery.start_soon(ops.follow_loop)
             await pyfuse3.main(max_tasks=max_tasks())
@@ -451,7 +454,9 @@ def max_tasks() -> int:
     one of them (``fs/fuse/file.c``, ``fuse_flush()``: ``fuse_simple_request``).  So at
     most one request per task in the system (``/proc/sys/kernel/threads-max``) plus the
     background ones can be waiting.  A waiting worker costs a few KiB: the patched
-    pyfuse3 (``bounded_buffers``) frees its 1 MiB receive buffer while it waits."""
+    pyfuse3 (``bounded_buffers``) frees its 1 MiB receive buffer while it waits.  The
+    same bound keeps lookups under ``follow/`` (which wait for an event, ``tail.py``)
+    from starving the appends and reads that let them finish."""
     try:
         with open("/proc/sys/kernel/threads-max") as f:
             threads = int(f.read())

@@ -11,6 +11,7 @@ inodes                             nodes                       module
 =================================  ==========================  =======================
 ``2^63 + ...``                     ``events/<N>``              ``nodes/events.py``
 ``3*2^59 + ...``                   ``pretty/<N>``              ``nodes/pretty.py``
+``10`` (and events' inodes)        ``follow/next``, ``<N>``    ``nodes/follow_dir.py``
 ``2^40 + ...``                     ``segments/<K>``            ``nodes/segments.py``
 ``2^48 + handle``                  ``new/<N>`` being written   ``nodes/new.py``
 ``16 + ...``                       ``meta/<key>``              ``nodes/meta.py``
@@ -20,7 +21,8 @@ inodes                             nodes                       module
 A request that names a parent (LOOKUP) goes to the kind that lists it; one that names
 a handle (READ, WRITE, FLUSH, RELEASE) to the kind that opened it.  Following the writer
 and the log's generations (which file belongs to which log, ESTALE, the kernel's caches
-to drop) is :mod:`bookfs.fs.follow`'s; what every kind shares (cache timeouts,
+to drop) is :mod:`bookfs.fs.follow`'s; lookups that wait for the next event
+(``follow/``) are :mod:`bookfs.fs.tail`'s; what every kind shares (cache timeouts,
 permissions) is ``nodes/base.py``'s.  Extended attributes are not supported (ENOSYS),
 which the kernel remembers, so ``ls -l`` does not ask once per file; the one exception
 is a ``new/<N>`` file's ``user.bookfs.unchecked`` (``nodes/new.py``), which is why
@@ -76,10 +78,12 @@ from bookfs.fs.follow import Follower
 from bookfs.fs.nodes.base import BytesHandle, Kind, Modes, source_modes
 from bookfs.fs.nodes.dirs import Directories
 from bookfs.fs.nodes.events import EventFiles, EventHandle
+from bookfs.fs.nodes.follow_dir import FollowFiles
 from bookfs.fs.nodes.meta import MetaFiles, MetaWriteHandle
 from bookfs.fs.nodes.new import PROBE_DEADLINE, NewFiles
 from bookfs.fs.nodes.pretty import PrettyFiles
 from bookfs.fs.nodes.segments import SegmentFiles, SegmentHandle
+from bookfs.fs.tail import DEFAULT_TIMEOUT, Tail
 
 __all__ = ["FEATURES", "BookOperations", "Modes", "guarded", "source_modes"]
 
@@ -128,19 +132,25 @@ class BookOperations(pyfuse3.Operations):
                  spill_dir: str | None = None, mountpoint: str | None = None,
                  segment_span: int = DEFAULT_SPAN,
                  owner: tuple[int | None, int | None] = (None, None),
-                 umask: int | None = None):
+                 umask: int | None = None, follow_timeout: float = DEFAULT_TIMEOUT):
         super().__init__()
         self.book = book
         # the bulk view needs the UIP layout's deeds; a pier shows its epochs instead
         self.segments = Segments(book, segment_span) if isinstance(book, Book) else None
-        self.epochs = list(getattr(book, "epochs", []))
+        # the pier's own list: a read-only mount's follower adds the epochs a roll
+        # creates (Pier.refresh), and every view (epochs/, info) sees them
+        self.epochs = getattr(book, "epochs", [])
         # resolved before mounting: descriptors' links name files by their real path
         self.mountpoint = mountpoint
         self.readonly = not book.writable
         self.debug = debug
         self.refusals = Refusals()  # refused appends and meta writes: in info
+        # lookups under follow/ waiting for an event; woken by each commit, and by the
+        # follower of a read-only mount (follow.py)
+        self.tail = Tail(self, follow_timeout)
         self.queue = CommitQueue(book, stall_timeout=stall_timeout, spill_dir=spill_dir,
-                                 refusals=self.refusals, check_deadline=PROBE_DEADLINE)
+                                 refusals=self.refusals, check_deadline=PROBE_DEADLINE,
+                                 on_commit=lambda first, last: self.tail.published())
         self._handles: dict[int, object] = {}
         # handles start at a random point, so a new/ file's inode (2^48 + its handle)
         # names it on this mount alone: the commit rule finds its descriptors in another
@@ -166,10 +176,12 @@ class BookOperations(pyfuse3.Operations):
         self.segment_files = SegmentFiles(self)
         self.new_files = NewFiles(self)
         self.meta_files = MetaFiles(self)
+        self.follow_files = FollowFiles(self)
         self.dirs = Directories(self)
         self._nothing = Kind(self)  # an inode no kind owns
         self._by_parent = {I.EVENTS: self.event_files, I.PRETTY: self.pretty_files,
-                           I.META: self.meta_files, I.NEW: self.new_files}
+                           I.META: self.meta_files, I.NEW: self.new_files,
+                           I.FOLLOW: self.follow_files}
         if self.segments is not None:
             self._by_parent[I.SEGMENTS] = self.segment_files
 
@@ -234,6 +246,8 @@ class BookOperations(pyfuse3.Operations):
             return self.segment_files if self.segments is not None else self._nothing
         if ino in I.META_BY_INODE:
             return self.meta_files
+        if ino == I.FOLLOW_NEXT:
+            return self.follow_files
         if self.dirs.owns(ino):
             return self.dirs
         return self._nothing
@@ -276,6 +290,13 @@ class BookOperations(pyfuse3.Operations):
                 # leaves no dentry that holds an old generation's inode
                 attrs.entry_timeout = 0
         return attrs
+
+    @guarded
+    async def readlink(self, inode, ctx):
+        """``follow/next`` (``nodes/follow_dir.py``): waits for the next event."""
+        if inode != I.FOLLOW_NEXT:
+            raise pyfuse3.FUSEError(errno.EINVAL)  # no other node is a symlink
+        return await self.follow_files.readlink(inode)
 
     @guarded
     async def getattr(self, inode, ctx=None):

@@ -1,6 +1,6 @@
 """``-o`` mount options: every one falls in exactly one class, and is sorted by it.
 
-* **bookfs's own** (:data:`OWN_OPTIONS`): ``stall_timeout=``, ``segment_mb=``,
+* **bookfs's own** (:data:`OWN_OPTIONS`): ``stall_timeout=``, ``follow_timeout=``, ``segment_mb=``,
   ``index_dir=``, ``noindex_cache``, ``unchecked_payloads``;
 * **implemented by bookfs** (:data:`IMPLEMENTED_OPTIONS`), because libfuse 3's low-level
   API no longer does: ``uid=``, ``gid=``, ``umask=``, ``nonempty``;
@@ -26,6 +26,7 @@ from bookfs.formats.segments import DEFAULT_SPAN as DEFAULT_SEGMENT_SPAN
 from bookfs.fs.mountinfo import FSNAME_PREFIX, FUSE_SUBTYPE
 
 DEFAULT_STALL_TIMEOUT = 30.0  # seconds a new/ writer waits for a stalled predecessor
+DEFAULT_FOLLOW_TIMEOUT = 10.0  # seconds a follow/ lookup waits (fs/tail.py says why 10)
 
 
 class MountError(Exception):
@@ -106,6 +107,11 @@ OWN_OPTIONS = {
     "stall_timeout": (_positive_number("seconds"),
                       "SECONDS a new/ writer waits for a stalled predecessor "
                       f"(default {DEFAULT_STALL_TIMEOUT:g})"),
+    "follow_timeout": (_positive_number("seconds"),
+                       "SECONDS a lookup of follow/N or a read of follow/next waits for "
+                       "the event before it answers ETIMEDOUT (default "
+                       f"{DEFAULT_FOLLOW_TIMEOUT:g}; a waiter's Ctrl-C takes effect at the "
+                       "latest then)"),
     "segment_mb": (_positive_number("MiB"), "MB: the byte span of each segments/ file "
                    f"(default {DEFAULT_SEGMENT_SPAN >> 20})"),
     "index_dir": (_directory, "DIR: keep the persisted offset index there"),
@@ -155,6 +161,7 @@ class MountOptions:
     readonly: bool = False
     rw: bool = False  # rw given explicitly: refuse to fall back to read-only
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
+    follow_timeout: float = DEFAULT_FOLLOW_TIMEOUT
     segment_span: int = DEFAULT_SEGMENT_SPAN
     index_dir: str | None = None
     index_cache: bool = True

@@ -19,8 +19,9 @@ rechecks their attributes before reading, drops its stale pages.
 Listings: with patched pyfuse3 directories are opened with ``cache_readdir``, and keep
 the kernel's listing while the log has not changed since the last opendir (``ls -l
 events/`` costs OPENDIR and RELEASEDIR).  ``events/`` lists every event (readdirplus:
-each entry counted as a lookup, :meth:`~bookfs.fs.follow.Follower.entry`); ``new/`` and
-``pretty/`` list as empty (write-only; reached by name).  Errors: a file opened as a
+each entry counted as a lookup, :meth:`~bookfs.fs.follow.Follower.entry`); ``new/``,
+``pretty/`` and ``follow/`` list as empty (write-only; reached by name; a listing of
+``follow/`` would make walks wait or count events twice).  Errors: a file opened as a
 directory is ENOTDIR, a directory opened as a file EISDIR, an info file opened for
 writing EACCES.
 """
@@ -54,6 +55,7 @@ class Directories(Kind):
         super().__init__(fs)
         self.root = list(_ROOT_ENTRIES)
         self.root.append((b"pretty", I.PRETTY))  # readable renderings (bookfs show)
+        self.root.append((b"follow", I.FOLLOW))  # names that wait (nodes/follow_dir.py)
         if fs.segments is not None:
             self.root.append((b"segments", I.SEGMENTS))
         if fs.epochs:
@@ -66,9 +68,19 @@ class Directories(Kind):
         self.root_listed = [(n, i) for n, i in self.root if i not in (I.SEGMENTS, I.EPOCHS)]
         #: the directories' inodes (the root's entries but info)
         self.inodes = {ino for _, ino in self.root if ino != I.INFO} | {I.ROOT}
-        self.epoch_by_name = {e.name.encode(): k for k, e in enumerate(fs.epochs)}
         self.listed: dict[int, tuple] = {}  # directory inode -> log state at its opendir
         self.content_mtime: dict[int, tuple[bytes, int]] = {}  # inode -> (content, mtime)
+
+    def epoch_named(self, name: bytes) -> int | None:
+        """The index of the epoch called ``name`` (``0i300``); one a roll created since
+        the last look is picked up here (the follower looks once more)."""
+        for again in (False, True):
+            if again:
+                self.fs.follower.follow()
+            for k, e in enumerate(self.fs.epochs):
+                if e.name.encode() == name:
+                    return k
+        return None
 
     def owns(self, ino: int) -> bool:
         return ino in self.inodes or ino == I.INFO or I.is_epoch(ino)
@@ -134,7 +146,7 @@ class Directories(Kind):
         """A name in ``/``, ``epochs/`` or an epoch's directory."""
         fs = self.fs
         if parent_inode == I.EPOCHS:
-            k = self.epoch_by_name.get(name)
+            k = self.epoch_named(name)
             if k is None:
                 raise pyfuse3.FUSEError(errno.ENOENT)
             return self._epoch_attrs(I.epoch_inode(k, I.EPOCH_DIR))
@@ -224,7 +236,7 @@ class Directories(Kind):
             return inode
         # the kernel may keep its cached listing unless the log changed since the last
         # opendir of this directory (an append, a recovery, a replacement)
-        state = (fs.follower.generation, self.book.gulf())
+        state = (fs.follower.generation, self.book.gulf(), len(fs.epochs))
         unchanged = self.listed.get(inode) == state
         self.listed[inode] = state
         return pyfuse3.FileInfo(fh=inode, cache_readdir=True, keep_cache=unchanged)
@@ -259,7 +271,7 @@ class Directories(Kind):
                 refs[slot] += 1  # an entry the kernel links (readdirplus): Follower.entry
                 event += 1
             return
-        if fh == I.PRETTY:
+        if fh in (I.PRETTY, I.FOLLOW):
             # lists as empty: pretty/N is reached by name.  A listing would make every
             # whole-mount walk (grep -r, tar, rsync, cp -r) render every event, and copy
             # size-0 entries as empty files.
