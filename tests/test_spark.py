@@ -204,6 +204,32 @@ def test_incremental_runs_and_a_five_mb_event(env, monkeypatch):
         assert not os.path.exists(out / "_staging")
 
 
+def test_a_short_incremental_run_names_its_files_and_lists_nothing(spark, tmp_path,
+                                                                  monkeypatch):
+    """Issue 23.3: an --incremental run after a few appends reads those events by name
+    (pipeline.NAMED_RANGE), so it neither lists events/ (a million files on a big log)
+    nor runs a Spark job to check their lengths: the mount sees no READDIR during the
+    run, and the run publishes exactly the new events.  A file over the binaryFile
+    limit is still refused in one line, naming it."""
+    src, mnt, log_file = tmp_path / "log", tmp_path / "mnt", tmp_path / "daemon.log"
+    run_bookfs("sample", str(src), "--events", "200")
+    with mounted(src, mnt, "--debug", log_file=str(log_file)):
+        out = tmp_path / "out"
+        args = _cli(out, ("mountpoint", str(mnt)))
+        assert spark_cli.run(args) == 0
+        new = _append(str(mnt), [_event(1), _event(2)])
+        mark = log_file.stat().st_size
+        assert spark_cli.run(args) == 0
+        with open(log_file) as f:
+            f.seek(mark)
+            during = f.read()
+        assert "readdir(" not in during and "opendir(" not in during
+        assert _published(out) == list(range(1, new[-1] + 1))
+        monkeypatch.setattr(bs.pipeline, "_max_length", lambda spark: 10)
+        with pytest.raises(bs.pipeline.EventTooLarge, match=f"event {new[0]} is "):
+            bs.read_events(spark, str(mnt), since=new[0], until=new[-1])
+
+
 def test_killed_run_then_rerun_is_exactly_once(env):
     out = env.root / "kill"
     base = [*BOOKFS, "spark", env.mnt, "--out", str(out), "--incremental",

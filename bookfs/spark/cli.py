@@ -324,9 +324,13 @@ class _Job:
     that far.  ``result`` is the exit status, or ``error`` the exception to re-raise."""
 
     def __init__(self, args, out: str, state: dict, since: int | None, own: bool,
-                 mode: str = "append"):
+                 mode: str = "append", last: int | None = None):
         self.args, self.out, self.state, self.since, self.own = args, out, state, since, own
         self.mode = mode
+        # the mount's last event when the inputs were checked: a run from `since` reads
+        # up to it (a short range by naming its files: pipeline.NAMED_RANGE); what is
+        # appended meanwhile is the next --incremental run's
+        self.last = last
         self.first = since if since is not None else 1
         self.staging = os.path.join(out, "_staging")
         self.abort = False
@@ -359,7 +363,10 @@ class _Job:
         self._check_abort()
         _status(f"reading {'segments' if args.bulk else 'events'} of {args.mountpoint} "
                 f"from event {first}" + (f" to {args.until}" if args.until else ""))
-        df = bs.read_events(spark, args.mountpoint, since=self.since, until=args.until,
+        until = args.until
+        if until is None and self.since is not None and self.last is not None:
+            until = self.last
+        df = bs.read_events(spark, args.mountpoint, since=self.since, until=until,
                             bulk=args.bulk)
         data = os.path.join(out, "data")
         replace = self.mode == "overwrite"  # else a new run beside those in data/
@@ -491,7 +498,7 @@ def run(args) -> int:
     if args.incremental and state.get("high_water") is not None:
         since = max(since or 0, state["high_water"] + 1)
     own = SparkSession.getActiveSession() is None  # else reuse it (tests) and keep it
-    job = _Job(args, out, state, since, own, mode)
+    job = _Job(args, out, state, since, own, mode, last)
     _status(f"starting Spark ({args.master})")
     worker = threading.Thread(target=job, name="bookfs-spark", daemon=True)
     worker.start()

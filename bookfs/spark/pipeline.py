@@ -207,10 +207,43 @@ def _check_lengths(spark, df, what: str) -> None:
     if row is not None and row["n"]:
         num = row["num"]
         length = df.where(F.col("num") == num).select("length").first()[0]
-        raise EventTooLarge(
-            f"{what} {num} is {length:,} bytes, over Spark's binaryFile limit "
-            f"{MAX_LENGTH_KEY} = {limit:,} bytes; raise that setting (at most 2 GiB - 1)"
-            + ("" if what == "segment" else " or read this log with bulk=True (--bulk)"))
+        raise _too_large(what, num, length, limit)
+
+
+def _too_large(what: str, num: int, length: int, limit: int) -> EventTooLarge:
+    """The one line for a file over the binaryFile limit."""
+    return EventTooLarge(
+        f"{what} {num} is {length:,} bytes, over Spark's binaryFile limit "
+        f"{MAX_LENGTH_KEY} = {limit:,} bytes; raise that setting (at most 2 GiB - 1)"
+        + ("" if what == "segment" else " or read this log with bulk=True (--bulk)"))
+
+
+#: A run of at most this many events, both ends known, is read by naming its files
+#: (``events/<N>``) instead of listing ``events/`` and filtering: an ``--incremental`` run
+#: after a few appends no longer lists (and stats) a million files, nor runs a Spark job
+#: to check their lengths (the driver stats the few it names).
+NAMED_RANGE = 4096
+
+
+def _named_range(spark, mnt: str, since: int | None, until: int | None,
+                 check_limit: bool) -> list[str] | None:
+    """The paths of events ``since..until`` when that is a short range (at most
+    :data:`NAMED_RANGE`), each checked against the binaryFile limit with a ``stat`` (a
+    missing one ends the range: it is past the last committed event); else None."""
+    if since is None or until is None or not 0 <= until - since < NAMED_RANGE:
+        return None
+    limit = _max_length(spark) if check_limit else None
+    paths = []
+    for event in range(since, until + 1):
+        path = os.path.join(mnt, "events", str(event))
+        try:
+            length = os.stat(path).st_size
+        except FileNotFoundError:
+            break
+        if limit is not None and length > limit:
+            raise _too_large("event", event, length, limit)
+        paths.append(os.path.join(mnt, "events", f"{event:012d}"))
+    return paths or None
 
 
 def read_events(spark, mountpoint: str | os.PathLike, since: int | None = None,
@@ -232,13 +265,15 @@ def read_events(spark, mountpoint: str | os.PathLike, since: int | None = None,
     from pyspark.sql import functions as F
 
     num = _name_num()
-    df = spark.read.format("binaryFile").load(os.path.join(mnt, "events"))
+    named = _named_range(spark, mnt, since, until, check_limit)
+    df = spark.read.format("binaryFile").load(
+        named if named is not None else os.path.join(mnt, "events"))
     if since is not None:
         df = df.filter(num >= since)
     if until is not None:
         df = df.filter(num <= until)
     df = df.filter(num.isNotNull()).withColumn("num", num)
-    if check_limit:
+    if check_limit and named is None:
         _check_lengths(spark, df, "event")
     files = df.select(F.col("num").alias("event"),
                       F.col("modificationTime").alias("committed_at"), "content")
