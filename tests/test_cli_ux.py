@@ -29,7 +29,7 @@ import pytest
 from bookfs.formats.book import Book
 from bookfs.cli.sample import SAMPLE_MARK, iter_sample_payloads, sample_meta
 from lmdb_fixtures import make_pier, payloads
-from mounting import mounted
+from mounting import mounted, run_bookfs
 
 BOOKFS = f"{shlex.quote(sys.executable)} -m bookfs.cli"
 LOG_EVENTS = 60
@@ -567,6 +567,53 @@ sys.exit(main(["spark", {str(tree / 'mnt')!r}, "--out", sys.argv[1]]))
     r = subprocess.run([sys.executable, "-c", code, str(kept)], capture_output=True,
                        text=True)
     assert r.returncode == 1 and kept.is_dir()
+
+
+def test_spark_master_port_that_is_no_master_is_refused_in_one_line(tree, tmp_path):
+    """Issue 23.3: a port that accepts a connection but is no Spark master (a web server,
+    the master's UI port) made Spark retry for about a minute, then print JVM errors.  The
+    run now gives up after --master-timeout with one line naming the cause, exit 2, and
+    leaves no --out behind."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held = []
+    stop = threading.Event()
+
+    def accept():  # take connections and say nothing, as a web server waiting for a request
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    out = tmp_path / "out"
+    port = server.getsockname()[1]
+    try:
+        r = run_bookfs("spark", str(tree / "mnt"), "--out", str(out), "--master",
+                       f"spark://127.0.0.1:{port}", "--master-timeout", "3", check=False)
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        server.close()
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last == (f"bookfs spark: --master spark://127.0.0.1:{port}: a connection was "
+                    "accepted, but no Spark master registered this run within 3 s; expected "
+                    "a master's port (7077 by default, not its web UI's 8080): "
+                    "docs/cluster.md"), last
+    assert not out.exists()
+    bad = run_bookfs("spark", str(tree / "mnt"), "--out", str(out), "--master-timeout", "0",
+                     check=False)
+    assert bad.returncode == 2 and "expected a positive number of seconds" in bad.stderr
 
 
 def test_spark_summary_pace_says_no_rate_for_a_small_run():

@@ -55,6 +55,7 @@ import threading
 import time
 
 from bookfs.formats.fileio import fsync_dir
+from bookfs.spark.summary import pace, render_summary, summarize  # noqa: F401 (re-exported)
 
 FAIL_ENV = "BOOKFS_SPARK_FAIL"
 #: ``--mode`` values (DataFrameWriter's names; ``errorifexists`` is ``error``).
@@ -63,6 +64,9 @@ MODES = ("error", "errorifexists", "append", "overwrite", "ignore")
 RUN_DIGITS = 6
 RUN_PREFIX = "run="
 MANIFEST = "_bookfs_run.json"
+#: seconds a ``spark://`` master has to register the run before it is refused (Spark's own
+#: client would retry for about a minute)
+REGISTER_TIMEOUT = 20.0
 
 
 def _status(msg: str) -> None:
@@ -150,39 +154,6 @@ def _recover(out: str, state: dict) -> dict:
         state = dict(state, high_water=published)
         _write_json(os.path.join(out, "state.json"), state)
     return state
-
-
-def summarize(spark, path: str) -> dict:
-    """Events, bytes, first/last event, events per card tag, size percentiles and events
-    that do not decode (a non-null ``error``) of the Parquet data at ``path``."""
-    from pyspark.sql import functions as F
-
-    df = spark.read.parquet(path)
-    bad = F.count("error") if "error" in df.columns else F.lit(0)  # data of older runs
-    row = df.agg(F.count("*").alias("events"), F.sum("size").alias("bytes"),
-                 F.min("event").alias("first"), F.max("event").alias("last"),
-                 F.expr("percentile(size, array(0.5, 0.9, 0.99))").alias("p"),
-                 F.max("size").alias("max"), bad.alias("undecoded")).collect()[0]
-    tags = {(r["card"] if r["card"] is not None else "(none)"): r["count"]
-            for r in df.groupBy("card").count().collect()}
-    p = row["p"] or [None, None, None]
-    return {"events": row["events"], "bytes": row["bytes"] or 0, "first": row["first"],
-            "last": row["last"], "cards": dict(sorted(tags.items(), key=lambda kv: -kv[1])),
-            "size": {"p50": p[0], "p90": p[1], "p99": p[2], "max": row["max"]},
-            "undecoded": row["undecoded"] or 0}
-
-
-def render_summary(s: dict) -> str:
-    lines = [f"events:  {s['events']:,}", f"bytes:   {s['bytes']:,}",
-             f"first:   {s['first']}", f"last:    {s['last']}",
-             "size:    " + "  ".join(f"{k} {int(v):,}" if v is not None else f"{k} -"
-                                     for k, v in s["size"].items()),
-             "cards:"]
-    lines += [f"  {tag:<12} {n:,}" for tag, n in s["cards"].items()]
-    if s.get("undecoded"):
-        lines.append(f"not nouns: {s['undecoded']:,} (null date, wire and card; the error "
-                     "column says why)")
-    return "\n".join(lines) + "\n"
 
 
 def _mount_info(mnt: str) -> dict[str, str]:
@@ -419,14 +390,6 @@ class _Job:
         return 0
 
 
-def pace(events: int, secs: float) -> str:
-    """``the pipeline 12.3 s for 100,000 events (8,130 events/s)``; no rate for a run of
-    under 1,000 events, where it says nothing (2 events in 17 s were "0 events/s")."""
-    noun = "event" if events == 1 else "events"
-    rate = f" ({events / secs:,.0f} events/s)" if events >= 1000 and secs > 0 else ""
-    return f"the pipeline {secs:.1f} s for {events:,} {noun}{rate}"
-
-
 def _tidy(out: str) -> None:
     """Before saying 'nothing to do' (no Spark): if an interrupted run left a staging
     directory or an unrecorded mark, :func:`_recover` under the lock (unless another run
@@ -502,9 +465,21 @@ def run(args) -> int:
     _status(f"starting Spark ({args.master})")
     worker = threading.Thread(target=job, name="bookfs-spark", daemon=True)
     worker.start()
+    started = time.monotonic()
+    register = getattr(args, "master_timeout", REGISTER_TIMEOUT)
     try:
         while worker.is_alive():
             worker.join(0.2)
+            if (job.spark is None and args.master.startswith("spark://")
+                    and time.monotonic() - started > register):
+                # the port took a connection but no master registered the application:
+                # Spark would retry for a minute, then print a Java stack trace
+                job.abort = True
+                print(f"bookfs spark: --master {args.master}: a connection was accepted, "
+                      f"but no Spark master registered this run within "
+                      f"{register:g} s; expected a master's port (7077 by "
+                      "default, not its web UI's 8080): docs/cluster.md", file=sys.stderr)
+                return 2
     except KeyboardInterrupt:
         from bookfs.cli.commands import _SigintFlag
 
@@ -553,6 +528,16 @@ def _release(lock, out: str, created: bool) -> None:
         lock.close()
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {text!r}")
+    return value
+
+
 def cmd_spark(args) -> int:
     try:
         return run(args)
@@ -591,6 +576,10 @@ def register(subparsers) -> None:
                    "nothing)")
     s.add_argument("--master", default="local[2]",
                    help="Spark master: local[N], local-cluster[W,C,MB] or spark://HOST:PORT")
+    s.add_argument("--master-timeout", type=_seconds, default=REGISTER_TIMEOUT,
+                   metavar="SECONDS",
+                   help="seconds a spark:// master has to register the run, after which "
+                   f"it is refused in one line (default {REGISTER_TIMEOUT:g})")
     s.set_defaults(func=cmd_spark)
 
 
