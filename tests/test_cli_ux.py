@@ -605,7 +605,7 @@ def test_spark_master_port_that_is_no_master_is_refused_in_one_line(tree, tmp_pa
             conn.close()
         server.close()
     assert r.returncode == 2, r.stderr
-    last = r.stderr.strip().splitlines()[-1]
+    last = [ln for ln in r.stderr.splitlines() if ln.startswith("bookfs spark: --master")][-1]
     assert last == (f"bookfs spark: --master spark://127.0.0.1:{port}: a connection was "
                     "accepted, but no Spark master registered this run within 3 s; expected "
                     "a master's port (7077 by default, not its web UI's 8080): "

@@ -475,6 +475,9 @@ def run(args) -> int:
                 # the port took a connection but no master registered the application:
                 # Spark would retry for a minute, then print a Java stack trace
                 job.abort = True
+                from bookfs.spark.pipeline import stop_jvm
+
+                stop_jvm()  # so it prints nothing after the line below
                 print(f"bookfs spark: --master {args.master}: a connection was accepted, "
                       f"but no Spark master registered this run within "
                       f"{register:g} s; expected a master's port (7077 by "

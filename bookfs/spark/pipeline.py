@@ -24,6 +24,7 @@ decoding this module and :mod:`bookfs.spark.source` share).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -112,6 +113,20 @@ def check_master(master: str, timeout: float = MASTER_TIMEOUT) -> None:
             failures.append(f"{address}: {e.strerror or e}")
     raise UsageError(f"--master {master}: no Spark master answers ({'; '.join(failures)}); "
                      "expected a running master (docs/cluster.md)")
+
+
+def stop_jvm() -> None:
+    """Kill the JVM that PySpark launched for this process, if it has one yet (a run that
+    gives up on a master: the JVM would go on printing its retries)."""
+    import subprocess
+
+    from pyspark import SparkContext
+
+    proc = getattr(getattr(SparkContext, "_gateway", None), "proc", None)
+    if proc is not None:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait(5)
 
 
 def session(master: str = "local[2]", app: str = "bookfs", *, tuned: bool = True,
