@@ -65,14 +65,32 @@ def test_ls_l_sizes_are_payload_sizes(browse, sample_src):
 
 
 def test_stat_inode_size_mtime(browse, sample_src):
+    """An event file's mtime is the event's own date where it has one (issue 23.4:
+    ``bookfs/fs/dates.py``), to the nanosecond the @da carries, else the time the log
+    grew to hold it; ``ls -l`` (the listing's attributes) says the same as ``stat``."""
+    from bookfs.fs.dates import da_ns
+    from bookfs.noun import peek_event
+
+    dated, prev = 0, 0
+    log_time = os.stat(os.path.join(sample_src, "book.log")).st_mtime_ns
     with Book.open(sample_src) as book:
-        prev = 0
         for n in range(1, BROWSE_EVENTS + 1):
             st = os.stat(ev(browse, n))
             assert st.st_ino == 2**63 + n
             assert st.st_size == book.payload_size(n)
-            assert st.st_mtime_ns >= prev
-            prev = st.st_mtime_ns
+            date = peek_event(book.read(n)[4:])[0]
+            if date is not None:
+                assert st.st_mtime_ns == da_ns(date), n
+                dated += 1
+            else:  # when the log grew to hold it: in order, and no later than the log
+                assert prev <= st.st_mtime_ns <= log_time, n
+                prev = st.st_mtime_ns
+    assert 0 < dated < BROWSE_EVENTS  # both kinds are there: lifecycle events have no date
+    listed = sh(f"ls -l --time-style=+%s.%N {browse}/events | sed -n 2,6p").stdout.decode()
+    for line in listed.splitlines():
+        when, name = line.split()[-2:]
+        ns = os.stat(ev(browse, int(name))).st_mtime_ns
+        assert when == f"{ns // 10**9}.{ns % 10**9:09d}", line
     out = sh(f"stat -c '%i %s %F' {browse}/events/42").stdout.decode().split(maxsplit=2)
     assert out == [str(2**63 + 42), str(os.stat(ev(browse, 42)).st_size), "regular file\n"]
 

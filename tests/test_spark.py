@@ -204,6 +204,29 @@ def test_incremental_runs_and_a_five_mb_event(env, monkeypatch):
         assert not os.path.exists(out / "_staging")
 
 
+def test_committed_at_is_the_event_date_on_every_path(env):
+    """Issue 23.4: an event file's mtime is the event's date (bookfs/fs/dates.py), so the
+    per-event rows' committed_at (binaryFile's modificationTime) is the date to the
+    millisecond; the bulk rows (segments/) and format("bookfs") say the same, and an event
+    without a date keeps the time the log grew."""
+    ranges = dict(since=1, until=60)
+    per_event = {r["event"]: r for r in bs.read_events(env.spark, env.mnt, **ranges).collect()}
+    bulk = {r["event"]: r for r in bs.read_events(env.spark, env.mnt, bulk=True,
+                                                  **ranges).collect()}
+    source = {r["event"]: r for r in env.spark.read.format("bookfs").option("since", 1)
+              .option("until", 60).load(env.mnt).collect()}
+    dated = 0
+    for event, row in per_event.items():
+        assert bulk[event]["committed_at"] == row["committed_at"] == source[event]["committed_at"]
+        if row["date"] is not None:
+            dated += 1
+            ms = row["date"].replace(microsecond=row["date"].microsecond // 1000 * 1000)
+            assert row["committed_at"] == ms, event
+        else:
+            assert row["committed_at"].year >= 2025  # when the log was written
+    assert 0 < dated < len(per_event)
+
+
 def test_a_short_incremental_run_names_its_files_and_lists_nothing(spark, tmp_path,
                                                                   monkeypatch):
     """Issue 23.3: an --incremental run after a few appends reads those events by name

@@ -18,7 +18,9 @@ size            long       payload bytes (mug + jam)
 jam             binary     payload bytes 4..: a jam, or vere's ram encoding
                            (``RAM\\0``, version 1: :mod:`bookfs.noun.ram`) as stored
 committed_at    timestamp  the event file's mtime (millisecond precision, as Hadoop
-                           reports it); bulk rows get the very same value
+                           reports it): the event's date where it has one
+                           (``date`` truncated to ms), else when the log grew to
+                           hold it; bulk rows get the very same value
 date            timestamp  the @da of a ``[date ovum]`` event, truncated to
                            microseconds; null for lifecycle events and anything that
                            does not decode
@@ -137,13 +139,19 @@ def _out_schema(columns=COLUMNS):
 class _Rows:
     """Column lists for one output batch, of the columns ``want`` (a set of names of
     :data:`SCHEMA`; ``event`` always): a payload is decoded only when one of
-    :data:`DECODED` is wanted, and its jam copied only when ``jam`` is."""
+    :data:`DECODED` is wanted, and its jam copied only when ``jam`` is.  ``stamps``: the
+    ``committed_us`` given are when the log grew (the segments path), not the event
+    files' mtimes, so an event's date replaces them, and ``committed_at`` needs the
+    payload decoded; an event file's mtime already is its date (``bookfs/fs/dates.py``)."""
 
-    def __init__(self, want=None):
+    def __init__(self, want=None, stamps: bool = False):
         self.columns = COLUMNS if want is None else [c for c in COLUMNS
                                                      if c in want or c == "event"]
         names = set(self.columns)
-        self.decode = any(c in names for c in DECODED)
+        self.stamps = stamps
+        # from stamps, committed_at is the event's date where it has one: decoded too
+        self.decode = (any(c in names for c in DECODED)
+                       or (stamps and "committed_at" in names))
         self.want_mug, self.want_jam = "mug" in names, "jam" in names
         self.event, self.mug, self.size, self.jam = [], [], [], []
         self.committed, self.date, self.wire, self.card, self.error = [], [], [], [], []
@@ -153,26 +161,32 @@ class _Rows:
         n = len(payload)
         self.event.append(event)
         self.size.append(n)
-        self.committed.append(committed_us)
         self.bytes += n
         if self.want_mug:
             self.mug.append(int.from_bytes(payload[:MUG_BYTES], "little", signed=True)
                             if n >= MUG_BYTES else None)
         if not (self.want_jam or self.decode):
+            self.committed.append(committed_us)
             return
         jam = bytes(payload[MUG_BYTES:]) if n >= MUG_BYTES else bytes(payload)
         if self.want_jam:
             self.jam.append(jam)
         if not self.decode:
+            self.committed.append(committed_us)
             return
         (da, wire, tag), error = _decode_body(jam) if n >= MUG_BYTES else decode_payload(jam)
         self.error.append(error)
         if da is None:
+            self.committed.append(committed_us)
             self.date.append(None)
             self.wire.append(None)
             self.card.append(None)
         else:
-            self.date.append(_da_micros(da))
+            micros = _da_micros(da)
+            # the event file's mtime is its date (bookfs/fs/dates.py), to the millisecond
+            # as Hadoop reports it: the same value whichever way the row was read
+            self.committed.append(micros - micros % 1000 if self.stamps else committed_us)
+            self.date.append(micros)
             self.wire.append(wire)
             self.card.append(tag)
 
@@ -226,16 +240,16 @@ def _micros(col) -> list:
     return col.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
 
 
-def _batches(items, want=None) -> Iterator:
+def _batches(items, want=None, stamps: bool = False) -> Iterator:
     """Arrow batches (:data:`SCHEMA`, or the columns in ``want`` and ``event``: see
     :class:`_Rows`) of ``(event, payload, committed_us)`` items, at most
     :data:`_BATCH_ROWS` rows or about :data:`_BATCH_BYTES` payload bytes each."""
-    rows = _Rows(want)
+    rows = _Rows(want, stamps)
     for event, payload, when in items:
         rows.add(event, payload, when)
         if len(rows) >= _BATCH_ROWS or rows.bytes >= _BATCH_BYTES:
             yield rows.batch()
-            rows = _Rows(want)
+            rows = _Rows(want, stamps)
     if len(rows):
         yield rows.batch()
 
@@ -294,7 +308,7 @@ def _segment_batches(segments, since: int, until: int, starts: list[int],
                 if event >= since:
                     yield event, payload, stamps[bisect.bisect_right(starts, event) - 1]
 
-    return _batches(items(), want)
+    return _batches(items(), want, stamps=True)
 
 
 def _split_segments(since: int, until: int, starts: list[int], stamps: list[int]):

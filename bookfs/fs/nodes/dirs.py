@@ -258,7 +258,7 @@ class Directories(Kind):
             # reused and only the fields that differ are set (this is the ls -l hot path)
             a = fs.event_files.event_attrs(event)
             reply, name, inode = pyfuse3.readdir_reply, I.event_name, I.event_inode
-            size_of, mtime_of = log.payload_size, log.mtime_ns
+            size_of, mtime_of = log.payload_size, fs.event_files.dates.mtime_ns
             slot, refs = fs.follower.slot, fs.follower.slot_refs
             while event <= last:
                 size = size_of(event)

@@ -33,6 +33,7 @@ import trio
 from bookfs.fs import inodes as I
 from bookfs.fs.cache import EventCache
 from bookfs.fs.commit import refuse
+from bookfs.fs.dates import EventDates
 from bookfs.fs.nodes.base import FOREVER, Kind, negative
 
 SMALL_EVENT = 128 << 10  # events up to this size are read whole and cached
@@ -55,11 +56,13 @@ class EventFiles(Kind):
         super().__init__(fs)
         self.cache = EventCache()
         self.verified_large: set[int] = set()  # large events whose check passed (8 B each)
+        self.dates = EventDates(self.book)  # each event's mtime: its own date (fs/dates.py)
 
     def drop(self) -> None:
         """Forget every checked event: the log changed under the mount."""
         self.cache.clear()
         self.verified_large.clear()
+        self.dates.drop()
 
     def event_of(self, ino: int) -> int:
         return I.inode_event(ino, self.book.first)
@@ -68,7 +71,7 @@ class EventFiles(Kind):
         fs = self.fs
         return fs.entry_attrs(I.event_inode(event, fs.follower.slot_now()),
                               stat.S_IFREG | fs.modes.read,
-                              self.book.payload_size(event), self.book.mtime_ns(event),
+                              self.book.payload_size(event), self.dates.mtime_ns(event),
                               FOREVER)
 
     async def attrs(self, ino: int) -> pyfuse3.EntryAttributes:
