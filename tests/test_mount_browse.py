@@ -68,8 +68,10 @@ def test_stat_inode_size_mtime(browse, sample_src):
     """An event file's mtime is the event's own date where it has one (issue 23.4:
     ``bookfs/fs/dates.py``), to the nanosecond the @da carries, else the time the log
     grew to hold it; ``ls -l`` (the listing's attributes) says the same as ``stat``."""
-    from bookfs.fs.dates import da_ns
-    from bookfs.noun import peek_event
+    from bookfs.noun import DA_UNIX_EPOCH, peek_event
+
+    def da_ns(da: int) -> int:  # the @da in ns since 1970, truncated
+        return ((da >> 64) - DA_UNIX_EPOCH) * 10**9 + (((da & (2**64 - 1)) * 10**9) >> 64)
 
     dated, prev = 0, 0
     log_time = os.stat(os.path.join(sample_src, "book.log")).st_mtime_ns
