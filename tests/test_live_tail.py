@@ -170,6 +170,30 @@ def test_killed_waiter_then_unmount(small_src, tmp_path):
         assert wait_for(lambda: proc_gone(pid), 10), "the daemon did not end"
 
 
+def test_ctrl_c_ends_a_waiting_lookup_at_once(small_src, tmp_path):
+    """With the patched pyfuse3's ``interrupts``, SIGINT to a process waiting in a
+    follow/ lookup (cat follow/N) or readlink (readlink follow/next) ends it at once: the
+    kernel's FUSE_INTERRUPT reaches the wait, which answers EINTR, long before the 60 s
+    follow_timeout.  The mount serves on."""
+    import pyfuse3
+
+    if "interrupts" not in getattr(pyfuse3, "FEATURES", ()):
+        import pytest
+
+        pytest.skip("needs pyfuse3 with the interrupts patch (setup.sh)")
+    with mounted(small_src, tmp_path / "ro", "-o", "ro,follow_timeout=60") as m:
+        for cmd in (["cat", f"{m}/follow/50"], ["readlink", f"{m}/follow/next"]):
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            time.sleep(0.5)
+            assert proc.poll() is None, cmd  # waiting
+            t = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=30) != 0, cmd
+            assert time.monotonic() - t < 10, cmd  # not the follow_timeout
+        assert open(f"{m}/events/10", "rb").read() == payload(10, 4 + 370)
+
+
 def test_show_follow_prints_events_as_they_commit(tmp_path):
     """bookfs show --follow MNT prints the events appended while it runs, one by one,
     and Ctrl-C ends it at once with status 130 and no traceback; --follow N..M stops

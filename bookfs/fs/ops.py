@@ -96,6 +96,12 @@ FEATURES: frozenset[str] = (frozenset() if os.environ.get("BOOKFS_STOCK_PYFUSE3"
                             else frozenset(getattr(pyfuse3, "FEATURES", ())))
 
 
+def _interrupted(ctx):
+    """The request's ``interrupted`` event (set when the kernel interrupts it: the caller
+    got a signal), with pyfuse3's ``interrupts`` (:data:`FEATURES`); else None."""
+    return getattr(ctx, "interrupted", None)
+
+
 def guarded(fn):
     """Turn anything but FUSEError into an errno, so no exception can kill the mount."""
 
@@ -272,7 +278,9 @@ class BookOperations(pyfuse3.Operations):
     @guarded
     async def lookup(self, parent_inode, name, ctx=None):
         kind = self._by_parent.get(parent_inode)
-        if kind is not None:
+        if parent_inode == I.FOLLOW:  # waits: the caller's signal ends the wait (EINTR)
+            attrs = await self.follow_files.lookup(name, _interrupted(ctx))
+        elif kind is not None:
             attrs = await kind.lookup(name)
         elif parent_inode in (I.ROOT, I.EPOCHS) or I.is_epoch(parent_inode):
             attrs = await self.dirs.lookup(parent_inode, name)
@@ -296,7 +304,7 @@ class BookOperations(pyfuse3.Operations):
         """``follow/next`` (``nodes/follow_dir.py``): waits for the next event."""
         if inode != I.FOLLOW_NEXT:
             raise pyfuse3.FUSEError(errno.EINVAL)  # no other node is a symlink
-        return await self.follow_files.readlink(inode)
+        return await self.follow_files.readlink(inode, _interrupted(ctx))
 
     @guarded
     async def getattr(self, inode, ctx=None):

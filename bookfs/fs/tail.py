@@ -19,16 +19,18 @@ so however many lookups wait, requests that let them finish (appends, reads) are
 still served.
 
 What the kernel does with a waiting caller.  A lookup sent to the daemon is not ended by
-the caller's signals: the kernel queues a ``FUSE_INTERRUPT`` for the first one, then
+the caller's signals alone: the kernel queues a ``FUSE_INTERRUPT`` for the first one, then
 waits (killable) and, once the request is in userspace, "waits it out" even for a fatal
 signal (``fs/fuse/dev.c``, ``request_wait_answer()``: "Either request is already in
-userspace, or it was forced.  Wait it out.").  pyfuse3 does not pass ``FUSE_INTERRUPT``
-on: libfuse's ``find_interrupted()`` (``lib/fuse_lowlevel.c``) sets the request's
-``interrupted`` flag and calls its interrupt function, which pyfuse3 never registers
-(``fuse_req_interrupt_func()``) and whose flag it never reads.  So a waiter
+userspace, or it was forced.  Wait it out.").  libfuse's ``find_interrupted()``
+(``lib/fuse_lowlevel.c``) calls the request's interrupt function when that
+``FUSE_INTERRUPT`` arrives; the patched pyfuse3 (``interrupts``: ``mount_scripts/
+pyfuse3-3.5.0-bookfs.patch``) registers one (``fuse_req_interrupt_func()``) for lookups and
+readlinks that sets ``ctx.interrupted``, and the wait answers EINTR at once, so Ctrl-C on
+``cat follow/7`` ends it at once.  On stock pyfuse3 nothing registers it, and a waiter
 killed by Ctrl-C returns when its lookup is answered: when the event commits, at the
-latest after ``follow_timeout``.  Nothing is left behind: the answer goes to a request
-the kernel still holds.  That is why the default timeout is short (``DEFAULT_TIMEOUT``).
+latest after ``follow_timeout``.  Either way nothing is left behind: the answer goes to a
+request the kernel still holds.
 
 Unmounting.  A process waiting in a lookup holds the mount busy, as any process inside
 it does: ``umount`` answers EBUSY (``fs/namespace.c``, ``do_umount()``: EBUSY while
@@ -95,9 +97,11 @@ class Tail:
 
     # --- waiting -------------------------------------------------------------------------
 
-    async def wait_for(self, event: int, what: str) -> None:
+    async def wait_for(self, event: int, what: str,
+                       interrupted: trio.Event | None = None) -> None:
         """Return once ``event`` is committed; ETIMEDOUT after :attr:`timeout` seconds,
-        ESHUTDOWN if the mount goes away meanwhile (module docstring)."""
+        ESHUTDOWN if the mount goes away meanwhile, EINTR once ``interrupted`` is set (the
+        kernel interrupted the request: its caller got a signal; module docstring)."""
         book = self.fs.book
         if event in book:
             return
@@ -117,8 +121,10 @@ class Tail:
                     log.debug("%s: event %d not committed within %g s", what, event,
                               self.timeout)
                     raise pyfuse3.FUSEError(errno.ETIMEDOUT)
+                if interrupted is not None and interrupted.is_set():
+                    raise pyfuse3.FUSEError(errno.EINTR)  # Ctrl-C: the caller goes at once
                 with trio.move_on_at(deadline):
-                    await self.changed.wait()
+                    await _first(self.changed, interrupted)
         finally:
             self.waiting -= 1
 
@@ -142,3 +148,17 @@ class Tail:
                 log.info("the mount was detached while %d lookups of follow/ waited: "
                          "answering them ESHUTDOWN", self.waiting)
                 self.close("the mount was detached (umount -l)")
+
+
+async def _first(event: trio.Event, other: trio.Event | None) -> None:
+    """Wait until ``event`` or ``other`` (if any) is set."""
+    if other is None:
+        await event.wait()
+        return
+    async with trio.open_nursery() as nursery:
+        async def wait(e: trio.Event) -> None:
+            await e.wait()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(wait, event)
+        nursery.start_soon(wait, other)

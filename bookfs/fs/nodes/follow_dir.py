@@ -58,8 +58,9 @@ class FollowFiles(Kind):
             return self._next_attrs()
         raise pyfuse3.FUSEError(errno.ENOENT)
 
-    async def lookup(self, name: bytes) -> pyfuse3.EntryAttributes:
-        """``follow/<name>``: waits (module docstring)."""
+    async def lookup(self, name: bytes, interrupted=None) -> pyfuse3.EntryAttributes:
+        """``follow/<name>``: waits (module docstring); EINTR once ``interrupted`` (the
+        request's event, set when the caller gets a signal) is set."""
         if name == NEXT:
             return self._next_attrs()
         event = I.parse_number(name)
@@ -70,12 +71,12 @@ class FollowFiles(Kind):
             fs.follower.follow()
             if event not in self.book and event < fs.tail.head():
                 raise pyfuse3.FUSEError(errno.ENOENT)  # below the first event: never
-            await fs.tail.wait_for(event, f"follow/{event}")
+            await fs.tail.wait_for(event, f"follow/{event}", interrupted)
         attrs = fs.event_files.event_attrs(event)
         attrs.entry_timeout = 0
         return attrs
 
-    async def readlink(self, ino: int) -> bytes:
+    async def readlink(self, ino: int, interrupted=None) -> bytes:
         """``follow/next``'s target: the name of the first event committed after the
         newest one now (waits for it; ETIMEDOUT after ``follow_timeout``)."""
         if ino != I.FOLLOW_NEXT:
@@ -83,5 +84,5 @@ class FollowFiles(Kind):
         fs = self.fs
         fs.follower.follow()
         event = fs.tail.head()
-        await fs.tail.wait_for(event, "follow/next")
+        await fs.tail.wait_for(event, "follow/next", interrupted)
         return I.event_name(event)
