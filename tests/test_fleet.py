@@ -88,6 +88,10 @@ def test_fleet_lists_ships_and_reads_them_like_single_mounts(fleet, tmp_path):
             (Path(mnt) / next(iter(ships)) / "new" / "000000000099").write_bytes(b"x" * 8)
         assert e.value.errno == errno.EROFS
         assert ".bookfs-fleet" not in os.listdir(mnt)
+        # a name that can never exist stays absent (a negative entry, not a new inode)
+        ship = next(iter(ships))
+        for _ in range(2):
+            assert not os.path.exists(Path(mnt) / ship / "events" / "_spark_metadata")
 
 
 def test_logs_close_when_idle_and_reopen_with_the_same_inodes(fleet, tmp_path):

@@ -396,7 +396,8 @@ class FleetOperations(pyfuse3.Operations):
             return self._root_entry(ship)
         sid, local = self._route(parent_inode)
         attrs = await self._call(sid, "lookup", local, name, ctx)
-        attrs.st_ino = self.inodes.fleet(sid, attrs.st_ino, lookup=True)
+        if attrs.st_ino:  # 0: a negative entry (a name that can never exist), kept so
+            attrs.st_ino = self.inodes.fleet(sid, attrs.st_ino, lookup=True)
         return attrs
 
     @guarded
