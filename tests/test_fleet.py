@@ -187,3 +187,29 @@ def test_bad_usage_is_one_line(tmp_path):
     res = run_bookfs("mount", "--fleet", str(tmp_path), str(tmp_path / "mnt"), "-o", "rw",
                      check=False)
     assert res.returncode == 2 and "read-only" in res.stderr
+
+
+def test_info_summarises_the_fleet(fleet, tmp_path):
+    import json
+
+    bad = fleet / "broken"
+    bad.mkdir()
+    (bad / "book.log").write_bytes(os.urandom(4096))
+    ships = {_who(fleet / f"s{i}"): fleet / f"s{i}" for i in range(3)}
+    with mounted(fleet, tmp_path / "mnt", "--fleet") as mnt:
+        res = run_bookfs("info", mnt)
+        head = parse(res.stdout)
+        assert head["fleet"] == str(fleet) and head["ships"] == "4"
+        assert head["errors"] == "1" and head["events"] == str(3 * EVENTS)
+        total = sum((p / "book.log").stat().st_size for p in ships.values())
+        assert f"({total:,} bytes)" in head["bytes"]
+        lines = {line.split()[0]: line for line in res.stdout.splitlines()[7:]}
+        for ship in ships:
+            assert lines[ship].split()[1:4] == [str(EVENTS), f"{(ships[ship] / 'book.log').stat().st_size:,}", str(EVENTS)]
+            assert "~20" in lines[ship]  # the newest event's date
+        assert "error: broken: cannot be read" in lines["broken"]
+        got = json.loads(run_bookfs("info", "--json", mnt).stdout)
+        assert {s["ship"] for s in got["per_ship"]} == set(ships) | {"broken"}
+        one = next(iter(ships))
+        res = run_bookfs("info", f"{mnt}/{one}")
+        assert parse(res.stdout)["ship"] == one and str(ships[one]) in res.stderr

@@ -80,8 +80,15 @@ def cmd_sample(args) -> int:
 
 
 def cmd_info(args) -> int:
+    from bookfs.cli.fleetinfo import fleet_summary, is_fleet_mount, render_fleet
     from bookfs.formats.info import render, summary
     from bookfs.formats.pier import open_source
+
+    if is_fleet_mount(args.path):
+        with _progress_bar(len(os.listdir(args.path)), "ships", unit="ship") as bar:
+            fleet = fleet_summary(args.path, progress=bar.update)
+        sys.stdout.write(render_fleet(fleet, as_json=args.json))
+        return 0
 
     with _progress_bar(None, "indexing") as bar, open_source(args.path,
                                                              progress=bar.update) as book:
@@ -310,9 +317,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_umount)
 
     s = sub.add_parser("info", help="summarise a log", description=(
-        "Format, first/last event, count, bytes, ship (@p), fake, life, version."))
+        "Format, first/last event, count, bytes, ship (@p), fake, life, version.  On a "
+        "fleet mount (mount --fleet): its ships, events and bytes, and each ship's "
+        "events, bytes and newest event."))
     s.add_argument("path", type=cliargs.log_source,
-                   help="a pier, a Book directory, an LMDB epoch, or a bookfs mount of one")
+                   help="a pier, a Book directory, an LMDB epoch, a bookfs mount of one, "
+                        "or a fleet mount")
     s.add_argument("--json", action="store_true", help="print JSON")
     add_index_arguments(s)
     s.set_defaults(func=cmd_info)
