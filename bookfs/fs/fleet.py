@@ -285,13 +285,16 @@ class FleetOperations(pyfuse3.Operations):
                 if now - last_scan >= SCAN_EVERY:
                     last_scan = now
                     await self._rescan_and_tell()
-                for sid, ops in list(self.open_ships.items()):
-                    if not ops.busy and now - ops.used > self.idle_close:
-                        self._close(sid)
-                        continue
-                    ops.follower.follow()
             except Exception:
-                log.exception("the fleet's periodic check failed; trying again")
+                log.exception("looking at the fleet directory failed; trying again")
+            for sid, ops in list(self.open_ships.items()):
+                if not ops.busy and now - ops.used > self.idle_close:
+                    self._close(sid)
+                    continue
+                try:
+                    ops.follower.follow()
+                except Exception as e:  # one ship's trouble never stops the others
+                    log.warning("%s: following its log failed: %s", ops.ship.name, e)
 
     async def _rescan_and_tell(self) -> None:
         names = set(self.fleet.ships)

@@ -78,7 +78,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
 from bookfs.formats.fleet import FLEET_MARKER
 from bookfs.spark.columns import SHIP, option_columns, projection, spark_types
 from bookfs.spark.partitions import (EVENTS_PER_PARTITION, MAX_PARTITION_BYTES, Mount,
-                                     committed, plan, read_partition)
+                                     committed, pack_mounts, plan, read_partition)
 from bookfs.spark.rows import SCHEMA
 
 NAME = "bookfs"
@@ -288,6 +288,8 @@ class BookfsReader(DataSourceReader):
         for mount in self.mounts:
             parts += plan(mount, self.since, self.until, self.per_partition,
                           self.max_bytes)[0]
+        if len(self.mounts) > 1:  # many small ships: a task per max_bytes, not per ship
+            parts = pack_mounts(parts, self.max_bytes, self.per_partition)
         return parts
 
     def read(self, partition):
@@ -490,7 +492,7 @@ class ShipsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                        "was reported committed")
                 time.sleep(0.1)
             parts += got_parts
-        return parts
+        return pack_mounts(parts, self.max_bytes, self.per_partition)
 
     def read(self, partition):
         return read_partition(partition, self.columns)
