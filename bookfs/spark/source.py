@@ -49,7 +49,12 @@ whenever the load names mounts by a glob or a list (even if the glob matches one
 so a table's schema does not change as piers come and go; ``load(MNT)`` keeps exactly
 ``read_events``' schema.  Each mount must be a bookfs mount with a ship in its meta, and no
 ship may be named twice; a glob matching nothing is an error.  ``ship = '~x'`` and
-``ship in (...)`` filters are pushed down too: other mounts are not read.
+``ship in (...)`` filters are pushed down too: other mounts are not read.  A **fleet
+mount** (``bookfs mount --fleet``) is read the same way: ``load(MNT)`` is every ship under
+it, named by the listing (no log is opened to plan); ``option("ships", "~zod,~nec")``
+reads only those ships (on every Spark, pushdown or not), and a ship the fleet cannot
+open is a one-line error unless ``option("skipDamaged", "true")``.  Small ships' planned
+reads are packed into tasks of up to ``maxPartitionBytes`` (``Packed``).
 
 **Streaming**: offsets are event numbers, ``{"event": N}`` meaning "every event up to N
 has been delivered"; a micro-batch from ``{"event": a}`` to ``{"event": b}`` holds events
@@ -61,7 +66,9 @@ are deterministic, so a batch that was planned but not committed is read again w
 same bounds).  ``maxEventsPerTrigger`` caps the events of one micro-batch;
 ``trigger(availableNow=True)`` reads what is committed when the query starts, in batches
 of at most ``maxEventsPerTrigger``, and stops.  ``since`` and ``until`` bound the stream
-too (a stream with ``until`` stops growing there).  A stream follows one mount.
+too (a stream with ``until`` stops growing there).  A stream over several ships (a
+fleet mount, a glob or a list) has one offset per ship, ``{"~zod": N, ...}``
+(:class:`ShipsStreamReader`): ships added later join from their first event.
 """
 
 from __future__ import annotations
