@@ -126,6 +126,15 @@ def test_ships_added_and_removed_while_mounted(fleet, tmp_path):
         assert not os.path.exists(Path(mnt) / gone / "info")
         for ship in os.listdir(mnt):
             assert int(parse((Path(mnt) / ship / "info").read_text())["events"]) >= EVENTS
+        # a pier copied in file by file: its directory first (no log yet: a file saying
+        # so), then its log; within RETRY seconds it is shown as its ship
+        (fleet / "late").mkdir()
+        assert wait_for(lambda: os.path.isfile(Path(mnt) / "late"), 5)
+        build_sample(fleet / "late", EVENTS, seed=9)
+        late = _who(fleet / "late")
+        assert wait_for(lambda: late in os.listdir(mnt), 15)
+        assert "late" not in os.listdir(mnt)
+        assert parse((Path(mnt) / late / "info").read_text())["events"] == str(EVENTS)
 
 
 def test_a_damaged_ship_is_an_error_file_beside_healthy_ones(fleet, tmp_path):
@@ -138,6 +147,7 @@ def test_a_damaged_ship_is_an_error_file_beside_healthy_ones(fleet, tmp_path):
     with mounted(fleet, tmp_path / "mnt", "--fleet") as mnt:
         names = set(os.listdir(mnt))
         assert {"broken", "junk"} <= names and len(names) == 5
+        assert os.path.isfile(Path(mnt) / "junk")  # no log at all: a file from the start
         for name in ("broken", "junk"):
             with pytest.raises(OSError) as e:
                 (Path(mnt) / name / "info").read_text()

@@ -57,8 +57,9 @@ from bookfs.formats.info import render
 from bookfs.fs import fleet_inodes as F
 from bookfs.fs import inodes as I
 from bookfs.fs.cache import DEFAULT_MAX_BYTES, EventCache
+from bookfs.fs.fleet_ship import ShipOperations
 from bookfs.fs.nodes.base import CHANGING, FOREVER
-from bookfs.fs.ops import FEATURES, BookOperations, guarded
+from bookfs.fs.ops import FEATURES, guarded
 from bookfs.fs.tail import DEFAULT_TIMEOUT, WAITING_EVERY
 
 log = logging.getLogger(__name__)
@@ -70,72 +71,6 @@ SCAN_EVERY = 1.0  # seconds between looks at the fleet directory
 #: a single mount's root as ``ls`` shows it (``nodes/dirs.py``, ``Directories.root_listed``)
 SHIP_ROOT = ((b"events", I.EVENTS), (b"meta", I.META), (b"new", I.NEW), (b"info", I.INFO),
              (b"pretty", I.PRETTY), (b"follow", I.FOLLOW))
-
-
-class ShipCache:
-    """One ship's view of the fleet's shared :class:`EventCache` (keys ``(sid, event)``)."""
-
-    def __init__(self, shared: EventCache, sid: int):
-        self.shared, self.sid = shared, sid
-
-    def get(self, event: int):
-        return self.shared.get((self.sid, event))
-
-    def put(self, event: int, data: bytes) -> None:
-        self.shared.put((self.sid, event), data)
-
-    def clear(self) -> None:
-        items = self.shared._items
-        for key in [k for k in items if k[0] == self.sid]:
-            self.shared.bytes -= len(items.pop(key))
-
-    def __len__(self) -> int:
-        return sum(1 for k in self.shared._items if k[0] == self.sid)
-
-
-class ShipOperations(BookOperations):
-    """A single read-only mount's operations over one ship's log, telling the kernel
-    about its inodes by their fleet numbers (listings and cache invalidations)."""
-
-    def __init__(self, fleet: FleetOperations, ship: Ship, book):
-        super().__init__(book, mountpoint=os.path.join(fleet.mountpoint, ship.name),
-                         segment_span=fleet.segment_span, owner=fleet.owner,
-                         umask=fleet.umask, follow_timeout=fleet.follow_timeout)
-        self.ship, self.sid, self.map = ship, ship.sid, fleet.inodes
-        self.event_files.cache = ShipCache(fleet.cache, ship.sid)
-        self.readdir_reply = self._reply
-        self.invalidate_inode = self._invalidate_inode
-        self.invalidate_entry = self._invalidate_entry
-        self.busy = 0  # requests in flight
-        self.used = time.monotonic()
-
-    def _reply(self, token, name, attrs, next_id) -> bool:
-        local = attrs.st_ino
-        ino = attrs.st_ino = self.map.fleet(self.sid, local, lookup=True)
-        try:
-            ok = pyfuse3.readdir_reply(token, name, attrs, next_id)
-        finally:
-            attrs.st_ino = local
-        if not ok:
-            self.map.forget(ino, 1)
-        return ok
-
-    def _invalidate_inode(self, ino: int, attr_only: bool = False) -> None:
-        fleet_ino = self.map.fleet(self.sid, ino)
-        if fleet_ino is not None:
-            pyfuse3.invalidate_inode(fleet_ino, attr_only)
-
-    def _invalidate_entry(self, parent: int, name: bytes) -> None:
-        fleet_ino = self.map.fleet(self.sid, parent)
-        if fleet_ino is not None:
-            pyfuse3.invalidate_entry(fleet_ino, name)
-
-    def close_log(self) -> None:
-        self.tail.close("the fleet closed this ship's log")
-        self.event_files.cache.clear()
-        self.prober.close(wait=False)
-        self.queue.saver.close()
-        self.book.close()
 
 
 class FleetOperations(pyfuse3.Operations):
@@ -182,6 +117,9 @@ class FleetOperations(pyfuse3.Operations):
         before = dict(self._by_sid)
         self.fleet.scan(force)
         self._by_sid = {s.sid: s for s in self.fleet.ships.values()}
+        for sid, ship in self._by_sid.items():
+            if sid not in before and ship.who is None and sid not in self.errors:
+                self._check_kind(ship)
         gone = [s for sid, s in before.items()
                 if sid not in self._by_sid or self._by_sid[sid].path != s.path]
         for s in gone:
@@ -190,6 +128,16 @@ class FleetOperations(pyfuse3.Operations):
             if ops is not None and not ops.busy:
                 self._close(s.sid)
         return gone
+
+    def _check_kind(self, ship: Ship) -> None:
+        """A new entry whose meta gave no ship: is it a log at all?  (A few ``stat``s,
+        :func:`~bookfs.formats.pier.identify`; one that is not is an error file at once.)"""
+        from bookfs.formats.pier import identify
+
+        try:
+            identify(ship.path)
+        except Exception as e:
+            self.errors[ship.sid] = (str(e) or type(e).__name__, time.monotonic())
 
     def _ship(self, sid: int) -> Ship:
         ship = self._by_sid.get(sid)
@@ -276,12 +224,21 @@ class FleetOperations(pyfuse3.Operations):
         """Every second: look at the fleet directory, follow each open log (as a
         read-only mount's follower does; every 50 ms while a ``follow/`` lookup waits),
         close the logs idle for ``idle_close`` seconds."""
-        last_scan = 0.0
+        last_scan = last_retry = time.monotonic()
         while True:
             waiting = any(ops.tail.waiting for ops in self.open_ships.values())
             await trio.sleep(WAITING_EVERY if waiting else SCAN_EVERY)
             now = time.monotonic()
             try:
+                if now - last_retry >= RETRY:
+                    # entries whose meta said nothing yet (a pier still being copied in):
+                    # read again, so the ship gets its @p once its meta.bin is there
+                    last_retry = now
+                    unnamed = [s for s in self.fleet.ships.values() if s.who is None]
+                    for ship in unnamed:
+                        self.fleet.forget_entry(ship.entry)
+                    if unnamed:
+                        last_scan = 0.0
                 if now - last_scan >= SCAN_EVERY:
                     last_scan = now
                     await self._rescan_and_tell()
@@ -331,13 +288,15 @@ class FleetOperations(pyfuse3.Operations):
                        "cache": f"{self.cache.bytes} of {self.cache.max_bytes} bytes",
                        "table_inodes": len(self.inodes)}).encode()
 
+    def _owner_or(self, k: int, found: int) -> int:
+        return self.owner[k] if self.owner[k] is not None else found
+
     def _ship_dir_attrs(self, ship: Ship) -> pyfuse3.EntryAttributes:
         """``MNT/<ship>`` without opening its log: its directory's owner and read bits."""
         st = os.stat(ship.path)
         r = st.st_mode & 0o444
         return self._attrs(F.ship_root(ship.sid), stat.S_IFDIR | r | (r >> 2), 0, CHANGING,
-                           uid=self.owner[0] if self.owner[0] is not None else st.st_uid,
-                           gid=self.owner[1] if self.owner[1] is not None else st.st_gid,
+                           uid=self._owner_or(0, st.st_uid), gid=self._owner_or(1, st.st_gid),
                            mtime_ns=st.st_mtime_ns, nlink=2)
 
     def _root_entry(self, ship: Ship) -> pyfuse3.EntryAttributes:
@@ -484,11 +443,19 @@ class FleetOperations(pyfuse3.Operations):
             sid = record[1]
             ship = self._ship(sid)
             st = os.stat(ship.path)
+            r = st.st_mode & 0o444
             for i in range(start_id, len(SHIP_ROOT)):
                 name, local = SHIP_ROOT[i]
-                kind = stat.S_IFREG | 0o444 if local == I.INFO else stat.S_IFDIR | 0o555
-                a = self._attrs(self.inodes.fleet(sid, local), kind, 0, 0.0,
-                                uid=st.st_uid, gid=st.st_gid)
+                # names never change (cached for a day); the figures of events/ and info
+                # need the log, so their attributes are not cached: a stat asks (and
+                # opens the log); the other directories' are fixed
+                timeout = 0.0 if local in (I.EVENTS, I.INFO) else CHANGING
+                kind = stat.S_IFREG | r if local == I.INFO else stat.S_IFDIR | r | (r >> 2)
+                a = self._attrs(self.inodes.fleet(sid, local), kind, 0, timeout,
+                                uid=self._owner_or(0, st.st_uid),
+                                gid=self._owner_or(1, st.st_gid), nlink=1 if local == I.INFO
+                                else 2)
+                a.entry_timeout = FOREVER
                 if not pyfuse3.readdir_reply(token, name, a, i + 1):
                     return
             return
