@@ -125,7 +125,7 @@ class FleetOperations(pyfuse3.Operations):
         for s in gone:
             self.errors.pop(s.sid, None)
             ops = self.open_ships.get(s.sid)
-            if ops is not None and not ops.busy:
+            if ops is not None and not ops.in_use:
                 self._close(s.sid)
         return gone
 
@@ -191,7 +191,7 @@ class FleetOperations(pyfuse3.Operations):
         for sid in list(self.open_ships):
             if len(self.open_ships) < self.max_open:
                 return
-            if not self.open_ships[sid].busy:
+            if not self.open_ships[sid].in_use:
                 self._close(sid)
 
     def _close(self, sid: int) -> None:
@@ -245,7 +245,7 @@ class FleetOperations(pyfuse3.Operations):
             except Exception:
                 log.exception("looking at the fleet directory failed; trying again")
             for sid, ops in list(self.open_ships.items()):
-                if not ops.busy and now - ops.used > self.idle_close:
+                if not ops.in_use and now - ops.used > self.idle_close:
                     self._close(sid)
                     continue
                 try:

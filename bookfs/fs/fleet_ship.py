@@ -78,6 +78,12 @@ class ShipOperations(BookOperations):
         if fleet_ino is not None:
             pyfuse3.invalidate_entry(fleet_ino, name)
 
+    @property
+    def in_use(self) -> bool:
+        """A request in flight or a file or directory held open (stock pyfuse3's handles
+        name this log's objects): the log is not closed then."""
+        return bool(self.busy or self._handles)
+
     def close_log(self) -> None:
         self.tail.close("the fleet closed this ship's log")
         self.event_files.cache.clear()
