@@ -121,9 +121,18 @@ def test_ships_added_and_removed_while_mounted(fleet, tmp_path):
         assert parse((Path(mnt) / who / "info").read_text())["events"] == str(EVENTS + 5)
         gone = _who(fleet / "s0")
         (Path(mnt) / gone / "info").read_text()  # opened, cached by the kernel
+        ino = os.stat(Path(mnt) / gone / "events" / "000000000003").st_ino
+        shutil.copytree(fleet / "s0", tmp_path / "backup")
         shutil.rmtree(fleet / "s0")
         assert wait_for(lambda: gone not in os.listdir(mnt), 5)
         assert not os.path.exists(Path(mnt) / gone / "info")
+        # put back: another log as far as the kernel knows, with inodes of its own
+        os.rename(tmp_path / "backup", fleet / "s0")
+        assert wait_for(lambda: gone in os.listdir(mnt), 5)
+        again = Path(mnt) / gone / "events" / "000000000003"
+        assert os.stat(again).st_ino != ino
+        with Book.open(fleet / "s0") as b:
+            assert again.read_bytes() == b.read(3)
         for ship in os.listdir(mnt):
             assert int(parse((Path(mnt) / ship / "info").read_text())["events"]) >= EVENTS
         # a pier copied in file by file: its directory first (no log yet: a file saying

@@ -13,10 +13,12 @@ well under a second and no log is opened to list it:
   when the name it would get is already taken (a ship in two directories: the first by
   directory name keeps the @p) or when the directory name is itself not a plain name.
 
-Each name keeps a small integer *ship id* for as long as the :class:`FleetDir` lives,
-also while the entry is gone (a pier removed and put back gets its id again): the FUSE
-layer builds inode numbers from it (``fs/fleet_inodes.py``).  Memory: one
-:class:`Ship` (a few hundred bytes) per entry ever seen.
+Each ship keeps a small integer *ship id* while it is in the directory: the FUSE layer
+builds inode numbers from it (``fs/fleet_inodes.py``).  A ship that is removed and comes
+back (or a name that now shows another directory) gets a new id, so no inode of the old
+log, which the kernel may still cache, is ever one of the new log's.  Ids are given in
+name order at the first scan, so they are the same across remounts while the directory
+holds the same names.  Memory: one :class:`Ship` (a few hundred bytes) per entry seen.
 
 Hidden entries (a leading dot) and plain files are not ships and are skipped.
 """
@@ -97,15 +99,17 @@ class FleetDir:
         self._known: dict[str, Ship] = {}  # entry -> ship, every entry ever seen
         self._ids: dict[str, int] = {}  # shown name -> ship id (kept while mounted)
         self._mtime: int | None = None
+        self._last_sid = 0
         self.scans = 0  # how many scans changed something (tests, info)
 
     def _sid(self, name: str) -> int:
         sid = self._ids.get(name)
         if sid is None:
-            if len(self._ids) + 1 >= self.MAX_SHIPS:
-                raise OverflowError(f"{self.directory}: more than {self.MAX_SHIPS} ship "
-                                    "names seen by one fleet mount; remount it")
-            sid = self._ids[name] = len(self._ids) + 1
+            if self._last_sid + 1 >= self.MAX_SHIPS:
+                raise OverflowError(f"{self.directory}: more than {self.MAX_SHIPS} ships "
+                                    "came and went under one fleet mount; remount it")
+            self._last_sid += 1
+            sid = self._ids[name] = self._last_sid
         return sid
 
     def scan(self, force: bool = False) -> bool:
@@ -142,6 +146,14 @@ class FleetDir:
             ships[name] = ship
         changed = ships.keys() != self.ships.keys() or any(
             ships[n].path != self.ships[n].path for n in ships)
+        for name, old_ship in self.ships.items():
+            if name not in ships or ships[name].path != old_ship.path:
+                # gone (or now another directory): a ship shown under this name later is
+                # another log, so it gets another id, and none of its inodes can be one
+                # the kernel still holds of this one
+                self._ids.pop(name, None)
+                if name in ships:
+                    ships[name].sid = self._sid(name)
         self.ships = ships
         if changed:
             self.scans += 1
