@@ -232,3 +232,19 @@ def test_info_summarises_the_fleet(fleet, tmp_path):
         one = next(iter(ships))
         res = run_bookfs("info", f"{mnt}/{one}")
         assert parse(res.stdout)["ship"] == one and str(ships[one]) in res.stderr
+
+
+def test_ships_share_one_bounded_cache():
+    from bookfs.fs.cache import EventCache
+    from bookfs.fs.fleet_ship import ShipCache
+
+    shared = EventCache(max_bytes=100)
+    a, b = ShipCache(shared), ShipCache(shared)
+    a.put(1, b"a" * 40)
+    b.put(1, b"b" * 40)
+    assert a.get(1) == b"a" * 40 and b.get(1) == b"b" * 40  # same event, two ships
+    a.clear()  # the log changed (or was closed): its entries are never served again
+    assert a.get(1) is None and b.get(1) == b"b" * 40
+    for n in range(2, 6):
+        a.put(n, b"x" * 40)
+    assert shared.bytes <= 100 and b.get(1) is None  # one bound for every ship

@@ -6,6 +6,7 @@ the kernel (listings, cache invalidations), whose inode numbers it maps into the
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from typing import TYPE_CHECKING
@@ -21,24 +22,29 @@ if TYPE_CHECKING:
 
 
 class ShipCache:
-    """One ship's view of the fleet's shared :class:`EventCache` (keys ``(sid, event)``)."""
+    """One open log's view of the fleet's shared :class:`EventCache`: keys are ``(tag,
+    event)``, with a tag no other open (or generation) of any ship has.  Dropping this
+    view's entries (:meth:`clear`: the log changed under it; or the log is closed) only
+    takes a new tag, in constant time: the old entries are never asked for again and
+    leave the cache as the least recently used."""
 
-    def __init__(self, shared: EventCache, sid: int):
-        self.shared, self.sid = shared, sid
+    _tags = itertools.count(1)
+
+    def __init__(self, shared: EventCache):
+        self.shared = shared
+        self.tag = next(self._tags)
 
     def get(self, event: int):
-        return self.shared.get((self.sid, event))
+        return self.shared.get((self.tag, event))
 
     def put(self, event: int, data: bytes) -> None:
-        self.shared.put((self.sid, event), data)
+        self.shared.put((self.tag, event), data)
 
     def clear(self) -> None:
-        items = self.shared._items
-        for key in [k for k in items if k[0] == self.sid]:
-            self.shared.bytes -= len(items.pop(key))
+        self.tag = next(self._tags)
 
     def __len__(self) -> int:
-        return sum(1 for k in self.shared._items if k[0] == self.sid)
+        return sum(1 for k in self.shared._items if k[0] == self.tag)
 
 
 class ShipOperations(BookOperations):
@@ -50,7 +56,7 @@ class ShipOperations(BookOperations):
                          segment_span=fleet.segment_span, owner=fleet.owner,
                          umask=fleet.umask, follow_timeout=fleet.follow_timeout)
         self.ship, self.sid, self.map = ship, ship.sid, fleet.inodes
-        self.event_files.cache = ShipCache(fleet.cache, ship.sid)
+        self.event_files.cache = ShipCache(fleet.cache)
         self.readdir_reply = self._reply
         self.invalidate_inode = self._invalidate_inode
         self.invalidate_entry = self._invalidate_entry
