@@ -91,8 +91,24 @@ def log_source(text: str) -> str:
     on stderr says so), so that every tool accepts what ``show`` and ``report`` accept.  A
     mount whose ``fsname=`` hides its source is refused in one line."""
     existing_dir(text)
+    from bookfs.formats.fleet import FLEET_MARKER
     from bookfs.fs.mountinfo import mount_at
 
+    if os.path.isfile(os.path.join(text, FLEET_MARKER)):
+        return text  # a fleet mount: `info` summarises it; the other tools refuse it
+    parent = os.path.dirname(os.path.abspath(text))
+    if os.path.isfile(os.path.join(parent, FLEET_MARKER)):  # MNT/<ship> of a fleet
+        from bookfs.formats.info import parse
+
+        try:
+            with open(os.path.join(text, "info")) as f:
+                source = parse(f.read())["path"]
+        except (OSError, KeyError) as e:
+            raise argparse.ArgumentTypeError(f"{text}: a ship of a fleet mount that cannot "
+                                             f"be read ({e})") from None
+        print(f"bookfs: {text} is a ship of a fleet mount: reading {source}",
+              file=sys.stderr)
+        return source
     m = mount_at(text)
     if m is None or not m.is_bookfs:
         return text

@@ -80,8 +80,15 @@ def cmd_sample(args) -> int:
 
 
 def cmd_info(args) -> int:
+    from bookfs.cli.fleetinfo import fleet_summary, is_fleet_mount, render_fleet
     from bookfs.formats.info import render, summary
     from bookfs.formats.pier import open_source
+
+    if is_fleet_mount(args.path):
+        with _progress_bar(len(os.listdir(args.path)), "ships", unit="ship") as bar:
+            fleet = fleet_summary(args.path, progress=bar.update)
+        sys.stdout.write(render_fleet(fleet, as_json=args.json))
+        return 0
 
     with _progress_bar(None, "indexing") as bar, open_source(args.path,
                                                              progress=bar.update) as book:
@@ -163,6 +170,13 @@ def cmd_mount(args) -> int:
     from bookfs.fs.mount import mount
 
     opts = args.options
+    if args.fleet:
+        from bookfs.fs.fleet_mount import mount_fleet
+
+        return mount_fleet(args.source, args.mountpoint, options=opts,
+                           foreground=args.foreground, debug=args.debug,
+                           log_file=args.log_file, max_open=args.max_open,
+                           idle_close=args.idle_close)
     return mount(args.source, args.mountpoint, options=opts, foreground=args.foreground,
                  debug=args.debug, log_file=args.log_file)
 
@@ -264,9 +278,23 @@ def build_parser() -> argparse.ArgumentParser:
         ".vere.lock); -o ro for a read-only mount that follows appends.  A source whose "
         "newest epoch is LMDB is mounted read-only.  `bookfs SOURCE MOUNTPOINT -o OPTS` "
         "(mount.fuse3's calling form, used by `mount -t fuse.bookfs` and fstab) means the "
-        "same."), epilog=options_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+        "same.  With --fleet, SOURCE is a directory holding one pier (or Book directory, "
+        "or LMDB epoch) per ship, all served read-only by one daemon as MOUNTPOINT/<ship>/ "
+        "(the @p from each log's meta, else the directory's name), each with a single "
+        "mount's layout; logs are opened on first use and closed when idle, piers added "
+        "or removed appear or disappear within seconds, and one that cannot be opened "
+        "shows as a file MOUNTPOINT/<name> saying why (docs/cluster.md)."),
+        epilog=options_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("source")
     s.add_argument("mountpoint")
+    s.add_argument("--fleet", action="store_true",
+                   help="SOURCE is a directory of piers, one per ship: mount them all "
+                        "read-only as MOUNTPOINT/<ship>/ with one daemon")
+    s.add_argument("--max-open", type=cliargs.count(1), default=64, metavar="N",
+                   help="--fleet: logs open at once (default 64; the least recently "
+                        "used idle one is closed to open another)")
+    s.add_argument("--idle-close", type=float, default=30.0, metavar="SECONDS",
+                   help="--fleet: close a log unused for this long (default 30)")
     s.add_argument("-f", "--foreground", action="store_true",
                    help="stay in the foreground, log to stderr (Ctrl-C unmounts)")
     s.add_argument("-o", dest="options", metavar="OPTS", action=_JoinOptions,
@@ -289,9 +317,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_umount)
 
     s = sub.add_parser("info", help="summarise a log", description=(
-        "Format, first/last event, count, bytes, ship (@p), fake, life, version."))
+        "Format, first/last event, count, bytes, ship (@p), fake, life, version.  On a "
+        "fleet mount (mount --fleet): its ships, events and bytes, and each ship's "
+        "events, bytes and newest event."))
     s.add_argument("path", type=cliargs.log_source,
-                   help="a pier, a Book directory, an LMDB epoch, or a bookfs mount of one")
+                   help="a pier, a Book directory, an LMDB epoch, a bookfs mount of one, "
+                        "or a fleet mount")
     s.add_argument("--json", action="store_true", help="print JSON")
     add_index_arguments(s)
     s.set_defaults(func=cmd_info)

@@ -196,7 +196,7 @@ class Follower:
     def _drop_attrs_sync(self, inodes: list[int]) -> None:
         for ino in inodes:
             with contextlib.suppress(OSError):  # ENOENT: the kernel holds nothing of it
-                pyfuse3.invalidate_inode(ino, attr_only=True)
+                self.fs.invalidate_inode(ino, attr_only=True)
 
     async def _drop_attrs(self) -> None:
         """Make the kernel forget the attributes the log's growth changed (a worker
@@ -225,9 +225,9 @@ class Follower:
         slot = 0 if slot is None else slot
         for k, name in segments.items():  # a segment's bytes may have changed
             with contextlib.suppress(OSError):
-                pyfuse3.invalidate_inode(I.segment_inode(k, slot))
+                self.fs.invalidate_inode(I.segment_inode(k, slot))
             with contextlib.suppress(OSError):
-                pyfuse3.invalidate_entry(I.SEGMENTS, name)
+                self.fs.invalidate_entry(I.SEGMENTS, name)
         first, last = old
         if not last:
             return
@@ -238,10 +238,10 @@ class Follower:
             for name in (I.event_name(event), str(event).encode()):
                 for parent in parents:
                     with contextlib.suppress(OSError):  # ENOENT: nothing cached
-                        pyfuse3.invalidate_entry(parent, name)
+                        self.fs.invalidate_entry(parent, name)
         for event in range(first, last + 1):  # then the old inodes' pages and attributes
             with contextlib.suppress(OSError):
-                pyfuse3.invalidate_inode(I.event_inode(event, slot))
+                self.fs.invalidate_inode(I.event_inode(event, slot))
             if self.fs.no_open:  # renderings were cached by inode too
                 with contextlib.suppress(OSError):
-                    pyfuse3.invalidate_inode(I.pretty_inode(event, slot))
+                    self.fs.invalidate_inode(I.pretty_inode(event, slot))

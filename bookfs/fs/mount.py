@@ -133,9 +133,12 @@ def check_places(source: str, mountpoint: str) -> None:
 
 
 def mount(source: str, mountpoint: str, *, options: str | None = None,
-          foreground: bool = False, debug: bool = False, log_file: str | None = None) -> int:
+          foreground: bool = False, debug: bool = False, log_file: str | None = None,
+          serve=None) -> int:
     """Mount ``source`` (a directory holding book.log and meta.bin) at ``mountpoint``.
-    Returns a process exit status; prints where it mounted or why it could not."""
+    Returns a process exit status; prints where it mounted or why it could not.
+    ``serve``: what the daemon runs instead of serving one log (``fs/fleet_mount.py``)."""
+    serve = serve or _serve
     opts = parse_options(options)
     readonly = opts.readonly
     _configure_index(opts)
@@ -152,7 +155,7 @@ def mount(source: str, mountpoint: str, *, options: str | None = None,
     # descriptors' links name files by their real path: resolve it before mounting
     mountpoint = os.path.realpath(mountpoint)
     if foreground:
-        return _serve(source, mountpoint, opts, readonly, debug, ready_fd=None,
+        return serve(source, mountpoint, opts, readonly, debug, ready_fd=None,
                       log_file=log_file)
     r, w = os.pipe()
     pid = os.fork()
@@ -161,7 +164,7 @@ def mount(source: str, mountpoint: str, *, options: str | None = None,
         os.setsid()
         code = 1
         try:
-            code = _serve(source, mountpoint, opts, readonly, debug, ready_fd=w,
+            code = serve(source, mountpoint, opts, readonly, debug, ready_fd=w,
                           log_file=log_file, daemon=True)
         except BaseException as e:  # report to the parent, never unwind into its code
             kind = "USE" if isinstance(e, (OptionError, UsageError)) else "ERR"

@@ -174,6 +174,11 @@ class BookOperations(pyfuse3.Operations):
         # the commit rule needs each FLUSH's and WRITE's caller (pyfuse3 then passes ctx)
         self.request_owner = "request_owner" in FEATURES
         self.mounts = closer.Mounts(None)  # set_device() once mounted
+        # what tells the kernel about this mount's inodes: pyfuse3's own functions, which
+        # a fleet's ship replaces by ones that map its inodes into the fleet's (fs/fleet.py)
+        self.readdir_reply = pyfuse3.readdir_reply
+        self.invalidate_inode = pyfuse3.invalidate_inode
+        self.invalidate_entry = pyfuse3.invalidate_entry
         self.prober = WorkerThread("bookfs-probe")
         self.follower = Follower(self)  # the log's generation and the inodes' slots
         # the kinds of node (module docstring)

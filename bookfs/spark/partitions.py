@@ -98,6 +98,41 @@ class EventFiles(InputPartition):
         self.events, self.mnt, self.ship = events, mnt, ship
 
 
+class Packed(InputPartition):
+    """Several planned partitions of different mounts read by one task, one after the
+    other (:func:`pack_mounts`): many small ships cost one task per ``max_bytes``, as
+    one log holding their bytes would, instead of one task each."""
+
+    def __init__(self, parts: list[InputPartition]):
+        super().__init__(tuple(p.value for p in parts))
+        self.parts = parts
+
+
+def _part_bytes(part, max_bytes: int, per_partition: int) -> int:
+    if isinstance(part, SegmentRuns):
+        return sum(r.size for r in part.ranges)
+    if isinstance(part, EventFiles):  # no sizes planned: a full run counts as max_bytes
+        return max_bytes * len(part.events) // max(per_partition, 1)
+    return 0
+
+
+def pack_mounts(parts: list[InputPartition], max_bytes: int,
+                per_partition: int = EVENTS_PER_PARTITION) -> list[InputPartition]:
+    """``parts`` (planned per mount, in order) with consecutive ones packed into
+    :class:`Packed` tasks of up to ``max_bytes`` (a part as large alone stays as it is)."""
+    groups: list[list[InputPartition]] = []
+    total = 0
+    for part in parts:
+        size = _part_bytes(part, max_bytes, per_partition)
+        if groups and total + size <= max_bytes:
+            groups[-1].append(part)
+            total += size
+        else:
+            groups.append([part])
+            total = size
+    return [g[0] if len(g) == 1 else Packed(g) for g in groups]
+
+
 def plan(mount: Mount, since: int | None, until: int | None, per_partition: int,
          max_bytes: int = MAX_PARTITION_BYTES) -> tuple[list[InputPartition], int]:
     """The partitions that read events ``since..until`` (inclusive; None: the mount's
@@ -227,6 +262,8 @@ def read_partition(partition, columns: list[str] | None = None):
     payload bytes are not copied unless ``jam`` is.  Deeds' CRCs are checked either way.
     With nothing planned Spark still runs one task, on a bare ``InputPartition``: it
     yields no rows."""
+    if isinstance(partition, Packed):
+        return (b for part in partition.parts for b in read_partition(part, columns))
     want = None if columns is None else set(columns)
     if isinstance(partition, SegmentRuns):
         p = partition

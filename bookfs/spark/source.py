@@ -49,7 +49,12 @@ whenever the load names mounts by a glob or a list (even if the glob matches one
 so a table's schema does not change as piers come and go; ``load(MNT)`` keeps exactly
 ``read_events``' schema.  Each mount must be a bookfs mount with a ship in its meta, and no
 ship may be named twice; a glob matching nothing is an error.  ``ship = '~x'`` and
-``ship in (...)`` filters are pushed down too: other mounts are not read.
+``ship in (...)`` filters are pushed down too: other mounts are not read.  A **fleet
+mount** (``bookfs mount --fleet``) is read the same way: ``load(MNT)`` is every ship under
+it, named by the listing (no log is opened to plan); ``option("ships", "~zod,~nec")``
+reads only those ships (on every Spark, pushdown or not), and a ship the fleet cannot
+open is a one-line error unless ``option("skipDamaged", "true")``.  Small ships' planned
+reads are packed into tasks of up to ``maxPartitionBytes`` (``Packed``).
 
 **Streaming**: offsets are event numbers, ``{"event": N}`` meaning "every event up to N
 has been delivered"; a micro-batch from ``{"event": a}`` to ``{"event": b}`` holds events
@@ -61,7 +66,9 @@ are deterministic, so a batch that was planned but not committed is read again w
 same bounds).  ``maxEventsPerTrigger`` caps the events of one micro-batch;
 ``trigger(availableNow=True)`` reads what is committed when the query starts, in batches
 of at most ``maxEventsPerTrigger``, and stops.  ``since`` and ``until`` bound the stream
-too (a stream with ``until`` stops growing there).  A stream follows one mount.
+too (a stream with ``until`` stops growing there).  A stream over several ships (a
+fleet mount, a glob or a list) has one offset per ship, ``{"~zod": N, ...}``
+(:class:`ShipsStreamReader`): ships added later join from their first event.
 """
 
 from __future__ import annotations
@@ -75,9 +82,10 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     EqualTo, GreaterThan, GreaterThanOrEqual, In,
                                     LessThan, LessThanOrEqual)
 
+from bookfs.formats.fleet import FLEET_MARKER
 from bookfs.spark.columns import SHIP, option_columns, projection, spark_types
 from bookfs.spark.partitions import (EVENTS_PER_PARTITION, MAX_PARTITION_BYTES, Mount,
-                                     committed, plan, read_partition)
+                                     committed, pack_mounts, plan, read_partition)
 from bookfs.spark.rows import SCHEMA
 
 NAME = "bookfs"
@@ -148,7 +156,43 @@ def named_paths(options) -> tuple[list[str], bool]:
     if not path:
         raise ValueError('format("bookfs") needs a mount point: .load(MOUNTPOINT), '
                          '.load("/srv/ships/*") or .load([MOUNTPOINT, ...])')
-    return [path], any(c in path for c in _GLOB_CHARS)
+    return [path], any(c in path for c in _GLOB_CHARS) or is_fleet(path)
+
+
+def is_fleet(path: str) -> bool:
+    """Whether ``path`` is a fleet mount (``bookfs mount --fleet``: it has the marker)."""
+    return os.path.isfile(os.path.join(path, FLEET_MARKER))
+
+
+def fleet_mounts(path: str, options) -> list[Mount]:
+    """The ships of the fleet mounted at ``path``: ``MNT/<ship>`` each, its name the
+    ``ship`` column (the @p, or the directory's name for a log whose meta says none),
+    read from the listing alone, so no log is opened to plan which to read.  A ship
+    shown as an error file (it cannot be opened) is a one-line error, or skipped with
+    ``option("skipDamaged", "true")``; ``option("ships", "~zod,~nec")`` reads only those."""
+    wanted = _ships_option(options)
+    skip = str(options.get("skipDamaged", "false")).lower() == "true"
+    mounts = []
+    for name in sorted(os.listdir(path)):
+        if wanted is not None and name not in wanted:
+            continue
+        where = os.path.join(path, name)
+        if not os.path.isdir(where):
+            if skip:
+                continue
+            with open(where) as f:
+                said = f.read(4096).strip()
+            raise ValueError(f"{where}: the fleet cannot read this ship ({said}); "
+                             'option("skipDamaged", "true") reads the others')
+        mounts.append(Mount(where, name))
+    return mounts
+
+
+def _ships_option(options) -> set[str] | None:
+    raw = options.get("ships")
+    if raw is None or not str(raw).strip():
+        return None
+    return {s.strip() for s in str(raw).split(",") if s.strip()}
 
 
 def resolve_mounts(options) -> tuple[list[Mount], bool]:
@@ -156,6 +200,8 @@ def resolve_mounts(options) -> tuple[list[Mount], bool]:
     ``ship`` column.  One-line errors for a glob matching nothing, a path that is not a
     bookfs mount, a mount with no ship in its meta and a ship named twice."""
     paths, multi = named_paths(options)
+    if len(paths) == 1 and is_fleet(paths[0]):
+        return fleet_mounts(paths[0], options), True
     if not multi:
         return [Mount(check_mount(paths[0]))], False
     mounts: list[Mount] = []
@@ -173,6 +219,9 @@ def resolve_mounts(options) -> tuple[list[Mount], bool]:
                                  "expected one mount per ship")
             seen[ship] = path
             mounts.append(Mount(path, ship))
+    wanted = _ships_option(options)
+    if wanted is not None:
+        mounts = [m for m in mounts if m.ship in wanted]
     return mounts, True
 
 
@@ -246,6 +295,8 @@ class BookfsReader(DataSourceReader):
         for mount in self.mounts:
             parts += plan(mount, self.since, self.until, self.per_partition,
                           self.max_bytes)[0]
+        if len(self.mounts) > 1:  # many small ships: a task per max_bytes, not per ship
+            parts = pack_mounts(parts, self.max_bytes, self.per_partition)
         return parts
 
     def read(self, partition):
@@ -353,6 +404,110 @@ class BookfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to release: events are immutable once committed."""
 
 
+class ShipsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of the committed events of many ships (a fleet mount, a glob or a
+    list of mounts), with one offset per ship: ``{"~zod": N, ...}``, every event up to
+    ``N`` of that ship delivered.  The ships are looked up again at every trigger, so a
+    ship added to the fleet joins the stream (from its first event, or ``since``); a ship
+    gone keeps its offset.  ``maxEventsPerTrigger`` bounds the events of one micro-batch
+    over all ships (ships in name order).  As with one mount, offsets are deterministic
+    and events immutable, so a batch planned but not committed is read again with the
+    same bounds after a restart: exactly once with a checkpoint and the file sink."""
+
+    def __init__(self, options: dict, since: int | None, until: int | None,
+                 per_partition: int, max_events: int | None,
+                 columns: list[str] | None = None, max_bytes: int = MAX_PARTITION_BYTES):
+        self.options = options
+        self.since, self.until = since, until
+        self.per_partition, self.max_events = per_partition, max_events
+        self.columns, self.max_bytes = columns, max_bytes
+        self.first: dict[str, int] = {}
+        self.target: dict[str, int] | None = None
+
+    def _mounts(self) -> dict[str, Mount]:
+        return {m.ship: m for m in resolve_mounts(self.options)[0]}
+
+    def _begin(self) -> int:
+        """The offset of a ship the stream has not seen yet."""
+        return self.since - 1 if self.since is not None else 0
+
+    def _lasts(self) -> dict[str, int]:
+        """Each ship's last committed event (ships with none left out)."""
+        out = {}
+        for ship, m in self._mounts().items():
+            view = committed(m.path, self.first.get(ship))
+            if view is not None:
+                self.first[ship] = view[0]
+                out[ship] = view[1]
+        return out
+
+    def initialOffset(self) -> dict:
+        return {ship: self._begin() for ship in self._mounts()}
+
+    def getDefaultReadLimit(self):
+        if self.max_events is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.max_events)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = self._lasts()
+
+    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        out = dict(start or {})
+        budget = None
+        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            budget = limit.max_rows
+        for ship, end in sorted(self._lasts().items()):
+            begin = out.get(ship, self._begin())
+            for cap in (self.until, None if self.target is None
+                        else self.target.get(ship, begin)):
+                if cap is not None:
+                    end = min(end, cap)
+            if budget is not None:
+                end = min(end, begin + budget)
+            end = max(end, begin)
+            if budget is not None:
+                budget -= end - begin
+            out[ship] = end
+        return out
+
+    def reportLatestOffset(self):
+        return self._lasts() or None
+
+    def partitions(self, start: dict, end: dict):
+        """The batch reader's partitions for each ship's events ``start+1..end``; waits
+        for a stale view as :meth:`BookfsStreamReader.partitions` does."""
+        mounts = None
+        parts = []
+        for ship in sorted(end):
+            lo, hi = start.get(ship, self._begin()) + 1, end[ship]
+            if lo > hi:
+                continue
+            if mounts is None:
+                mounts = self._mounts()
+            mount = mounts.get(ship)
+            if mount is None:
+                raise RuntimeError(f"ship {ship} has events {lo}..{hi} to read, but it "
+                                   "is no longer mounted")
+            deadline = time.monotonic() + STALE_VIEW_WAIT
+            while True:
+                got_parts, got = plan(mount, lo, hi, self.per_partition, self.max_bytes)
+                if got >= hi:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{mount.path} shows events up to {got}, but {hi} "
+                                       "was reported committed")
+                time.sleep(0.1)
+            parts += got_parts
+        return pack_mounts(parts, self.max_bytes, self.per_partition)
+
+    def read(self, partition):
+        return read_partition(partition, self.columns)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: events are immutable once committed."""
+
+
 # --- the data source -----------------------------------------------------------------------
 
 
@@ -389,12 +544,13 @@ class BookfsDataSource(DataSource):
 
     def streamReader(self, schema):
         paths, multi = named_paths(self.options)
-        if multi:
-            raise ValueError('readStream.format("bookfs") follows one mount; got '
-                             f"{', '.join(paths)} (read many ships with spark.read)")
         since, until, per = self._bounds()
         most = _int_option(self.options, "maxEventsPerTrigger")
         if most is not None and most < 1:
             raise ValueError(f"option maxEventsPerTrigger must be at least 1, not {most}")
+        if multi:
+            resolve_mounts(self.options)  # one-line errors now, not in the first batch
+            return ShipsStreamReader(self.options, since, until, per, most,
+                                     projection(schema, True), self._max_bytes())
         return BookfsStreamReader(check_mount(paths[0]), since, until, per, most,
                                   projection(schema, False), self._max_bytes())

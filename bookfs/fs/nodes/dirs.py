@@ -257,7 +257,7 @@ class Directories(Kind):
             # readdir_reply copies the attributes into the reply buffer, so one object is
             # reused and only the fields that differ are set (this is the ls -l hot path)
             a = fs.event_files.event_attrs(event)
-            reply, name, inode = pyfuse3.readdir_reply, I.event_name, I.event_inode
+            reply, name, inode = fs.readdir_reply, I.event_name, I.event_inode
             size_of, mtime_of = log.payload_size, fs.event_files.dates.mtime_ns
             slot, refs = fs.follower.slot, fs.follower.slot_refs
             while event <= last:
@@ -282,14 +282,14 @@ class Directories(Kind):
                 if seg is None:
                     continue
                 attrs = fs.segment_files.seg_attrs(seg)
-                if not pyfuse3.readdir_reply(token, I.event_name(seg.first), attrs, k + 1):
+                if not fs.readdir_reply(token, I.event_name(seg.first), attrs, k + 1):
                     return
                 fs.follower.entry(attrs)
             return
         entries = self._small_dir(fh)
         for i in range(start_id, len(entries)):  # cookie = position + 1
             name, ino = entries[i]
-            if not pyfuse3.readdir_reply(token, name, await fs.attrs_of(ino), i + 1):
+            if not fs.readdir_reply(token, name, await fs.attrs_of(ino), i + 1):
                 return
 
     def _small_dir(self, fh: int) -> list[tuple[bytes, int]]:

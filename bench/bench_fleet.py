@@ -1,0 +1,161 @@
+"""A fleet in one mount (issue 24): ``bookfs mount --fleet`` of ``--ships`` generated ships
+of ``--events`` events each, against one read-only mount of a single log holding the
+same bytes.
+
+The data (``bench_ships.make_logs``, made once and reused): one ``bookfs sample`` log;
+``--ships`` copies of it (``cp --reflink=auto``), each with its own ``who`` in
+``meta.bin``, in one directory (the fleet); and one log of the same deeds repeated
+``--ships`` times (the single log).
+
+Each of ``--rounds`` interleaved rounds (at least 5 for numbers worth quoting):
+
+1. ``bookfs mount --fleet DIR MNT``: seconds until the command returns (the daemon
+   answers that it is ready only once it serves requests);
+2. ``ls MNT`` and ``find MNT -maxdepth 2`` on the fresh mount;
+3. ``spark.read.format("bookfs").load(MNT)`` into Spark's ``noop`` sink, every column,
+   then the daemon's memory (VmRSS and the proportional set size, PSS, from
+   ``/proc/PID/smaps_rollup``) once every ship has been read, per ship;
+4. unmount; then ``format("bookfs").load([ONE])`` over the single log, the same way.
+
+The load average is noted at the start of each round.  Prints progress on stderr and a
+Markdown table (min, median, max of each measure, with the issue's targets) on stdout.
+
+Usage: python bench/bench_fleet.py [--ships 1000] [--events 2000] [--rounds 5]
+       [--dir /var/tmp/bench-fleet] [--master local[2]]
+Check it on a tiny fleet first: --ships 20 --events 100 --rounds 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bookfs import spark as bs  # noqa: E402
+from bookfs.formats.layout import LOG_NAME  # noqa: E402
+from tests.mounting import BOOKFS, mounted, umount_quietly  # noqa: E402
+
+import bench_ships  # noqa: E402
+
+
+def say(msg: str) -> None:
+    print(f"bench_fleet: {msg}", file=sys.stderr, flush=True)
+
+
+def loadavg() -> float:
+    return os.getloadavg()[0]
+
+
+def memory_kib(pid: int) -> tuple[int, int]:
+    """``(VmRSS, Pss)`` of process ``pid`` in KiB."""
+    rss = pss = 0
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1])
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                pss = int(line.split()[1])
+    return rss, pss
+
+
+def timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def noop(spark, what):
+    def go():
+        spark.read.format("bookfs").load(what).write.format("noop").mode("overwrite").save()
+    return go
+
+
+def one_round(args, spark, fleet_dir: str, big_mnt: str, n: int) -> dict[str, float]:
+    mnt = os.path.join(args.dir, "mnt_fleet")
+    os.makedirs(mnt, exist_ok=True)
+    got: dict[str, float] = {"load average": loadavg()}
+    t = time.perf_counter()
+    res = subprocess.run([*BOOKFS, "mount", "--fleet", fleet_dir, mnt], capture_output=True,
+                         text=True)
+    got["mount ready s"] = time.perf_counter() - t
+    if res.returncode:
+        raise SystemExit(f"bench_fleet: mount --fleet failed: {res.stderr.strip()}")
+    pid = int(res.stdout.split("daemon pid ")[1].split(";")[0])
+    try:
+        got["ls MNT s"] = timed(lambda: subprocess.run(["ls", mnt], check=True,
+                                                       stdout=subprocess.DEVNULL))
+        got["find -maxdepth 2 s"] = timed(lambda: subprocess.run(
+            ["find", mnt, "-maxdepth", "2"], check=True, stdout=subprocess.DEVNULL))
+        s = timed(noop(spark, mnt))
+        got["fleet Spark s"] = s
+        rss, pss = memory_kib(pid)
+        got["daemon RSS MiB/ship"] = rss / 1024 / args.ships
+        got["daemon PSS MiB/ship"] = pss / 1024 / args.ships
+        got["daemon RSS MiB"] = rss / 1024
+    finally:
+        umount_quietly(mnt)
+    s1 = timed(noop(spark, [big_mnt]))
+    got["one log Spark s"] = s1
+    got["fleet / one log speed"] = s1 / s
+    return got
+
+
+TARGETS = {"mount ready s": "≤ 5", "ls MNT s": "≤ 1", "find -maxdepth 2 s": "≤ 1",
+           "daemon RSS MiB/ship": "≤ 2", "fleet / one log speed": "≥ 0.9"}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ships", type=int, default=1000, help="how many ships in the fleet")
+    p.add_argument("--events", type=int, default=2000, help="events per ship")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (≥ 5 to quote)")
+    p.add_argument("--dir", default="/var/tmp/bench-fleet", help="scratch directory")
+    p.add_argument("--master", default="local[2]")
+    args = p.parse_args()
+    if args.ships < 1 or args.events < 1 or args.rounds < 1:
+        p.error("--ships, --events and --rounds must be at least 1")
+    data = argparse.Namespace(dir=os.path.join(args.dir, f"{args.ships}x{args.events}"),
+                              piers=args.ships, events=args.events)
+    base, piers, big = bench_ships.make_logs(data)
+    fleet_dir = os.path.dirname(piers[0])
+    n = args.ships * args.events
+    print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}; a fleet of {args.ships} ships x "
+          f"{args.events:,} events ({os.path.getsize(os.path.join(base, LOG_NAME)):,} bytes "
+          f"each) vs one log of {n:,} events "
+          f"({os.path.getsize(os.path.join(big, LOG_NAME)):,} bytes); {args.rounds} rounds",
+          flush=True)
+    with contextlib.ExitStack() as stack:
+        big_mnt = stack.enter_context(mounted(big, os.path.join(args.dir, "mnt_big"),
+                                              "-o", "ro"))
+        spark = bs.register(bs.session(args.master, "bench_fleet"))
+        stack.callback(spark.stop)
+        say("warm-up: the single log")
+        noop(spark, [big_mnt])()
+        rounds = []
+        for r in range(args.rounds):
+            got = one_round(args, spark, fleet_dir, big_mnt, n)
+            say(f"round {r + 1}/{args.rounds}: " + ", ".join(
+                f"{k} {v:.3f}" for k, v in got.items()))
+            rounds.append(got)
+    print("\n| measure | min | median | max | target |\n|---|---:|---:|---:|---|")
+    for key in rounds[0]:
+        values = [g[key] for g in rounds]
+        print(f"| {key} | {min(values):.3f} | {statistics.median(values):.3f} | "
+              f"{max(values):.3f} | {TARGETS.get(key, '')} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
