@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import threading
 import time
 
@@ -20,8 +19,8 @@ from bookfs.formats.book import Book  # noqa: E402
 from bookfs.formats.info import parse  # noqa: E402
 from bookfs.noun import patp  # noqa: E402
 from tests.mounting import mounted, run_bookfs  # noqa: E402
-from tests.test_spark_stream import (DRIVER, committed_batches, run_driver,  # noqa: E402
-                                     sink_files, source_offsets)
+from tests.test_spark_stream import (DRIVER, kill_mid_batch, run_driver,  # noqa: E402
+                                     source_offsets)
 
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 LOGS = [(1, 400), (2, 250), (3, 120)]  # (seed, events): distinct seeds, distinct ships
@@ -97,34 +96,13 @@ def test_a_stream_across_ships_killed_and_restarted_exactly_once(env):
                               args=(env.fleet / f"s{seed0}", root / "full", n0 + 1, n0 + GROW))
     driver = run_driver(env, env.mnt, out, ck, "--max-events", PER_TRIGGER, "--slow", 0.5,
                         "--markers", markers)
-    killed = None
     seen: dict[int, float] = {}
-    try:
-        deadline = time.monotonic() + 150
-        while time.monotonic() < deadline and driver.poll() is None:
-            done = committed_batches(ck)
-            if done and writer.ident is None:
-                writer.start()
-            planned = source_offsets(ck) if os.path.isdir(ck / "offsets") else {}
-            running = [b for b in planned if b not in done and b >= 2]
-            if running:
-                b = running[0]
-                since = seen.setdefault(b, time.time())
-                if any(os.stat(markers / m).st_mtime > since for m in os.listdir(markers)):
-                    killed = b
-                    os.killpg(driver.pid, signal.SIGKILL)
-                    break
-            time.sleep(0.05)
-        assert killed is not None, driver.communicate(timeout=5)
-        driver.wait(timeout=30)
-        assert killed not in committed_batches(ck)
-        on_disk = {f for f in os.listdir(out) if f.endswith(".parquet")}
-        assert on_disk - sink_files(out), "no part file of the killed batch"
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-        if writer.ident is not None:
-            writer.join()
+
+    def rows_in_flight(batch: int, planned: dict) -> bool:
+        since = seen.setdefault(batch, time.time())
+        return any(os.stat(markers / m).st_mtime > since for m in os.listdir(markers))
+
+    kill_mid_batch(driver, ck, out, writer, rows_in_flight)
     offsets = source_offsets(ck)
     assert set(offsets[0]) == set(env.ships)  # one offset per ship
     for a, b in zip(sorted(offsets), sorted(offsets)[1:]):

@@ -167,33 +167,12 @@ def test_killed_stream_restarts_exactly_once(env):
     writer = threading.Thread(target=append_events, args=(env.rw, payloads, PAUSE))
     driver = run_driver(env, env.ro, out, ck, "--max-events", PER_TRIGGER, "--slow", SLOW,
                         "--markers", markers)
-    killed_batch = None
-    try:
-        deadline = time.monotonic() + 150
-        while time.monotonic() < deadline and driver.poll() is None:
-            done = committed_batches(ck)
-            if done and not writer.is_alive() and writer.ident is None:
-                writer.start()  # the stream is live: the log grows under it from now
-            planned = source_offsets(ck) if os.path.isdir(ck / "offsets") else {}
-            running = [b for b in planned if b not in done and b >= 2]
-            if running:
-                start = planned[running[0] - 1]["event"]
-                if any(int(m) > start for m in os.listdir(markers)):  # rows in flight
-                    killed_batch = running[0]
-                    os.killpg(driver.pid, signal.SIGKILL)
-                    break
-            time.sleep(0.05)
-        assert killed_batch is not None, driver.communicate(timeout=5)
-        driver.wait(timeout=30)
-        # the kill left the batch planned but not committed, with rows written for it
-        assert killed_batch not in committed_batches(ck)
-        on_disk = {f for f in os.listdir(out) if f.endswith(".parquet")}
-        assert on_disk - sink_files(out), "no part file of the killed batch"
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-        if writer.ident is not None:
-            writer.join()
+
+    def rows_in_flight(batch: int, planned: dict) -> bool:
+        start = planned[batch - 1]["event"]
+        return any(int(m) > start for m in os.listdir(markers))
+
+    kill_mid_batch(driver, ck, out, writer, rows_in_flight)
     assert wait_for_last(env.ro, TOTAL)  # the read-only mount has seen every append
     # offsets are event numbers: consecutive ranges, at most PER_TRIGGER events each
     offsets = source_offsets(ck)
@@ -309,3 +288,38 @@ def test_stream_goes_on_across_a_roll(spark, tmp_path):
                 p[4:] for p in before + after]
         finally:
             q.stop()
+
+
+def kill_mid_batch(driver, ck, out, writer: threading.Thread, rows_in_flight) -> int:
+    """Start ``writer`` once the stream driver has committed a batch (the log grows under
+    the live stream), then SIGKILL the driver while a later batch is planned and
+    ``rows_in_flight(batch, planned_offsets)`` says rows of it were written; check that
+    the kill left that batch planned, not committed, with a part file of it on disk.
+    Returns the killed batch.  The writer is joined and the driver killed whatever
+    happens."""
+    killed = None
+    try:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and driver.poll() is None:
+            done = committed_batches(ck)
+            if done and not writer.is_alive() and writer.ident is None:
+                writer.start()  # the stream is live: the log grows under it from now
+            planned = source_offsets(ck) if os.path.isdir(ck / "offsets") else {}
+            running = [b for b in planned if b not in done and b >= 2]
+            if running and rows_in_flight(running[0], planned):
+                killed = running[0]
+                os.killpg(driver.pid, signal.SIGKILL)
+                break
+            time.sleep(0.05)
+        assert killed is not None, driver.communicate(timeout=5)
+        driver.wait(timeout=30)
+        # the kill left the batch planned but not committed, with rows written for it
+        assert killed not in committed_batches(ck)
+        on_disk = {f for f in os.listdir(out) if f.endswith(".parquet")}
+        assert on_disk - sink_files(out), "no part file of the killed batch"
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+        if writer.ident is not None:
+            writer.join()
+    return killed

@@ -13,7 +13,6 @@ import functools
 import logging
 import os
 import signal
-import sys
 
 from bookfs.errors import UsageError
 from bookfs.formats.fleet import FLEET_FSNAME_PREFIX
@@ -76,13 +75,7 @@ def _serve_fleet(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
     log.info("mounted the fleet %s at %s: %d ships", source, mountpoint,
              len(ops.fleet.ships))
 
-    def ready() -> None:
-        if ready_fd is not None:
-            os.write(ready_fd, f"OK {log_file}".encode())
-            os.close(ready_fd)
-        else:
-            print(f"bookfs: mounted the fleet {source} at {mountpoint}; Ctrl-C unmounts",
-                  file=sys.stderr)
+    ready = M.ready_reporter(ready_fd, log_file, f"the fleet {source} at {mountpoint}")
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:

@@ -338,13 +338,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
     log.info("mounted %s at %s (%s); events %s", source, mountpoint,
              "ro" if readonly else "rw", book.gulf())
 
-    def ready() -> None:
-        if ready_fd is not None:
-            os.write(ready_fd, f"OK {log_file}".encode())
-            os.close(ready_fd)
-        else:
-            print(f"bookfs: mounted {source} at {mountpoint}; Ctrl-C unmounts",
-                  file=sys.stderr)
+    ready = ready_reporter(ready_fd, log_file, f"{source} at {mountpoint}")
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:
@@ -392,6 +386,18 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
 #: counts as nothing), for benchmarks that say where a request's CPU goes
 #: (bench/bench_append.py --profile).
 PROFILE_ENV = "BOOKFS_PROFILE"
+
+
+def ready_reporter(ready_fd: int | None, log_file: str | None, said: str):
+    """The call that reports the mount ready: to the parent through ``ready_fd`` (the
+    forked daemon), or on stderr in the foreground (``said``: what is mounted where)."""
+    def ready() -> None:
+        if ready_fd is not None:
+            os.write(ready_fd, f"OK {log_file}".encode())
+            os.close(ready_fd)
+        else:
+            print(f"bookfs: mounted {said}; Ctrl-C unmounts", file=sys.stderr)
+    return ready
 
 
 async def _companion(ops, source, mountpoint, opts, log_file, debug, ready) -> None:
