@@ -50,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 
-from bookfs.fs.mountinfo import mount_at, mounts_under
+from bookfs.fs.mountinfo import mounts_under
 
 __all__ = ["BOUND", "Companion", "start", "unbind_all"]
 
@@ -175,8 +175,3 @@ def unbind_all(mountpoint: str) -> None:
                 e = ctypes.get_errno()
                 raise OSError(e, f"{m.point}: {os.strerror(e)}")
 
-
-def is_bound(path: str) -> bool:
-    """Whether a companion bind is mounted at ``path``."""
-    m = mount_at(path, resolve=False)
-    return m is not None and m.is_bookfs
