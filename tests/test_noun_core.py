@@ -195,11 +195,14 @@ def test_big_atoms() -> None:
 
 def test_big_atoms_at_every_bit_offset() -> None:
     """The compiled cue builds a wide atom's 30-bit digits four at a time, with one copy of
-    the loop for each bit offset (0-7) of the atom's first bit in its byte, then a tail:
-    every offset, and widths around the 4-digit (120-bit) groups and the input's end."""
+    the loop for each bit offset (0-7) of the atom's first bit in its byte (and, from 8
+    groups on, with AVX2 where the CPU has it), then a tail; atoms of two words take a
+    path of their own: every offset, and widths around the 4-digit (120-bit) groups, the
+    two-word and AVX2 thresholds and the input's end."""
     rng = random.Random(21)
     offsets = set()
-    for width in (65, 90, 119, 120, 121, 150, 239, 240, 241, 361, 1000, 4001):
+    for width in (65, 90, 119, 120, 121, 127, 128, 129, 150, 239, 240, 241, 361, 959, 960,
+                  961, 990, 1000, 1081, 4001):
         for pad in range(16):  # the head atom moves the wide atom's start bit by bit
             atom = rng.getrandbits(width) | 1 << (width - 1)
             noun = ((1 << pad) - 1 if pad else 0, atom)
@@ -234,6 +237,9 @@ def test_non_canonical_encodings() -> None:
     assert C.scan(data, mug=True).mug == P.mug(1)
     wide = _bits_to_bytes("0" + _mat(2**70 + 5, 200))
     assert P.cue(wide) == C.cue(wide) == 2**70 + 5
+    for value, width in ((7, 100), (2**64 - 1, 128), (2**64, 65), (2**100 + 3, 128)):
+        data = _bits_to_bytes("0" + _mat(value, width))  # wide mats of two words at most
+        assert P.cue(data) == C.cue(data) == value, (value, width)
     assert C.scan(wide, mug=True).mug == S.scan(wide, mug=True).mug == P.mug(2**70 + 5)
     # [5 <back-reference to bit 2 written 80 bits wide>]; with a one at bit 70: bad
     for ref, ok in ((2, True), (2 + (1 << 70), False)):
@@ -429,3 +435,20 @@ def test_event_head_of_a_sample_event() -> None:
     noun = (_da_now, (from_list([cord("d"), cord("term"), 1]), (cord("belt"), 7)))
     for impl in (C.event_head, peek.event_head):
         assert impl(noun, {}) == (_da_now, "/d/term/\x01", "belt")
+
+
+def test_atoms_met_again_are_the_same_values() -> None:
+    """The compiled cue shares the one-word atoms it made lately (a direct-mapped cache by
+    value): atoms that meet in the cache's slots, met again and in turn, and the small
+    ints around its floor, cue to the very values the pure core gives, every time."""
+    rng = random.Random(24)
+    words = [rng.getrandbits(rng.randrange(9, 65)) for _ in range(3000)]
+    words += [255, 256, 257, 2**63, 2**64 - 1]
+    for _ in range(3):
+        for start in range(0, len(words), 50):
+            noun = tuple(words[start:start + 50])
+            nested = noun[0]
+            for w in noun[1:]:
+                nested = (nested, w)
+            data = P.jam(nested)
+            assert C.cue(data) == P.cue(data) == nested

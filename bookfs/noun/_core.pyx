@@ -106,10 +106,61 @@ cdef extern from *:
             memcpy(&w, bp + o3, 8); d[3] = (digit)((w >> h3) & 0x3FFFFFFF);
         }
     }
+    #if defined(__x86_64__) && defined(__GNUC__)
+    #include <immintrin.h>
+    #define BOOKFS_AVX2 1
+    /* bookfs_digits4 with AVX2: each group of 15 bytes is loaded once (16 bytes: the
+       bound check above leaves room), copied to both 128-bit lanes, and one byte shuffle,
+       one variable shift and one mask give its four digits in 64-bit elements, packed to
+       32 bits and stored together. */
+    __attribute__((target("avx2"))) static void bookfs_digits4_avx2(
+            digit *d, const uint8_t *bp, uint64_t n4, const unsigned s0) {
+        int8_t shuf[32];
+        int64_t sh[4];
+        unsigned k, j;
+        uint64_t g;
+        for (k = 0; k < 4; k++) {
+            unsigned bit = s0 + 30 * k, o = bit >> 3;
+            sh[k] = bit & 7;
+            for (j = 0; j < 8; j++)
+                shuf[8 * k + j] = (int8_t)(o + j < 16 ? o + j : 0x80);
+        }
+        const __m256i ctl = _mm256_loadu_si256((const __m256i *)shuf);
+        const __m256i shifts = _mm256_loadu_si256((const __m256i *)sh);
+        const __m256i mask = _mm256_set1_epi64x(0x3FFFFFFF);
+        const __m256i pack = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+        for (g = 0; g < n4; g++, bp += 15, d += 4) {
+            __m256i y = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bp));
+            y = _mm256_and_si256(_mm256_srlv_epi64(_mm256_shuffle_epi8(y, ctl), shifts), mask);
+            _mm_storeu_si128((__m128i *)d,
+                             _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(y, pack)));
+        }
+    }
+    static int bookfs_has_avx2 = -1;
+    #else
+    #define BOOKFS_AVX2 0
+    #endif
     #endif
     static PyObject *bookfs_long_from_bits(const uint8_t *p, uint64_t nbytes, uint64_t pos,
                                            uint64_t b) {
         uint64_t len = b, n, v, i;
+    #if BOOKFS_FAST_LONG && defined(__SIZEOF_INT128__)
+        if (b <= 128) {  /* two words at most, as most wide atoms are (@da dates) */
+            uint64_t lo = bookfs_bits(p, nbytes, pos, b < 64 ? b : 64);
+            uint64_t hi = b > 64 ? bookfs_bits(p, nbytes, pos + 64, b - 64) : 0;
+            unsigned __int128 x;
+            Py_ssize_t nd, k;
+            PyLongObject *r;
+            if (hi == 0) return PyLong_FromUnsignedLongLong(lo);
+            nd = (Py_ssize_t)((128 - __builtin_clzll(hi) + 29) / 30);
+            r = _PyLong_New(nd);
+            if (r == NULL) return NULL;
+            x = ((unsigned __int128)hi << 64) | lo;
+            for (k = 0; k < nd; k++, x >>= 30)
+                BOOKFS_DIGITS(r)[k] = (digit)((uint64_t)x & 0x3FFFFFFF);
+            return (PyObject *)r;
+        }
+    #endif
         while (len > 0) {  /* the atom's true width: a mat may carry leading zeros */
             n = len > 64 ? 64 : len;
             v = bookfs_bits(p, nbytes, pos + len - n, n);
@@ -133,6 +184,10 @@ cdef extern from *:
             n4 = (uint64_t)(nd - 1) / 4;
             if (nbytes < off0 + 24) n4 = 0;
             else if ((nbytes - off0 - 24) / 15 + 1 < n4) n4 = (nbytes - off0 - 24) / 15 + 1;
+    #if BOOKFS_AVX2
+            if (bookfs_has_avx2 < 0) bookfs_has_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+            if (n4 >= 8 && bookfs_has_avx2) bookfs_digits4_avx2(d, bp, n4, (unsigned)s0); else
+    #endif
             switch (s0) {
             case 0: bookfs_digits4(d, bp, n4, 0); break;
             case 1: bookfs_digits4(d, bp, n4, 1); break;
@@ -770,6 +825,35 @@ cdef inline int64_t _ref_detail(uint64_t ref) noexcept nogil:
     return <int64_t>ref if ref < ((<uint64_t>1) << 63) else -1
 
 
+cdef enum:
+    WORDS = 1024          # the word cache's slots (a power of two)
+    WORD_SHIFT = 54       # 64 - log2(WORDS)
+
+# Atoms of one word that cue made lately, so an atom met again (a wire's knots, a card's
+# tag, a ship) is shared, not allocated and freed again: a direct-mapped cache of WORDS
+# slots, keyed by value.  Ints are immutable, so sharing one is invisible to the caller.
+# cue holds the GIL throughout, so the slots need no lock.
+cdef uint64_t _word_keys[WORDS]
+cdef PyObject* _word_vals[WORDS]
+
+
+cdef inline object _word(uint64_t v):
+    """The int ``v`` (at most one word), from the cache when it holds it."""
+    cdef uint64_t i
+    cdef object atom
+    if v <= 256:  # CPython's own small ints: never allocated
+        return PyLong_FromUnsignedLongLong(v)
+    i = (v * <uint64_t>0x9E3779B97F4A7C15) >> WORD_SHIFT
+    if _word_vals[i] != NULL and _word_keys[i] == v:
+        return <object>_word_vals[i]
+    atom = PyLong_FromUnsignedLongLong(v)
+    Py_XDECREF(_word_vals[i])
+    Py_INCREF(atom)
+    _word_vals[i] = <PyObject*>atom
+    _word_keys[i] = v
+    return atom
+
+
 def cue(data):
     """Deserialise jam bytes into a noun (``++cue``); as :func:`codec.cue`, including its
     laxness: bits after the noun are ignored.  Raises :class:`CueError`."""
@@ -826,9 +910,9 @@ def cue(data):
                 break
             if not n.is_ref:
                 if n.small:
-                    node = PyLong_FromUnsignedLongLong(n.value)
+                    node = _word(n.value)
                 elif n.b <= 64:
-                    node = PyLong_FromUnsignedLongLong(_bits(p, nbytes, n.start, n.b))
+                    node = _word(_bits(p, nbytes, n.start, n.b))
                 else:
                     node = bookfs_long_from_bits(p, nbytes, n.start, n.b)
                 if count >= cap:
