@@ -23,7 +23,7 @@ bookfs 1 writer.
 
     python bench/bench_append.py --seconds 3 --rounds 5
 
-Needs root and /dev/fuse.  Figures: docs/benchmarks.md, "Appends against their floor".
+Needs root and /dev/fuse.  Figures: docs/benchmarks.md, "Appends at the floor (item 2)".
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ from bookfs.spark.rows import SCHEMA, _decode_files, _split_segments, _stamps, p
 DEFAULT_MAX_LENGTH = 2**31 - 1
 MAX_LENGTH_KEY = "spark.sql.sources.binaryFile.maxLength"
 
-#: The small-file settings :func:`tune` applies, with why (figures: docs/benchmarks.md).
+#: The small-file settings :func:`tune` applies, with why (figures: docs/benchmarks-history.md,
+#: "Spark pipeline").
 TUNED: dict[str, tuple[str, str]] = {
     "spark.sql.files.openCostInBytes": (
         "8192", "a file costs length + this when packed into tasks; the 4 MB default "
