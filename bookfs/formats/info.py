@@ -75,7 +75,23 @@ def summary(book: EventLog) -> dict:
     """Format, path, first/last event, count, bytes (exact), the time range the events
     cover (``dates``: :func:`date_range`, when the log has dated events) and the meta
     fields, decoded (``fake`` as a loobean, :func:`loobean`; ``meta: absent`` when a
-    read-only open found no ``meta.bin``)."""
+    read-only open found no ``meta.bin``), then ``nouns``: :func:`with_core` of
+    :func:`log_summary`."""
+    return with_core(log_summary(book))
+
+
+def with_core(log_info: dict) -> dict:
+    """``log_info`` (:func:`log_summary`) and ``nouns``, this process's noun core
+    (compiled, or pure and why): :func:`summary`'s last line, which says nothing of the
+    log (a fleet mount keeps ``log_summary`` of a closed log and adds this when asked)."""
+    from bookfs.noun import core_description
+
+    return {**log_info, "nouns": core_description()}
+
+
+def log_summary(book: EventLog) -> dict:
+    """:func:`summary` but its ``nouns`` line: what depends on the log (and its meta)
+    alone, JSON-safe (every value a str, int, bool or dict of str)."""
     from bookfs.noun import patp
 
     from bookfs.errors import MetaAbsent
@@ -112,8 +128,6 @@ def summary(book: EventLog) -> dict:
             f"{e.name} {e.log.format.split(' ')[0]} "
             + (f"{e.log.first}..{e.log.last}" if e.log.count else "no events yet")
             for e in epochs)
-    from bookfs.noun import core_description
-    info["nouns"] = core_description()  # the noun core: compiled, or pure and why
     return info
 
 
