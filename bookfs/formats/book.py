@@ -254,10 +254,20 @@ class Book(SingleFileLog):
     def _is_torn_tail(self, off: int, size: int) -> bool:
         return recovery.is_torn_tail(self._fd, off, size)
 
-    def _persist_index(self) -> None:
+    def _persist_index(self, card: bytes | None = None) -> None:
         if not self._index_untrusted:
-            save_index(self.log_path, self._fd, self._index, self._vstamp)
+            save_index(self.log_path, self._fd, self._index, self._vstamp, card)
         self._index_dirty = False
+
+    def save_card(self, card: bytes) -> None:
+        """Persist the index as it is now with ``card`` beside it (``index.py``: a fleet
+        mount's figures of this log, ``formats/shipcard.py``).  Like every save of the
+        index: atomic, and a failure is logged, not raised."""
+        self._persist_index(card)
+
+    def fstat(self) -> os.stat_result:
+        """``fstat`` of the open ``book.log``."""
+        return os.fstat(self._fd)
 
     def _publish(self) -> None:
         self._publish_view(self._index.end)

@@ -15,6 +15,13 @@ sample of deed lengths, its own CRC) and is rebuilt, never trusted, when anythin
 disagrees.  When the log has grown, only the new part is
 scanned.
 
+An index file may end with a *card*: opaque bytes a caller stored with the index
+(:func:`save_index` ``card=``), written in the same atomic replace, so that the card
+speaks of exactly the offsets and timeline beside it.  :func:`read_card` gives them back
+reading only the file's tail (never the offsets): a fleet mount keeps there what the
+attributes of a closed log's entries need (``formats/shipcard.py``), and decides itself
+whether they still hold.  Nothing here trusts a card; a load ignores it.
+
 Besides offsets the index keeps a sparse *timeline*: ``(first event, unix ns)`` points
 recorded when the log is seen to grow, at most one per second.  An event's mtime is the
 time of the growth that brought it, so mtimes follow append order.  After a rebuild from
@@ -61,6 +68,11 @@ _TIME = struct.Struct("<QQ")
 #: was recorded (wall clock, ns).
 _STAMP = struct.Struct("<8sQQQQ")
 _STAMP_TAG = b"VSTAMP01"
+#: The optional card at the very end (before the file's CRC): the card's bytes, then
+#: their CRC, their length and this tag, so the tail alone finds and checks them.
+_CARD_FOOT = struct.Struct("<II8s")
+_CARD_TAG = b"BFSCARD1"
+_CARD_TAIL = 16 << 10  # bytes of an index file's tail read to find its card
 _SAMPLE = 64  # deeds (len_d, let_d) re-checked against the log when a persisted index is loaded
 _CHUNK = 4 << 20  # bytes read at a time while scanning framing
 
@@ -76,6 +88,7 @@ class _CacheSettings:
     directory: str | None = None  # None: $BOOKFS_CACHE_DIR or the platform's user cache
     enabled: bool = True
     pruned: bool = False  # this process has pruned the directory once
+    keep: int = INDEX_KEEP  # the prune's bound (keep_at_least raises it)
 
 
 _settings = _CacheSettings()
@@ -88,6 +101,13 @@ def configure_cache(directory: str | None = None, *, enabled: bool = True) -> No
     _settings.directory = os.path.abspath(directory) if directory else None
     _settings.enabled = enabled
     _settings.pruned = False
+
+
+def keep_at_least(n: int) -> None:
+    """Make this process's prune keep at least ``n`` indexes (a fleet mount of ``n``
+    logs: else every daemon's first save would drop all but :data:`INDEX_KEEP` of its
+    ships' indexes, and each of them would be built again at its next open)."""
+    _settings.keep = max(_settings.keep, n)
 
 
 def cache_enabled() -> bool:
@@ -363,14 +383,17 @@ def discard_index(log_path: str, fd: int) -> None:
 
 
 def save_index(log_path: str, fd: int, index: OffsetIndex,
-               stamp: FileStamp | None = None) -> None:
+               stamp: FileStamp | None = None, card: bytes | None = None) -> None:
     """Persist ``index`` atomically (temp file + rename).  Failure is logged, not raised:
     the index is only a cache.  Nothing is written when the cache is off
     (:func:`configure_cache`); the first save of a process prunes the directory.
 
     ``stamp``: the log as it was when every deed below ``index.verified_end`` was known
     good (:class:`FileStamp`).  It is recorded only if the log still matches it
-    (:func:`settle_stamp`); without it a later load keeps the offsets but not the mark."""
+    (:func:`settle_stamp`); without it a later load keeps the offsets but not the mark.
+
+    ``card``: bytes stored at the file's end with this index (module docstring); a save
+    without one drops the card the file had."""
     if not _settings.enabled:
         return
     try:
@@ -397,6 +420,8 @@ def save_index(log_path: str, fd: int, index: OffsetIndex,
         if taken is not None:
             times += _STAMP.pack(_STAMP_TAG, stamp.size, stamp.mtime_ns, stamp.ctime_ns,
                                  taken)
+        if card is not None:
+            times += card + _CARD_FOOT.pack(crc32(card), len(card), _CARD_TAG)
         crc = crc32(times, crc32(offs, crc32(head)))
         fd_tmp, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
         try:
@@ -414,7 +439,60 @@ def save_index(log_path: str, fd: int, index: OffsetIndex,
         return
     if not _settings.pruned:
         _settings.pruned = True
-        prune_cache(os.path.dirname(path))
+        prune_cache(os.path.dirname(path), keep=_settings.keep)
+
+
+def read_card(log_path: str, st: os.stat_result) -> bytes | None:
+    """The card stored with the persisted index of the log at ``log_path`` whose
+    ``stat`` is ``st`` (its device and inode name the index), or ``None``: no index, no
+    card, the cache off or its directory not private, a card whose own CRC fails.  Reads
+    only the index file's tail; never opens the log.  Says nothing of whether the card
+    still holds for the log (its caller checks that).  A card found touches the index
+    file, as a load does, so pruning keeps it."""
+    if not _settings.enabled:
+        return None
+    path = _index_path(log_path, st)
+    try:
+        private_dir(os.path.dirname(path), "index cache directory", create=False)
+        ifd = open_regular(path, os.O_RDONLY)
+    except (OSError, BookError):
+        return None
+    try:
+        size = os.fstat(ifd).st_size
+        tail = os.pread(ifd, min(size, _CARD_TAIL), max(0, size - _CARD_TAIL))
+        card = _card_in(tail, size)
+        if card is None and size > _CARD_TAIL:  # a card longer than the tail read
+            n = _card_len(tail)
+            if n is not None and n + _CARD_FOOT.size + 4 <= size:
+                card = _card_in(os.pread(ifd, n + _CARD_FOOT.size + 4,
+                                         size - n - _CARD_FOOT.size - 4), size)
+    except OSError:
+        return None
+    finally:
+        os.close(ifd)
+    if card is not None:
+        with contextlib.suppress(OSError):
+            os.utime(path, follow_symlinks=False)
+    return card
+
+
+def _card_len(tail: bytes) -> int | None:
+    if len(tail) < _CARD_FOOT.size + 4:
+        return None
+    crc, n, tag = _CARD_FOOT.unpack_from(tail, len(tail) - 4 - _CARD_FOOT.size)
+    return n if tag == _CARD_TAG else None
+
+
+def _card_in(tail: bytes, file_size: int) -> bytes | None:
+    """The card at the end of ``tail`` (the last bytes of an index file of
+    ``file_size`` bytes) if it is whole there and its CRC holds."""
+    n = _card_len(tail)
+    foot = _CARD_FOOT.size + 4
+    if n is None or n + foot > len(tail) or n + foot + _FILE_HEAD.size > file_size:
+        return None
+    crc = _CARD_FOOT.unpack_from(tail, len(tail) - foot)[0]
+    card = tail[len(tail) - foot - n : len(tail) - foot]
+    return card if crc32(card) == crc else None
 
 
 def load_index(log_path: str, fd: int, size: int) -> OffsetIndex | None:
@@ -457,7 +535,11 @@ def _validate(raw: bytes, fd: int, st: os.stat_result, size: int):
         _FILE_HEAD.unpack_from(raw)
     )
     body = hs + 8 * count + 16 * ntimes
-    if len(raw) not in (body + 4, body + _STAMP.size + 4):
+    extra = len(raw) - 4 - body  # the stamp and the card, each optional
+    n_card = _card_len(raw)
+    if n_card is not None and extra - n_card - _CARD_FOOT.size in (0, _STAMP.size):
+        extra -= n_card + _CARD_FOOT.size
+    if extra not in (0, _STAMP.size):
         return "wrong size"
     (crc,) = struct.unpack_from("<I", raw, len(raw) - 4)
     if crc32(memoryview(raw)[:-4]) != crc:
@@ -493,7 +575,7 @@ def _validate(raw: bytes, fd: int, st: os.stat_result, size: int):
         _TIME.unpack_from(raw, hs + 8 * count + 16 * k) for k in range(ntimes)
     ]
     stamp = None
-    if len(raw) == body + _STAMP.size + 4:
+    if extra == _STAMP.size:
         tag, ssize, mtime, ctime, taken = _STAMP.unpack_from(raw, body)
         here = FileStamp.of(st)
         if (tag == _STAMP_TAG and here == FileStamp(ssize, mtime, ctime)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import weakref
 from collections import OrderedDict
 
 from bookfs.formats.eventlog import EventLog
@@ -11,22 +12,29 @@ from bookfs.noun.render import human_bytes
 DATE_SEARCH = 32  # events read from each end of the log to find the first and last @da
 DATE_PEEK = 64 << 10  # payload bytes read to find an event's date (its head is tiny)
 DATE_READ_WHOLE = 1 << 20  # payloads up to this are read (and checked) whole
-_DATE_CACHE_SIZE = 256
-_date_cache: OrderedDict[tuple, int | None] = OrderedDict()
+_DATE_CACHE_SIZE = 256  # dates kept per open log
+#: open log -> {(generation, event): date}; an entry goes with its log object
+_date_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _event_date(log: EventLog, event: int) -> int | None:
     """The @da of a ship event (``[date ovum]``), None for any other.  Only the head of the
     jam is decoded (:func:`~bookfs.noun.peek_event`); a small payload is read and checked
-    whole, a large one checked by streaming and then only its first bytes read.  Cached by
-    (log, generation, event): events do not change within a generation."""
+    whole, a large one checked by streaming and then only its first bytes read.  Cached
+    per open log object by (generation, event): events do not change within a generation
+    of one open, and another open of the same directory (the log may have been replaced
+    meanwhile: a fleet closes and reopens its ships) never sees this one's dates."""
     from bookfs.errors import BookError
     from bookfs.noun import peek_event
 
-    key = (log.directory, getattr(log, "generation", 0), event)
-    if key in _date_cache:
-        _date_cache.move_to_end(key)
-        return _date_cache[key]
+    key = (getattr(log, "generation", 0), event)
+    try:
+        cache = _date_cache.setdefault(log, OrderedDict())
+    except TypeError:  # a log that cannot be weakly referenced: nothing is cached
+        cache = OrderedDict()
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
     try:
         if log.payload_size(event) <= DATE_READ_WHOLE:
             head = log.read(event)[4:4 + DATE_PEEK]
@@ -36,9 +44,9 @@ def _event_date(log: EventLog, event: int) -> int | None:
     except BookError:  # a damaged event has no date to show; verify and fsck report it
         return None
     date = peek_event(head)[0]
-    _date_cache[key] = date
-    if len(_date_cache) > _DATE_CACHE_SIZE:
-        _date_cache.popitem(last=False)
+    cache[key] = date
+    if len(cache) > _DATE_CACHE_SIZE:
+        cache.popitem(last=False)
     return date
 
 
@@ -75,7 +83,23 @@ def summary(book: EventLog) -> dict:
     """Format, path, first/last event, count, bytes (exact), the time range the events
     cover (``dates``: :func:`date_range`, when the log has dated events) and the meta
     fields, decoded (``fake`` as a loobean, :func:`loobean`; ``meta: absent`` when a
-    read-only open found no ``meta.bin``)."""
+    read-only open found no ``meta.bin``), then ``nouns``: :func:`with_core` of
+    :func:`log_summary`."""
+    return with_core(log_summary(book))
+
+
+def with_core(log_info: dict) -> dict:
+    """``log_info`` (:func:`log_summary`) and ``nouns``, this process's noun core
+    (compiled, or pure and why): :func:`summary`'s last line, which says nothing of the
+    log (a fleet mount keeps ``log_summary`` of a closed log and adds this when asked)."""
+    from bookfs.noun import core_description
+
+    return {**log_info, "nouns": core_description()}
+
+
+def log_summary(book: EventLog) -> dict:
+    """:func:`summary` but its ``nouns`` line: what depends on the log (and its meta)
+    alone, JSON-safe (every value a str, int, bool or dict of str)."""
     from bookfs.noun import patp
 
     from bookfs.errors import MetaAbsent
@@ -112,8 +136,6 @@ def summary(book: EventLog) -> dict:
             f"{e.name} {e.log.format.split(' ')[0]} "
             + (f"{e.log.first}..{e.log.last}" if e.log.count else "no events yet")
             for e in epochs)
-    from bookfs.noun import core_description
-    info["nouns"] = core_description()  # the noun core: compiled, or pure and why
     return info
 
 

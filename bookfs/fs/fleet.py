@@ -9,9 +9,16 @@ removed disappears (the kernel is told to drop its entry), within about a second
 **Opening on first use, closing when idle.** Listing ``MNT/`` and each ship's root, and
 looking a ship up, open no log: the names are known and a ship's root lists the fixed
 entries of a single mount (``events``, ``meta``, ``new``, ``info``, ``pretty``,
-``follow``; entry and attribute timeouts 0, so a ``stat`` of one asks and gets the real
-figures).  Any other request inside ``MNT/<ship>/`` opens its log (read-only, in a worker
-thread; :func:`~bookfs.formats.pier.open_source`) and hands the request to a
+``follow``).  Their attributes (``events/``'s size is the event count, ``info``'s its
+summary's length) come, while the log is closed, from the ship's *card*, kept with its
+persisted index and believed only while the log's files are exactly as they were when it
+was written (``formats/shipcard.py``; :class:`~bookfs.fs.fleet_ship.ShipFaces`): the
+same attributes the open log gives, so ``find MNT -maxdepth 2`` opens no log once each
+ship has a card.  Without one (the first open of a ship, a log that changed since, a
+pier, a vere-layout log, an LMDB epoch) a ``stat`` of those entries opens the log, as
+does any other request inside ``MNT/<ship>/``: its log is opened (read-only, in a worker
+thread; :func:`~bookfs.formats.pier.open_source`; then its card written, when it has
+none that holds) and the request handed to a
 :class:`ShipOperations`: the :class:`~bookfs.fs.ops.BookOperations` of a single
 read-only mount, unchanged but for its inode numbers, which are mapped into the fleet's
 (``fs/fleet_inodes.py``).  At most ``max_open`` logs are open (the least recently used
@@ -52,13 +59,15 @@ from collections import OrderedDict
 import pyfuse3
 import trio
 
+from bookfs.formats import index as X
 from bookfs.formats.fleet import FLEET_MARKER, FleetDir, Ship
 from bookfs.formats.info import render
+from bookfs.formats.shipcard import write_card
 from bookfs.fs import fleet_inodes as F
 from bookfs.fs import inodes as I
 from bookfs.fs.cache import DEFAULT_MAX_BYTES, EventCache
-from bookfs.fs.fleet_ship import ShipOperations
-from bookfs.fs.nodes.base import CHANGING, FOREVER
+from bookfs.fs.fleet_ship import SHIP_ROOT_NAMES, ShipFaces, ShipOperations
+from bookfs.fs.nodes.base import CHANGING
 from bookfs.fs.ops import FEATURES, guarded
 from bookfs.fs.tail import DEFAULT_TIMEOUT, WAITING_EVERY
 
@@ -68,9 +77,6 @@ MAX_OPEN = 64  # logs open at once (the least recently used idle one is closed)
 IDLE_CLOSE = 30.0  # seconds without a request after which a log is closed
 RETRY = 10.0  # seconds before the open of a ship that failed is tried again
 SCAN_EVERY = 1.0  # seconds between looks at the fleet directory
-#: a single mount's root as ``ls`` shows it (``nodes/dirs.py``, ``Directories.root_listed``)
-SHIP_ROOT = ((b"events", I.EVENTS), (b"meta", I.META), (b"new", I.NEW), (b"info", I.INFO),
-             (b"pretty", I.PRETTY), (b"follow", I.FOLLOW))
 
 
 class FleetOperations(pyfuse3.Operations):
@@ -105,6 +111,7 @@ class FleetOperations(pyfuse3.Operations):
         self.no_open = "read_inode" in FEATURES
         self.opened = self.closed = 0  # counts, for the marker file
         self.mounted_ns = time.time_ns()
+        self.faces = ShipFaces(self)
         st = os.stat(directory)
         self._uid = st.st_uid if owner[0] is None else owner[0]
         self._gid = st.st_gid if owner[1] is None else owner[1]
@@ -117,6 +124,8 @@ class FleetOperations(pyfuse3.Operations):
         before = dict(self._by_sid)
         self.fleet.scan(force)
         self._by_sid = {s.sid: s for s in self.fleet.ships.values()}
+        # every ship's index (and card) kept by this process's prune of the index cache
+        X.keep_at_least(len(self._by_sid) + X.INDEX_KEEP)
         for sid, ship in self._by_sid.items():
             if sid not in before and ship.who is None and sid not in self.errors:
                 self._check_kind(ship)
@@ -124,6 +133,7 @@ class FleetOperations(pyfuse3.Operations):
                 if sid not in self._by_sid or self._by_sid[sid].path != s.path]
         for s in gone:
             self.errors.pop(s.sid, None)
+            self.faces.forget(s.sid)
             ops = self.open_ships.get(s.sid)
             if ops is not None and not ops.in_use:
                 self._close(s.sid)
@@ -163,10 +173,9 @@ class FleetOperations(pyfuse3.Operations):
         done = self._opening[sid] = trio.Event()
         try:
             self._make_room()
-            from bookfs.formats.pier import open_source
-
+            self.faces.forget(sid)
             try:
-                book = await trio.to_thread.run_sync(open_source, ship.path)
+                book = await trio.to_thread.run_sync(_open_log, ship.path)
             except Exception as e:
                 why = str(e) or type(e).__name__
                 self.errors[sid] = (why, time.monotonic())
@@ -286,30 +295,25 @@ class FleetOperations(pyfuse3.Operations):
                        "max_open": self.max_open, "idle_close": self.idle_close,
                        "opened": self.opened, "closed": self.closed,
                        "cache": f"{self.cache.bytes} of {self.cache.max_bytes} bytes",
+                       "cards_read": self.faces.read, "cards_stale": self.faces.stale,
+                       "cards_missing": self.faces.missing,
                        "table_inodes": len(self.inodes)}).encode()
 
     def _owner_or(self, k: int, found: int) -> int:
         return self.owner[k] if self.owner[k] is not None else found
-
-    def _ship_dir_attrs(self, ship: Ship) -> pyfuse3.EntryAttributes:
-        """``MNT/<ship>`` without opening its log: its directory's owner and read bits."""
-        st = os.stat(ship.path)
-        r = st.st_mode & 0o444
-        return self._attrs(F.ship_root(ship.sid), stat.S_IFDIR | r | (r >> 2), 0, CHANGING,
-                           uid=self._owner_or(0, st.st_uid), gid=self._owner_or(1, st.st_gid),
-                           mtime_ns=st.st_mtime_ns, nlink=2)
 
     def _root_entry(self, ship: Ship) -> pyfuse3.EntryAttributes:
         if ship.sid in self.errors:
             data = self._error_text(ship)
             return self._attrs(F.error_inode(ship.sid), stat.S_IFREG | 0o444, len(data),
                                CHANGING)
-        ops = self.open_ships.get(ship.sid)
-        if ops is None:
-            return self._ship_dir_attrs(ship)
-        a = ops.dirs._dir_attrs(I.ROOT)
-        a.st_ino = F.ship_root(ship.sid)
-        return a
+        return self.faces.root(ship)
+
+    def _closed_entry(self, sid: int, local: int) -> pyfuse3.EntryAttributes | None:
+        """A closed ship's fixed entry ``local`` from its card (None: open the log)."""
+        if sid in self.open_ships or sid in self.errors:
+            return None
+        return self.faces.entry(self._ship(sid), local)
 
     async def _fleet_attrs(self, ino: int) -> pyfuse3.EntryAttributes:
         if ino == F.FLEET_ROOT:
@@ -357,6 +361,10 @@ class FleetOperations(pyfuse3.Operations):
                     await self.ship_ops(ship.sid)  # tried again: a file again if it fails
             return self._root_entry(ship)
         sid, local = self._route(parent_inode)
+        if local == I.ROOT and name in SHIP_ROOT_NAMES:
+            attrs = self._closed_entry(sid, SHIP_ROOT_NAMES[name])
+            if attrs is not None:
+                return attrs
         attrs = await self._call(sid, "lookup", local, name, ctx)
         if attrs.st_ino:  # 0: a negative entry (a name that can never exist), kept so
             attrs.st_ino = self.inodes.fleet(sid, attrs.st_ino, lookup=True)
@@ -370,8 +378,12 @@ class FleetOperations(pyfuse3.Operations):
         ship = self._ship(sid)
         if local == 0:
             return self._root_entry(ship) if sid in self.errors else _enoent()
-        if local == I.ROOT and sid not in self.open_ships:
-            return self._ship_dir_attrs(ship)
+        if local == I.ROOT:
+            return self.faces.root(ship)
+        if local in SHIP_ROOT_INODES:
+            attrs = self._closed_entry(sid, local)
+            if attrs is not None:
+                return attrs
         attrs = await self._call(sid, "getattr", local, ctx)
         attrs.st_ino = inode
         return attrs
@@ -440,23 +452,9 @@ class FleetOperations(pyfuse3.Operations):
                     return
             return
         if record[0] == "shiproot":
-            sid = record[1]
-            ship = self._ship(sid)
-            st = os.stat(ship.path)
-            r = st.st_mode & 0o444
-            for i in range(start_id, len(SHIP_ROOT)):
-                name, local = SHIP_ROOT[i]
-                # names never change (cached for a day); the figures of events/ and info
-                # need the log, so their attributes are not cached: a stat asks (and
-                # opens the log); the other directories' are fixed
-                timeout = 0.0 if local in (I.EVENTS, I.INFO) else CHANGING
-                kind = stat.S_IFREG | r if local == I.INFO else stat.S_IFDIR | r | (r >> 2)
-                a = self._attrs(self.inodes.fleet(sid, local), kind, 0, timeout,
-                                uid=self._owner_or(0, st.st_uid),
-                                gid=self._owner_or(1, st.st_gid), nlink=1 if local == I.INFO
-                                else 2)
-                a.entry_timeout = FOREVER
-                if not pyfuse3.readdir_reply(token, name, a, i + 1):
+            entries = self.faces.listing(self._ship(record[1]))
+            for i in range(start_id, len(entries)):
+                if not pyfuse3.readdir_reply(token, *entries[i], i + 1):
                     return
             return
         _, sid, local_fh = record
@@ -560,6 +558,23 @@ class FleetOperations(pyfuse3.Operations):
     @guarded
     async def removexattr(self, inode, name, ctx):
         raise pyfuse3.FUSEError(errno.ENOSYS)
+
+
+SHIP_ROOT_INODES = frozenset(SHIP_ROOT_NAMES.values())
+
+
+def _open_log(path: str):
+    """Open the log at ``path`` read-only (in a worker thread) and keep its card
+    (``formats/shipcard.py``) when it has none that holds; a card that cannot be kept
+    never fails the open."""
+    from bookfs.formats.pier import open_source
+
+    book = open_source(path)
+    try:
+        write_card(path, book)
+    except Exception:
+        log.exception("%s: keeping its card failed", path)
+    return book
 
 
 def _enoent():

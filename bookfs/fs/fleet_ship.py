@@ -2,20 +2,34 @@
 :class:`~bookfs.fs.ops.BookOperations` over the ship's log, unchanged but for what it tells
 the kernel (listings, cache invalidations), whose inode numbers it maps into the fleet's
 (``fs/fleet_inodes.py``), and for its small-event cache, a view of the fleet's one shared
-:class:`~bookfs.fs.cache.EventCache`."""
+:class:`~bookfs.fs.cache.EventCache`; and :class:`ShipFaces`, what the fleet shows of a
+ship's root and its fixed entries without its log open."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
+import stat
 import time
 from typing import TYPE_CHECKING
 
 import pyfuse3
 
 from bookfs.formats.fleet import Ship
+from bookfs.formats.info import with_core
+from bookfs.formats.shipcard import Card, read_card, source_file, witnesses
+from bookfs.fs import fleet_inodes as F
+from bookfs.fs import inodes as I
 from bookfs.fs.cache import EventCache
-from bookfs.fs.ops import BookOperations
+from bookfs.fs.nodes.base import CHANGING, FOREVER, make_attrs, modes_of
+from bookfs.fs.nodes.dirs import fixed_attrs, readonly_info
+from bookfs.fs.ops import BookOperations, fuse_path
+
+#: a single mount's root as ``ls`` shows it (``nodes/dirs.py``, ``Directories.root_listed``)
+SHIP_ROOT = ((b"events", I.EVENTS), (b"meta", I.META), (b"new", I.NEW), (b"info", I.INFO),
+             (b"pretty", I.PRETTY), (b"follow", I.FOLLOW))
+SHIP_ROOT_NAMES = dict(SHIP_ROOT)
 
 if TYPE_CHECKING:
     from bookfs.fs.fleet import FleetOperations
@@ -62,6 +76,8 @@ class ShipOperations(BookOperations):
         self.invalidate_entry = self._invalidate_entry
         self.busy = 0  # requests in flight
         self.used = time.monotonic()
+        # an empty log's directories are as old as the fleet's mount, open or closed
+        self.mounted_ns = fleet.mounted_ns
 
     def _reply(self, token, name, attrs, next_id) -> bool:
         local = attrs.st_ino
@@ -96,3 +112,98 @@ class ShipOperations(BookOperations):
         self.prober.close(wait=False)
         self.queue.saver.close()
         self.book.close()
+
+
+class ShipFaces:
+    """What the fleet shows of a ship without opening its log: its root (``MNT/<ship>``)
+    and the fixed entries of its root (:data:`SHIP_ROOT`).
+
+    * The root's attributes never need the log, open or not: a single mount's modes and
+      owner (:func:`~bookfs.fs.nodes.base.modes_of` of the ship's source file,
+      :func:`~bookfs.formats.shipcard.source_file`), size 0, that file's mtime, cached
+      ``CHANGING``.  (A single mount's root shows its newest event's mtime; a fleet's
+      ship root shows its log file's, so that ``ls -l MNT`` opens no log.)
+    * The fixed entries, while the log is closed, come from the ship's card
+      (``formats/shipcard.py``) when one holds: built by
+      :func:`~bookfs.fs.nodes.dirs.fixed_attrs` from its figures, as the open log's
+      ``Directories`` builds them from the log, so the kernel sees the same mode, size,
+      mtime, nlink and inode before and after the log is opened.  Without a card that
+      holds (none yet, stale, not a UIP Book directory) there is nothing to answer with:
+      :meth:`entry` says None (the caller opens the log), and :meth:`listing` gives
+      placeholders cached for 0 s, so a ``stat`` asks (and opens the log).
+
+    The card read last is kept per ship with the witnesses it was checked by; each use
+    looks at the witnesses again (four ``lstat``), so a log that changed is never
+    answered for from a card.  Counts of cards read, found stale and missing are in the
+    fleet's marker file (``stale`` and ``missing`` once per state of the files)."""
+
+    def __init__(self, fleet):
+        self.fleet = fleet
+        self._cards: dict[int, tuple[tuple | None, Card | str]] = {}  # sid -> last read
+        self.read = self.stale = self.missing = 0
+        self.fuse = fuse_path(True)
+
+    def forget(self, sid: int) -> None:
+        """The ship's log was opened (it may write a card) or the ship is gone."""
+        self._cards.pop(sid, None)
+
+    def _modes(self, ship: Ship):
+        fleet = self.fleet
+        return modes_of(source_file(ship.path), ship.path, True, owner=fleet.owner,
+                        umask=fleet.umask)
+
+    def root(self, ship: Ship) -> pyfuse3.EntryAttributes:
+        """``MNT/<ship>``'s attributes (OSError if its directory is gone)."""
+        uid, gid, modes, st = self._modes(ship)
+        return make_attrs(uid, gid, F.ship_root(ship.sid), stat.S_IFDIR | modes.dir, 0,
+                          st.st_mtime_ns, CHANGING, nlink=2)
+
+    def card(self, ship: Ship) -> Card | None:
+        """The ship's card if one holds for its files as they are now."""
+        memo = self._cards.get(ship.sid)
+        if memo is not None and memo[0] is not None and witnesses(ship.path) == memo[0]:
+            got = memo[1]
+        else:
+            seen, got = read_card(ship.path)
+            self._cards[ship.sid] = (seen, got)
+            if isinstance(got, Card):
+                self.read += 1
+            elif got == "stale":
+                self.stale += 1
+            else:
+                self.missing += 1
+        return got if isinstance(got, Card) else None
+
+    def _faces(self, ship: Ship):
+        uid, gid, modes, st = self._modes(ship)
+        return functools.partial(make_attrs, uid, gid), modes, st, self.card(ship)
+
+    def _from_card(self, make, modes, ship: Ship, local: int, card: Card
+                   ) -> pyfuse3.EntryAttributes:
+        mtime = self.fleet.mounted_ns if card.mtime_ns is None else card.mtime_ns
+        size = len(readonly_info(with_core(card.summary), self.fuse))
+        a = fixed_attrs(make, modes, local, card.count, mtime, size)
+        a.st_ino = self.fleet.inodes.fleet(ship.sid, local)
+        return a
+
+    def entry(self, ship: Ship, local: int) -> pyfuse3.EntryAttributes | None:
+        """The attributes of the fixed entry ``local`` of a closed ship, from its card;
+        None without a card that holds."""
+        make, modes, _, card = self._faces(ship)
+        return None if card is None else self._from_card(make, modes, ship, local, card)
+
+    def listing(self, ship: Ship) -> list[tuple[bytes, pyfuse3.EntryAttributes]]:
+        """The closed ship's root as ``ls`` lists it (readdirplus): each entry's
+        attributes from the card, else placeholders that the kernel asks for again."""
+        make, modes, st, card = self._faces(ship)
+        out = []
+        for name, local in SHIP_ROOT:
+            if card is not None:
+                a = self._from_card(make, modes, ship, local, card)
+            else:
+                kind = (stat.S_IFREG | modes.read if local == I.INFO
+                        else stat.S_IFDIR | modes.dir)
+                a = make(self.fleet.inodes.fleet(ship.sid, local), kind, 0, st.st_mtime_ns,
+                         0.0, nlink=1 if local == I.INFO else 2, entry_timeout=FOREVER)
+            out.append((name, a))
+        return out

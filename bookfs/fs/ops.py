@@ -75,7 +75,7 @@ from bookfs.fs import closer
 from bookfs.fs import inodes as I
 from bookfs.fs.commit import CommitQueue, Refusals, Reservation, WorkerThread, refuse
 from bookfs.fs.follow import Follower
-from bookfs.fs.nodes.base import BytesHandle, Kind, Modes, source_modes
+from bookfs.fs.nodes.base import BytesHandle, Kind, Modes, make_attrs, source_modes
 from bookfs.fs.nodes.dirs import Directories
 from bookfs.fs.nodes.events import EventFiles, EventHandle
 from bookfs.fs.nodes.follow_dir import FollowFiles
@@ -85,7 +85,7 @@ from bookfs.fs.nodes.pretty import PrettyFiles
 from bookfs.fs.nodes.segments import SegmentFiles, SegmentHandle
 from bookfs.fs.tail import DEFAULT_TIMEOUT, Tail
 
-__all__ = ["FEATURES", "BookOperations", "Modes", "guarded", "source_modes"]
+__all__ = ["FEATURES", "BookOperations", "Modes", "fuse_path", "guarded", "source_modes"]
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +124,19 @@ def guarded(fn):
             raise pyfuse3.FUSEError(errno.EIO) from None
 
     return wrapper
+
+
+def fuse_path(readonly: bool) -> str:
+    """Which request path a mount (read-only or not) is on with this pyfuse3
+    (:data:`FEATURES`), as its ``info`` says."""
+    if readonly and "read_inode" in FEATURES:
+        return "patched pyfuse3: no-open reads by inode, noflush, cached listings"
+    if "noflush" in FEATURES:
+        return ("patched pyfuse3: noflush, cached listings (opens kept for new/ and "
+                f"meta/); the commit rule's descriptor scan in {closer.SCAN}")
+    refused = "" if readonly else "; appends and meta writes refused"
+    return (f"stock pyfuse3: a request for every open and close{refused} "
+            "(mount_scripts/setup.sh builds the patched one)")
 
 
 class BookOperations(pyfuse3.Operations):
@@ -217,31 +230,14 @@ class BookOperations(pyfuse3.Operations):
         return fi
 
     def fuse_path(self) -> str:
-        """Which request path this mount is on, for ``info``."""
-        if self.no_open:
-            return "patched pyfuse3: no-open reads by inode, noflush, cached listings"
-        if self.noflush:
-            return ("patched pyfuse3: noflush, cached listings (opens kept for new/ and "
-                    f"meta/); the commit rule's descriptor scan in {closer.SCAN}")
-        refused = "" if self.readonly else "; appends and meta writes refused"
-        return (f"stock pyfuse3: a request for every open and close{refused} "
-                "(mount_scripts/setup.sh builds the patched one)")
+        """Which request path this mount is on, for ``info``: :func:`fuse_path`."""
+        return fuse_path(self.readonly)
 
     def entry_attrs(self, ino: int, mode: int, size: int, mtime_ns: int, timeout: float,
                     nlink: int = 1, entry_timeout: float | None = None
                     ) -> pyfuse3.EntryAttributes:
-        a = pyfuse3.EntryAttributes()
-        a.st_ino = ino
-        a.st_mode = mode
-        a.st_nlink = nlink
-        a.st_uid, a.st_gid = self._uid, self._gid
-        a.st_size = size
-        a.st_blksize = 4096
-        a.st_blocks = (size + 511) // 512
-        a.st_atime_ns = a.st_ctime_ns = a.st_mtime_ns = mtime_ns
-        a.attr_timeout = timeout
-        a.entry_timeout = timeout if entry_timeout is None else entry_timeout
-        return a
+        return make_attrs(self._uid, self._gid, ino, mode, size, mtime_ns, timeout, nlink,
+                          entry_timeout)
 
     # --- routing -------------------------------------------------------------------------
 

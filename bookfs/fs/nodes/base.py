@@ -68,10 +68,19 @@ def source_modes(book, readonly: bool, *, owner: tuple[int | None, int | None] =
     The mount options ``uid=``/``gid=`` (``owner``) replace the owner and group, and
     ``umask=`` replaces the log's mode bits with ``0o777 & ~umask`` (then the same rules:
     read bits for files, search where readable, write only on a read-write mount)."""
-    path = _source_file(book)
+    return modes_of(_source_file(book), book.directory, readonly, owner=owner,
+                    umask=umask)[:3]
+
+
+def modes_of(path: str, directory: str, readonly: bool, *,
+             owner: tuple[int | None, int | None] = (None, None),
+             umask: int | None = None) -> tuple[int, int, Modes, os.stat_result]:
+    """:func:`source_modes` of a log whose source file (the file whose owner and mode
+    stand for it) is ``path`` and whose directory is ``directory``, and that file's
+    ``stat``: what a fleet mount shows of a ship whose log is not open."""
     st = os.stat(path)
     mode = st.st_mode & 0o777
-    dst = os.stat(os.path.dirname(path) if path != book.directory else path)
+    dst = os.stat(os.path.dirname(path) if path != directory else path)
     if (dst.st_uid, dst.st_gid) == (st.st_uid, st.st_gid):
         for shift in (6, 3, 0):
             if not (dst.st_mode >> shift) & 1:
@@ -83,7 +92,27 @@ def source_modes(book, readonly: bool, *, owner: tuple[int | None, int | None] =
     rx = r | (r >> 2)
     modes = Modes(read=r, dir=rx, new=rx | w | (w >> 1), meta=r | w, staged=w)
     uid, gid = owner
-    return (st.st_uid if uid is None else uid), (st.st_gid if gid is None else gid), modes
+    return (st.st_uid if uid is None else uid), (st.st_gid if gid is None else gid), modes, st
+
+
+def make_attrs(uid: int, gid: int, ino: int, mode: int, size: int, mtime_ns: int,
+               timeout: float, nlink: int = 1, entry_timeout: float | None = None
+               ) -> pyfuse3.EntryAttributes:
+    """One node's attributes as every mount answers them: owner ``uid``/``gid``, 4 KiB
+    blocks, atime = ctime = mtime, the attribute ``timeout`` (and the entry's, unless
+    ``entry_timeout``)."""
+    a = pyfuse3.EntryAttributes()
+    a.st_ino = ino
+    a.st_mode = mode
+    a.st_nlink = nlink
+    a.st_uid, a.st_gid = uid, gid
+    a.st_size = size
+    a.st_blksize = 4096
+    a.st_blocks = (size + 511) // 512
+    a.st_atime_ns = a.st_ctime_ns = a.st_mtime_ns = mtime_ns
+    a.attr_timeout = timeout
+    a.entry_timeout = timeout if entry_timeout is None else entry_timeout
+    return a
 
 
 class BytesHandle:

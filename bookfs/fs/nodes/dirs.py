@@ -47,6 +47,29 @@ from bookfs.fs.nodes.base import CHANGING, FOREVER, GROWING, BytesHandle, Kind
 _ROOT_ENTRIES = [(b"events", I.EVENTS), (b"meta", I.META), (b"new", I.NEW), (b"info", I.INFO)]
 
 
+def fixed_attrs(make, modes, ino: int, count: int, mtime_ns: int,
+                info_size: int) -> pyfuse3.EntryAttributes:
+    """The attributes of a fixed directory (the root's entries, the root) or of ``info``
+    (``ino``), made by ``make`` (:func:`~bookfs.fs.nodes.base.make_attrs` with an owner)
+    from the figures they show: the mount's ``modes``, the log's event ``count``
+    (``events/``'s size), its newest event's mtime ``mtime_ns`` (of every one) and
+    ``info_size``.  An open log's :class:`Directories` and a fleet's closed ship
+    (``fs/fleet_ship.py``) both answer with this, so the kernel sees the same attributes
+    whether the ship's log is open or not."""
+    if ino == I.INFO:
+        return make(ino, stat.S_IFREG | modes.read, info_size, mtime_ns, GROWING,
+                    entry_timeout=FOREVER)
+    mode = modes.new if ino == I.NEW else modes.dir
+    return make(ino, stat.S_IFDIR | mode, count if ino == I.EVENTS else 0, mtime_ns,
+                CHANGING, nlink=2, entry_timeout=FOREVER)
+
+
+def readonly_info(summary: dict, fuse: str) -> bytes:
+    """A read-only mount's ``info``: the log's ``summary`` (``formats/info.py``) and the
+    request path the mount is on (``fuse``), exactly ``bookfs info``'s lines."""
+    return render({**summary, "fuse": fuse}).encode()
+
+
 class Directories(Kind):
     """The directories and the info files: the inodes below ``META_BASE`` and the
     epochs' (``inodes.py``)."""
@@ -104,11 +127,8 @@ class Directories(Kind):
         return mtime_ns
 
     def _dir_attrs(self, ino: int) -> pyfuse3.EntryAttributes:
-        fs = self.fs
-        mode = fs.modes.new if ino == I.NEW else fs.modes.dir
-        size = self.book.count if ino == I.EVENTS else 0
-        return fs.entry_attrs(ino, stat.S_IFDIR | mode, size, self._log_mtime(), CHANGING,
-                              nlink=2, entry_timeout=FOREVER)
+        return fixed_attrs(self.fs.entry_attrs, self.fs.modes, ino, self.book.count,
+                           self._log_mtime(), 0)
 
     def _epoch_attrs(self, ino: int) -> pyfuse3.EntryAttributes:
         fs = self.fs
@@ -137,9 +157,8 @@ class Directories(Kind):
         if ino == I.INFO:
             fs.follower.follow()
             data = self.info_bytes()
-            return fs.entry_attrs(ino, stat.S_IFREG | fs.modes.read, len(data),
-                                  self.changed_mtime(ino, data, self._log_mtime()), GROWING,
-                                  entry_timeout=FOREVER)
+            return fixed_attrs(fs.entry_attrs, fs.modes, ino, self.book.count,
+                               self.changed_mtime(ino, data, self._log_mtime()), len(data))
         raise pyfuse3.FUSEError(errno.ENOENT)
 
     async def lookup(self, parent_inode: int, name: bytes) -> pyfuse3.EntryAttributes:
@@ -181,9 +200,9 @@ class Directories(Kind):
         record and its info is exactly ``bookfs info``'s."""
         fs = self.fs
         info = summary(self.book)
-        info["fuse"] = fs.fuse_path()
         if fs.readonly:
-            return render(info).encode()
+            return readonly_info(info, fs.fuse_path())
+        info["fuse"] = fs.fuse_path()
         info[NEXT_KEY] = fs.queue.next_free()
         info["payloads"] = (PAYLOADS_CHECKED if fs.new_files.checked else PAYLOADS_UNCHECKED)
         info["reads"] = fs.reads_note  # fs/companion.py

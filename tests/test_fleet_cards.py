@@ -1,0 +1,227 @@
+"""A fleet mount answers ``stat`` of a closed ship's fixed entries from its card (issue 24,
+``find MNT -maxdepth 2`` in under a second): no log is opened while a card holds, the
+attributes are those the open log gives, and a log changed since its card was written is
+opened and shown as it is (``formats/shipcard.py``), through a real FUSE mount."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from bookfs.formats.book import Book
+from bookfs.formats.info import parse
+from bookfs.noun import patp
+from mount_fixtures import build_sample, mounted, payload, wait_for
+
+EVENTS = 30
+FIXED = ("events", "meta", "new", "info", "pretty", "follow")
+
+
+def _who(path: Path) -> str:
+    with Book.open(path) as b:
+        return patp(int.from_bytes(b.meta()["who"], "little"))
+
+
+def _count(path: Path) -> int:
+    with Book.open(path) as b:
+        return b.count
+
+
+def _marker(mnt) -> dict[str, int]:
+    got = parse((Path(mnt) / ".bookfs-fleet").read_text())
+    return {k: int(got.get(k, -1)) for k in ("open", "opened", "cards_read", "cards_stale",
+                                             "cards_missing")}
+
+
+def _attrs(path) -> tuple:
+    st = os.lstat(path)
+    return (st.st_ino, st.st_mode, st.st_nlink, st.st_size, st.st_mtime_ns, st.st_uid,
+            st.st_gid)
+
+
+def _find(mnt) -> list[str]:
+    return subprocess.run(["find", mnt, "-maxdepth", "2"], capture_output=True, text=True,
+                          check=True).stdout.split()
+
+
+def _fleet(tmp_path: Path, n: int) -> Path:
+    d = tmp_path / "fleet"
+    d.mkdir()
+    for i in range(n):
+        build_sample(d / f"s{i:02d}", EVENTS + i, seed=i)
+    return d
+
+
+def test_find_opens_no_log_once_each_ship_has_a_card(tmp_path):
+    n = 12
+    fleet = _fleet(tmp_path, n)
+    counts = {_who(fleet / f"s{i:02d}"): EVENTS + i for i in range(n)}
+    # the first find: no index, no card yet; each log is opened once (and its card kept)
+    with mounted(fleet, tmp_path / "mnt", "--fleet", "--max-open", "2") as mnt:
+        first = _find(mnt)
+        assert _marker(mnt)["opened"] == n  # each once: the bound closes, never reopens
+    # a new daemon: every card holds, so nothing is opened
+    with mounted(fleet, tmp_path / "mnt", "--fleet", "--max-open", "2") as mnt:
+        assert sorted(_find(mnt)) == sorted(first)
+        for ship, count in counts.items():
+            for name in FIXED:
+                assert f"{mnt}/{ship}/{name}" in first
+            assert os.stat(Path(mnt) / ship / "events").st_size == count
+            info = (Path(mnt) / ship / "info")
+            assert os.stat(info).st_size > 0
+        m = _marker(mnt)
+        assert m["opened"] == 0 and m["open"] == 0
+        assert m["cards_read"] == n and m["cards_stale"] == 0
+        # and what the cards said is what the logs say once opened
+        for ship, count in counts.items():
+            text = (Path(mnt) / ship / "info").read_bytes()
+            assert parse(text.decode())["events"] == str(count)
+            assert len(text) == os.stat(Path(mnt) / ship / "info").st_size
+        assert _marker(mnt)["opened"] == n
+
+
+def test_attributes_are_the_same_before_and_after_the_log_is_opened(tmp_path):
+    fleet = _fleet(tmp_path, 2)
+    with mounted(fleet, tmp_path / "mnt", "--fleet") as mnt:
+        _find(mnt)
+        for ship in os.listdir(mnt):  # opened: cards kept
+            (Path(mnt) / ship / "info").read_bytes()
+    with mounted(fleet, tmp_path / "mnt", "--fleet", "--idle-close", "1") as mnt:
+        ships = sorted(os.listdir(mnt))
+        paths = [Path(mnt) / s for s in ships]
+        paths += [Path(mnt) / s / name for s in ships for name in FIXED]
+        closed = {p: _attrs(p) for p in paths}
+        assert _marker(mnt)["opened"] == 0
+        assert sorted(closed[Path(mnt) / s / "events"][3] for s in ships) == [EVENTS,
+                                                                              EVENTS + 1]
+        for s in ships:  # open every log (a read inside it), then ask again past the cache
+            (Path(mnt) / s / "events" / "000000000001").read_bytes()
+            assert parse((Path(mnt) / s / "info").read_text())["ship"] == s
+        assert _marker(mnt)["opened"] == 2
+        time.sleep(1.2)  # past every attribute timeout (CHANGING is 1 s)
+        opened = {p: _attrs(p) for p in paths}
+        assert opened == closed
+        # closed again when idle: the same once more, and no log opened for it
+        assert wait_for(lambda: _marker(mnt)["open"] == 0, 10)
+        time.sleep(1.2)
+        assert {p: _attrs(p) for p in paths} == closed
+        assert _marker(mnt)["opened"] == 2
+
+
+@contextlib.contextmanager
+def _elsewhere():
+    """A writer that keeps its indexes elsewhere (another user's cache): the card stays
+    in the fleet's cache, and only its witnesses can tell it is stale."""
+    from bookfs.formats.index import configure_cache
+
+    configure_cache(enabled=False)
+    try:
+        yield
+    finally:
+        configure_cache()
+
+
+def _append(src: Path) -> None:
+    with Book.open(src, writable=True) as b:
+        b.save(b.last + 1, [payload(b.last + 1, 64)])
+
+
+def _grow(src: Path) -> None:
+    with _elsewhere():
+        _append(src)
+
+
+def _truncate(src: Path) -> None:
+    with Book.open(src) as b:
+        cut = b.index.offset(b.last)
+    os.truncate(src / "book.log", cut)
+
+
+def _replace(src: Path) -> None:
+    other = build_sample(src.parent.parent / "other", EVENTS + 7, seed=0)
+    os.replace(other / "book.log", src / "book.log")
+
+
+def _same_bytes_old_mtime(src: Path) -> None:
+    log = src / "book.log"
+    st = os.stat(log)
+    data = log.read_bytes()
+    with open(log, "r+b") as f:  # the same bytes written over (ctime moves, nothing else)
+        f.write(data)
+    os.utime(log, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _meta(src: Path) -> None:
+    with _elsewhere(), Book.open(src, writable=True) as b:
+        life = int.from_bytes(b.meta()["life"], "little")
+        b.save_meta("life", (life + 123456789).to_bytes(4, "little"))
+
+
+#: each change, and why the card is not believed: its witnesses differ ("stale"), or
+#: there is none for the file as it is now ("missing": a new inode has no index yet; a
+#: writer sharing the fleet's index cache saved the index without the card)
+CHANGES = {"unchanged": (None, None), "grown": (_grow, "stale"),
+           "truncated": (_truncate, "stale"), "replaced": (_replace, "missing"),
+           "rewritten, mtime put back": (_same_bytes_old_mtime, "stale"),
+           "meta.bin rewritten": (_meta, "stale"),
+           "grown, the writer's index saved": (_append, "missing")}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+@pytest.mark.parametrize("while_mounted", [False, True], ids=["unmounted", "mounted"])
+def test_a_log_changed_since_its_card_is_opened_and_shown_as_it_is(tmp_path, change,
+                                                                    while_mounted):
+    fleet = _fleet(tmp_path, 2)
+    src = fleet / "s00"
+    ship = _who(src)
+    with mounted(fleet, tmp_path / "mnt", "--fleet") as mnt:
+        for s in os.listdir(mnt):
+            (Path(mnt) / s / "info").read_bytes()  # opened: cards kept
+    with mounted(fleet, tmp_path / "mnt", "--fleet") as mnt:
+        events, info = Path(mnt) / ship / "events", Path(mnt) / ship / "info"
+        if while_mounted:  # seen closed from its card first, then changed under the mount
+            assert os.stat(events).st_size == EVENTS and _marker(mnt)["opened"] == 0
+        act, why = CHANGES[change]
+        if act is not None:
+            time.sleep(0.05)  # leave the tick of the card's ctimes
+            act(src)
+        if while_mounted:
+            time.sleep(1.2)  # past the kernel's attribute cache
+        size = os.stat(events).st_size
+        info_size = os.stat(info).st_size
+        m = _marker(mnt)
+        assert size == _count(src)
+        if why is None:
+            assert m["opened"] == 0
+            assert m["cards_stale"] == 0 and m["cards_read"] == 1
+        else:  # not believed, for the reason expected; the log was opened to answer
+            assert m["opened"] == 1 and m[f"cards_{why}"] == 1
+            assert m["cards_read"] == int(while_mounted)  # the look before the change
+            assert m["cards_stale" if why == "missing" else "cards_missing"] == 0
+        text = info.read_bytes()
+        assert len(text) == info_size
+        assert parse(text.decode())["events"] == str(_count(src))
+
+
+def test_a_pier_has_no_card_and_shows_its_roll(tmp_path):
+    from lmdb_fixtures import make_pier
+
+    fleet = tmp_path / "fleet"
+    fleet.mkdir()
+    pier = make_pier(fleet / "p", [("book", [b"\x00" * 4 + bytes([i]) for i in range(5)])])
+    with mounted(fleet, tmp_path / "mnt", "--fleet") as mnt:
+        (ship,) = os.listdir(mnt)
+        assert os.stat(Path(mnt) / ship / "events").st_size == 5
+    shutil.rmtree(pier)
+    make_pier(fleet / "p", [("book", [b"\x00" * 4 + bytes([i]) for i in range(5)]),
+                            ("book", [b"\x00" * 4 + bytes([i]) for i in range(3)])])
+    with mounted(fleet, tmp_path / "mnt", "--fleet") as mnt:
+        assert os.stat(Path(mnt) / ship / "events").st_size == 8
+        m = _marker(mnt)
+        assert m["opened"] == 1 and m["cards_read"] == 0 and m["cards_missing"] >= 1
