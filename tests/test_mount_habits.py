@@ -381,9 +381,13 @@ def test_help_lists_option_classes_and_lazy():
 # --- the index cache -------------------------------------------------------------------------
 
 
-def fake_index(directory: Path, k: int, age_days: float, magic: bytes = b"BFSIDX02") -> Path:
+def fake_index(directory: Path, k: int, age_days: float, magic: bytes = b"BFSIDX02",
+               size: int = 72) -> Path:
+    """An index-shaped file of ``size`` bytes (sparse past its magic), used ``age_days``
+    ago."""
     p = directory / (hashlib.sha256(str(k).encode()).hexdigest()[:40] + ".idx")
     p.write_bytes(magic + bytes(64))
+    os.truncate(p, size)
     t = time.time() - age_days * 86400
     os.utime(p, (t, t))
     return p
@@ -407,12 +411,32 @@ def test_prune_keeps_newest_and_leaves_foreign_files(tmp_path):
     link = d / ("f" * 40 + ".idx")
     link.symlink_to(outside)
     os.utime(link, (0, 0), follow_symlinks=False)
-    deleted = set(map(Path, index_mod.prune_cache(str(d))))
+    deleted = set(map(Path, index_mod.prune_cache(str(d), budget=0)))
     # the newest INDEX_KEEP of ours survive, except those older than INDEX_MAX_AGE
     keep = {p for p in ours[: index_mod.INDEX_KEEP]}
     assert deleted == (set(ours) - keep) | {stale_recent, old_v1}
     assert idx_files(d) - {lookalike, link} == keep
     assert lookalike.exists() and foreign.exists() and link.is_symlink() and outside.exists()
+
+
+def test_prune_keeps_small_indexes_within_the_budget(tmp_path):
+    """Beyond the INDEX_KEEP newest, indexes stay while the directory is within
+    INDEX_BUDGET bytes: a fleet's thousand small indexes survive another process's prune
+    (they were cut to 64, and each ship's index was built again at its next open), and
+    large ones beyond the budget go, oldest first."""
+    d = tmp_path / "cache"
+    d.mkdir()
+    small = [fake_index(d, k, age_days=1 + k / 1000, size=20_000) for k in range(1000)]
+    assert index_mod.prune_cache(str(d)) == []
+    assert idx_files(d) == set(small)
+    big = index_mod.INDEX_BUDGET // 8  # sparse: no disk used
+    large = [fake_index(d, 5000 + k, age_days=k / 1000, size=big)
+             for k in range(index_mod.INDEX_KEEP + 4)]
+    deleted = set(map(Path, index_mod.prune_cache(str(d))))
+    # the INDEX_KEEP newest (large) stay whatever their size; every older one, large or
+    # small, is past the budget (the 8 newest large ones fill it)
+    assert idx_files(d) == set(large[: index_mod.INDEX_KEEP])
+    assert deleted == set(large[index_mod.INDEX_KEEP:]) | set(small)
 
 
 def test_a_save_prunes_and_a_load_touches(make_book, tmp_path, cache_dir):
@@ -421,7 +445,10 @@ def test_a_save_prunes_and_a_load_touches(make_book, tmp_path, cache_dir):
     os.utime(idx, (1, time.time() - 10 * 86400))
     d = tmp_path / "ix"
     d.mkdir()
-    others = [fake_index(d, k, age_days=1 + k / 100) for k in range(index_mod.INDEX_KEEP + 3)]
+    # large enough that INDEX_KEEP of them are past INDEX_BUDGET (sparse: no disk used)
+    big = index_mod.INDEX_BUDGET // (index_mod.INDEX_KEEP - 1) + 1
+    others = [fake_index(d, k, age_days=1 + k / 100, size=big)
+              for k in range(index_mod.INDEX_KEEP + 3)]
     res = run_bookfs("info", str(src), "--index-dir", str(d), check=False)
     assert res.returncode == 0, res.stderr
     files = idx_files(d)

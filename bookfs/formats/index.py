@@ -7,9 +7,11 @@ user's cache directory (``$BOOKFS_CACHE_DIR``, else XDG ``~/.cache/bookfs/index`
 inside the pier.  :func:`configure_cache` overrides that place (``--index-dir``,
 ``-o index_dir=``) or turns persistence off (``--no-index-cache``, ``-o noindex_cache``:
 nothing is read or written).  The cache directory is private (0700, owned by the user);
-a load touches its file, and each process's first save prunes the directory to the
-``INDEX_KEEP`` most recently used indexes, dropping any unused for ``INDEX_MAX_AGE``
-(only files named and shaped like ours; never through a symlink).  A persisted index is
+a load touches its file, and each process's first save prunes the directory: the
+``INDEX_KEEP`` most recently used indexes stay, and older ones too while the directory
+stays within ``INDEX_BUDGET`` bytes (a fleet's thousand small indexes are kept, a few
+large ones are not), and any unused for ``INDEX_MAX_AGE`` go (only files named and shaped
+like ours; never through a symlink).  A persisted index is
 validated against its log on load (identity, header bytes, the last deed's tail bytes, a
 sample of deed lengths, its own CRC) and is rebuilt, never trusted, when anything
 disagrees.  When the log has grown, only the new part is
@@ -77,7 +79,8 @@ _SAMPLE = 64  # deeds (len_d, let_d) re-checked against the log when a persisted
 _CHUNK = 4 << 20  # bytes read at a time while scanning framing
 
 
-INDEX_KEEP = 64  # persisted indexes kept in the cache directory (most recently used)
+INDEX_KEEP = 64  # persisted indexes always kept in the cache directory (most recently used)
+INDEX_BUDGET = 1 << 30  # bytes: older indexes are kept too while the directory stays within
 INDEX_MAX_AGE = 90 * 24 * 3600  # seconds: an index unused for this long is pruned
 _INDEX_NAME = re.compile(r"[0-9a-f]{40}\.idx")  # what _index_path names; nothing else is pruned
 _MAGIC_FAMILY = _FILE_MAGIC[:6]  # every version of our index files starts with this
@@ -105,8 +108,9 @@ def configure_cache(directory: str | None = None, *, enabled: bool = True) -> No
 
 def keep_at_least(n: int) -> None:
     """Make this process's prune keep at least ``n`` indexes (a fleet mount of ``n``
-    logs: else every daemon's first save would drop all but :data:`INDEX_KEEP` of its
-    ships' indexes, and each of them would be built again at its next open)."""
+    logs: else a daemon's first save could drop those of its ships' indexes beyond
+    :data:`INDEX_KEEP` and :data:`INDEX_BUDGET`, and each would be built again at its next
+    open)."""
     _settings.keep = max(_settings.keep, n)
 
 
@@ -128,16 +132,17 @@ def cache_dir() -> str:
     return os.path.join(platformdirs.user_cache_dir("bookfs"), "index")
 
 
-def prune_cache(directory: str, *, keep: int = INDEX_KEEP, max_age: float = INDEX_MAX_AGE,
-                now: float | None = None) -> list[str]:
-    """Delete from ``directory`` the persisted indexes beyond the ``keep`` most recently
-    used (by mtime, which a load refreshes) and those unused for more than ``max_age``
+def prune_cache(directory: str, *, keep: int = INDEX_KEEP, budget: int = INDEX_BUDGET,
+                max_age: float = INDEX_MAX_AGE, now: float | None = None) -> list[str]:
+    """Delete from ``directory`` the persisted indexes that are neither among the ``keep``
+    most recently used (by mtime, which a load refreshes) nor within ``budget`` bytes
+    counted from the most recently used down, and those unused for more than ``max_age``
     seconds; returns the paths deleted.  Only regular files (never followed through a
     symlink) whose name is ``<40 hex>.idx`` and whose first bytes are an index magic are
     candidates; anything else in the directory is left alone.  Errors are skipped: the
     cache is only a cache."""
     now = time.time() if now is None else now
-    ours: list[tuple[float, str]] = []
+    ours: list[tuple[float, int, str]] = []
     with contextlib.suppress(OSError), os.scandir(directory) as it:
         for entry in it:
             if not _INDEX_NAME.fullmatch(entry.name):
@@ -145,9 +150,16 @@ def prune_cache(directory: str, *, keep: int = INDEX_KEEP, max_age: float = INDE
             with contextlib.suppress(OSError):
                 st = entry.stat(follow_symlinks=False)
                 if stat.S_ISREG(st.st_mode):
-                    ours.append((st.st_mtime, entry.path))
+                    ours.append((st.st_mtime, st.st_size, entry.path))
     ours.sort(reverse=True)
-    doomed = [p for k, (mtime, p) in enumerate(ours) if k >= keep or now - mtime > max_age]
+    doomed, total = [], 0
+    for k, (mtime, size, p) in enumerate(ours):
+        if now - mtime > max_age:
+            doomed.append(p)
+            continue
+        total += size
+        if k >= keep and total > budget:
+            doomed.append(p)
     deleted = []
     for path in doomed:
         with contextlib.suppress(OSError, BookError):
