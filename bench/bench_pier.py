@@ -9,12 +9,16 @@
    index for the Book epoch is excluded: it is opened once first); and ``bookfs mount``
    to first event readable, for the pier vs for each epoch.
 
-Usage: python bench/bench_pier.py [--events N] [--dir DIR] [--keep]
+Usage: python bench/bench_pier.py [--events N] [--dir DIR] [--keep] [--json FILE]
+
+``--json FILE`` also writes the figures (``{"results": {"migrate": ..., "salvage": ...,
+"pier": ...}}``), so ``bench/bench_rounds.py`` can run it in rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import random
@@ -123,6 +127,7 @@ def main(argv=None) -> int:
                    help="events in each of the pier's three epochs (default 100,000)")
     p.add_argument("--dir", help="work directory (default: a new one under /var/tmp)")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE")
     a = p.parse_args(argv)
     work = a.dir or tempfile.mkdtemp(prefix="bookfs-bench-pier-", dir="/var/tmp")
     os.makedirs(work, exist_ok=True)
@@ -144,6 +149,12 @@ def main(argv=None) -> int:
               + f" = {sum(r['epoch_open_s']) * 1e3:.1f} ms")
         print(f"  mount -> events/1 read: pier {r['pier_mount_s']:.3f} s vs epochs alone "
               + ", ".join(f"{x:.3f}" for x in r["epoch_mount_s"]) + " s (each a full mount)")
+        if a.json:
+            r = dict(r, epochs_open_sum_s=sum(r["epoch_open_s"]),
+                     epoch_open_s=dict(enumerate(r["epoch_open_s"])),
+                     epoch_mount_s=dict(enumerate(r["epoch_mount_s"])))
+            with open(a.json, "w") as f:
+                json.dump({"results": {"migrate": m, "salvage": s, "pier": r}}, f, indent=2)
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -184,13 +184,16 @@ class LmdbLog(PublishedView):
 
     @classmethod
     def open(cls, path: str | os.PathLike, writable: bool = False, *,
-             meta_from: str | os.PathLike | None = None) -> "LmdbLog":
+             meta_from: str | os.PathLike | None = None,
+             metas: dict | None = None) -> "LmdbLog":
         """Open the LMDB epoch in directory ``path`` (read-only).
 
         ``writable=True`` raises :class:`ReadOnly`.  The meta comes from the META database
         of ``meta_from`` (a directory holding the pier's top-level ``data.mdb``) if given,
         else from the epoch's own environment if it has one, else from the parent directory
         when that is a pier's ``.urb/log`` holding ``data.mdb``; else every field is zero.
+        ``metas``: a dict the caller keeps for one open of several epochs, in which the META
+        read from ``meta_from`` is kept by path and taken from again (not re-read).
         Raises :class:`ContiguityError` if the keys are not contiguous (or do not start at
         ``N + 1`` for a directory ``0i<N>``), :class:`FormatError` if ``EVENTS`` was not
         created with ``MDB_INTEGERKEY``, or is missing from a directory that is not an
@@ -210,7 +213,7 @@ class LmdbLog(PublishedView):
                                   "(not an LMDB epoch)")
             # db None in an epoch directory 0i<N>: just rolled (vere writes the new epoch's
             # META before its first event creates EVENTS): an empty epoch, until it has one
-            meta, source = cls._find_meta(directory, env, meta_from)
+            meta, source = cls._find_meta(directory, env, meta_from, metas)
             self = cls(directory, env, db, base, meta, source)
             self._scan()
         except BaseException:
@@ -219,8 +222,8 @@ class LmdbLog(PublishedView):
         return self
 
     @staticmethod
-    def _find_meta(directory: str, env, meta_from) -> tuple[dict[str, bytes] | None,
-                                                               str | None]:
+    def _find_meta(directory: str, env, meta_from, metas: dict | None = None
+                   ) -> tuple[dict[str, bytes] | None, str | None]:
         if meta_from is not None:
             d = os.fspath(meta_from)
             if _same_file(os.path.join(d, DATA_NAME), os.path.join(directory, DATA_NAME)):
@@ -228,7 +231,12 @@ class LmdbLog(PublishedView):
                 # data.mdb into 0i0/, pkg/vere/disk.c _disk_migrate_epoc): the lmdb
                 # binding refuses to open it twice, so read it through ``env``
                 return read_meta_db(directory, env), os.path.join(d, DATA_NAME)
-            return read_meta_db(d), os.path.join(d, DATA_NAME)
+            if metas is not None and d in metas:
+                return metas[d]
+            found = read_meta_db(d), os.path.join(d, DATA_NAME)
+            if metas is not None:
+                metas[d] = found
+            return found
         own = read_meta_db(directory, env)
         if own is not None:
             return own, os.path.join(directory, DATA_NAME)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import stat
 from collections.abc import Iterator
 
 from bookfs.errors import (
@@ -55,6 +56,11 @@ def contained(directory: str, name: str) -> str:
     """``directory/name``, refusing a path that resolves outside ``directory`` (a
     ``book.log`` symlinked elsewhere, say) with :class:`PathEscape`."""
     path = os.path.join(directory, name)
+    try:
+        if os.sep not in name and not stat.S_ISLNK(os.lstat(path).st_mode):
+            return path  # a plain name that is no symlink is in ``directory`` itself
+    except FileNotFoundError:
+        return path  # not there (yet): whatever creates it creates it here
     real = os.path.realpath(path)
     if os.path.dirname(real) != os.path.realpath(directory):
         raise PathEscape(f"{path}: resolves to {real}, outside {directory}; refusing it")

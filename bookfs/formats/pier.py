@@ -296,6 +296,7 @@ class Pier(LogMixin):
             raise BookError(f"{log_dir}: no such directory (not a pier)")
         names, kinds = list_epochs(log_dir)
         pier = cls(directory, writable)
+        metas: dict = {}  # the pier's META, read once for all its LMDB epochs
         try:
             if writable:
                 newest = os.path.join(log_dir, names[-1][1])
@@ -310,7 +311,7 @@ class Pier(LogMixin):
                 d = os.path.join(log_dir, name)
                 rw = writable and i == len(names) - 1
                 if kind == "lmdb":
-                    log = pier._open_lmdb(d)
+                    log = pier._open_lmdb(d, metas)
                 else:
                     log = open_book_dir(d, rw, pier_locked=rw, progress=progress)
                 pier.epochs.append(Epoch(name, base, log))
@@ -321,11 +322,14 @@ class Pier(LogMixin):
             raise
         return pier
 
-    def _open_lmdb(self, directory: str):
+    def _open_lmdb(self, directory: str, metas: dict | None = None):
+        """The LMDB epoch in ``directory``, its meta from the pier's ``.urb/log/data.mdb``
+        when there is one.  ``metas``: META already read during this open (by path), so
+        a pier of many LMDB epochs opens that environment once, not once per epoch."""
         from bookfs.formats.lmdb_log import LmdbLog, is_lmdb_dir
 
         meta_from = self.log_dir if is_lmdb_dir(self.log_dir) else None
-        return LmdbLog.open(directory, meta_from=meta_from)
+        return LmdbLog.open(directory, meta_from=meta_from, metas=metas)
 
     def _check_chain(self) -> None:
         prev_last = None
