@@ -128,12 +128,14 @@ class ShipFaces:
       :func:`~bookfs.fs.nodes.dirs.fixed_attrs` from its figures, as the open log's
       ``Directories`` builds them from the log, so the kernel sees the same mode, size,
       mtime, nlink and inode before and after the log is opened.  Without a card that
-      holds (none yet, stale, not a UIP Book directory) there is nothing to answer with:
+      holds (none yet, stale, neither a UIP Book directory nor a pier) there is nothing
+      to answer with:
       :meth:`entry` says None (the caller opens the log), and :meth:`listing` gives
       placeholders cached for 0 s, so a ``stat`` asks (and opens the log).
 
     The card read last is kept per ship with the witnesses it was checked by; each use
-    looks at the witnesses again (four ``lstat``), so a log that changed is never
+    looks at the witnesses again (four ``lstat``; a pier's: a listing of ``.urb/log``
+    and four plus five per epoch), so a log that changed is never
     answered for from a card.  Counts of cards read, found stale and missing are in the
     fleet's marker file (``stale`` and ``missing`` once per state of the files)."""
 
