@@ -209,7 +209,9 @@ def test_a_log_changed_since_its_card_is_opened_and_shown_as_it_is(tmp_path, cha
         assert parse(text.decode())["events"] == str(_count(src))
 
 
-def test_a_pier_has_no_card_and_shows_its_roll(tmp_path):
+def test_a_pier_made_again_with_a_roll_shows_it(tmp_path):
+    """The pier's card (a card file, ``test_fleet_piercards.py``) is not believed for the
+    pier made again in its place: stale, or missing when its directory is a new inode."""
     from lmdb_fixtures import make_pier
 
     fleet = tmp_path / "fleet"
@@ -224,4 +226,5 @@ def test_a_pier_has_no_card_and_shows_its_roll(tmp_path):
     with mounted(fleet, tmp_path / "mnt", "--fleet") as mnt:
         assert os.stat(Path(mnt) / ship / "events").st_size == 8
         m = _marker(mnt)
-        assert m["opened"] == 1 and m["cards_read"] == 0 and m["cards_missing"] >= 1
+        assert m["opened"] == 1 and m["cards_read"] == 0
+        assert m["cards_missing"] + m["cards_stale"] >= 1
