@@ -129,7 +129,7 @@ def _lstat(path: str, names) -> tuple | None:
     out = []
     for name in names:
         try:
-            st = os.lstat(os.path.join(path, name) if name else path)
+            st = os.lstat(f"{path}/{name}" if name else path)
         except (FileNotFoundError, NotADirectoryError):
             out.append(None)
             continue
