@@ -108,19 +108,25 @@ def witnesses(path: str) -> tuple | None:
         out = _lstat(path, WITNESSES)
         return out if out is not None and out[1] is not None and stat.S_ISREG(out[1][2]) \
             else None
-    log_dir = os.path.join(path, PIER_LOG_DIR)
     try:
-        epochs = sorted((int(m.group(1)), m.group(0)) for m in map(EPOCH_NAME.fullmatch,
-                                                                   os.listdir(log_dir)) if m)
+        epochs = _epochs(os.path.join(path, PIER_LOG_DIR))
     except OSError:
         return None
     names = list(PIER_WITNESSES)
-    for _, epoch in epochs:
+    for epoch in epochs:
         names += [os.path.join(PIER_LOG_DIR, epoch, name) for name in EPOCH_WITNESSES]
     out = _lstat(path, names)
     if out is None or any(w is not None and stat.S_ISLNK(w[2]) for w in out[1:]):
         return None
     return out
+
+
+def _epochs(log_dir: str) -> list[str]:
+    """The names in ``log_dir`` that name an epoch (``0i<N>``), oldest first, found by
+    their names alone (one listing; what they hold is not looked at)."""
+    found = [(int(m.group(1)), m.group(0)) for m in map(EPOCH_NAME.fullmatch,
+                                                         os.listdir(log_dir)) if m]
+    return [name for _, name in sorted(found)]
 
 
 def _lstat(path: str, names) -> tuple | None:
@@ -257,19 +263,17 @@ class _DevIno:
 def source_file(path: str) -> str:
     """The file whose owner and mode stand for the log at ``path`` (a pier: its newest
     epoch's ``book.log`` or ``data.mdb``; a Book directory: ``book.log``; an LMDB epoch:
-    ``data.mdb``; else ``path`` itself), found without opening the log: what a single
-    mount's ``_source_file`` (``fs/nodes/base.py``) finds once it is open."""
+    ``data.mdb``; else ``path`` itself), found without opening the log (a pier's newest
+    epoch by its name, :func:`_epochs`): what a single mount's ``_source_file``
+    (``fs/nodes/base.py``) finds once it is open."""
     try:
         where = path
         log_dir = os.path.join(path, PIER_LOG_DIR)
         if os.path.isdir(log_dir):
-            from bookfs.formats.pier import list_epochs
-
-            names, _ = list_epochs(log_dir)
-            where = os.path.join(log_dir, names[-1][1])
+            where = os.path.join(log_dir, _epochs(log_dir)[-1])
         for name in (LOG_NAME, LMDB_DATA_NAME):
             if os.path.exists(os.path.join(where, name)):
                 return os.path.join(where, name)
-    except (OSError, BookError):
+    except (OSError, IndexError):
         pass
     return path

@@ -153,9 +153,9 @@ class ShipFaces:
         self._cards.pop(sid, None)
         self._modes_seen.pop(sid, None)
 
-    def _modes(self, ship: Ship, seen: tuple | None):
-        """:func:`~bookfs.fs.nodes.base.modes_of` the ship's source file, the answer kept
-        while its witnesses are ``seen`` (its files as they are now)."""
+    def _modes(self, ship: Ship, seen: tuple | None = None):
+        """:func:`~bookfs.fs.nodes.base.modes_of` the ship's source file; given ``seen``
+        (its witnesses, just looked at), the answer is kept while they stay the same."""
         memo = self._modes_seen.get(ship.sid)
         if seen is not None and memo is not None and memo[0] == seen:
             return memo[1]
@@ -168,7 +168,7 @@ class ShipFaces:
 
     def root(self, ship: Ship) -> pyfuse3.EntryAttributes:
         """``MNT/<ship>``'s attributes (OSError if its directory is gone)."""
-        uid, gid, modes, st = self._modes(ship, witnesses(ship.path))
+        uid, gid, modes, st = self._modes(ship)
         return make_attrs(uid, gid, F.ship_root(ship.sid), stat.S_IFDIR | modes.dir, 0,
                           st.st_mtime_ns, CHANGING, nlink=2)
 
