@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,9 +19,10 @@ import pytest
 from bookfs.formats.info import parse
 from bookfs.formats.pier import Pier
 from bookfs.noun import patp
-from lmdb_fixtures import make_lmdb_epoch, make_pier, meta_values
-from mount_fixtures import mounted, payload, wait_for
-from test_fleet_cards import FIXED, _attrs, _elsewhere, _find, _marker
+from lmdb_fixtures import make_lmdb_epoch, make_pier, meta_values, runtime_lock
+from mount_fixtures import mounted, payload
+from test_fleet_cards import (_elsewhere, _find, _marker, check_change,
+                              check_found_from_cards, check_same_open_or_closed)
 
 #: the pier every test changes: an LMDB epoch, then a Book epoch in vere's layout, as a
 #: ship upgraded to vere's Book keeps them
@@ -78,41 +77,14 @@ def test_find_opens_no_pier_once_each_has_a_card(tmp_path):
         counts = {s: os.stat(Path(mnt) / s / "events").st_size for s in os.listdir(mnt)}
     assert sorted(counts.values()) == sorted(sum(k for _, k in lay) for lay in MIXED)
     with mounted(fleet, tmp_path / "mnt", "--fleet", "--max-open", "2") as mnt:
-        assert sorted(_find(mnt)) == sorted(first)
-        for ship, count in counts.items():
-            for name in FIXED:
-                assert f"{mnt}/{ship}/{name}" in first
-            assert os.stat(Path(mnt) / ship / "events").st_size == count
-            assert os.stat(Path(mnt) / ship / "info").st_size > 0
-        m = _marker(mnt)
-        assert m["opened"] == 0 and m["open"] == 0
-        assert m["cards_read"] == n and m["cards_stale"] == 0
-        for ship, count in counts.items():  # what the cards said is what the piers say
-            text = (Path(mnt) / ship / "info").read_bytes()
-            assert parse(text.decode())["events"] == str(count)
-            assert len(text) == os.stat(Path(mnt) / ship / "info").st_size
-        assert _marker(mnt)["opened"] == n
+        check_found_from_cards(mnt, first, counts)
 
 
 def test_pier_attributes_are_the_same_before_and_after_it_is_opened(tmp_path):
     fleet = _fleet(tmp_path, [LAYOUT, (("lmdb", 4), ("book", 6))])
     _keep_cards(fleet, tmp_path)
     with mounted(fleet, tmp_path / "mnt", "--fleet", "--idle-close", "1") as mnt:
-        ships = sorted(os.listdir(mnt))
-        paths = [Path(mnt) / s for s in ships]
-        paths += [Path(mnt) / s / name for s in ships for name in FIXED]
-        closed = {p: _attrs(p) for p in paths}
-        assert _marker(mnt)["opened"] == 0
-        assert sorted(closed[Path(mnt) / s / "events"][3] for s in ships) == [10, 22]
-        for s in ships:  # open every pier (a read inside it), then ask again past the cache
-            (Path(mnt) / s / "events" / "000000000001").read_bytes()
-        assert _marker(mnt)["opened"] == 2
-        time.sleep(1.2)  # past every attribute timeout (CHANGING is 1 s)
-        assert {p: _attrs(p) for p in paths} == closed
-        assert wait_for(lambda: _marker(mnt)["open"] == 0, 10)  # closed when idle
-        time.sleep(1.2)
-        assert {p: _attrs(p) for p in paths} == closed
-        assert _marker(mnt)["opened"] == 2
+        check_same_open_or_closed(mnt, [10, 22])
 
 
 def _log_dir(pier: Path) -> Path:
@@ -221,27 +193,7 @@ def test_a_pier_changed_since_its_card_is_opened_and_shown_as_it_is(tmp_path, ch
     src = fleet / "p00"
     _keep_cards(fleet, tmp_path)
     with mounted(fleet, tmp_path / "mnt", "--fleet") as mnt:
-        ship = patp(0x100)
-        events, info = Path(mnt) / ship / "events", Path(mnt) / ship / "info"
-        if while_mounted:  # seen closed from its card first, then changed under the mount
-            assert os.stat(events).st_size == _count(src) and _marker(mnt)["opened"] == 0
-        if act is not None:
-            time.sleep(0.05)  # leave the tick of the card's ctimes
-            act(src)
-        if while_mounted:
-            time.sleep(1.2)  # past the kernel's attribute cache
-        size = os.stat(events).st_size
-        info_size = os.stat(info).st_size
-        m = _marker(mnt)
-        assert size == _count(src)
-        if why is None:
-            assert m["opened"] == 0 and m["cards_stale"] == 0 and m["cards_read"] == 1
-        else:  # not believed; the pier was opened to answer
-            assert m["opened"] == 1 and m[f"cards_{why}"] == 1
-            assert m["cards_read"] == int(while_mounted)  # the look before the change
-        text = info.read_bytes()
-        assert len(text) == info_size
-        assert parse(text.decode())["events"] == str(_count(src))
+        check_change(mnt, patp(0x100), src, act, why, while_mounted, _count)
 
 
 def test_a_live_pier_is_shown_from_its_card_until_its_runtime_writes(tmp_path):
@@ -251,12 +203,7 @@ def test_a_live_pier_is_shown_from_its_card_until_its_runtime_writes(tmp_path):
     fleet = _fleet(tmp_path, [LAYOUT])
     pier = fleet / "p00"
     _keep_cards(fleet, tmp_path)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from bookfs.formats.lock import WriterLock; "
-         f"l = WriterLock({str(pier / '.vere.lock')!r}); print('held', flush=True); "
-         "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with runtime_lock(pier):
         with mounted(fleet, tmp_path / "mnt", "--fleet") as mnt:
             (ship,) = os.listdir(mnt)
             assert os.path.isdir(Path(mnt) / ship)
@@ -269,9 +216,6 @@ def test_a_live_pier_is_shown_from_its_card_until_its_runtime_writes(tmp_path):
             m = _marker(mnt)
             assert m["opened"] == 1 and m["cards_stale"] == 1
             assert parse((Path(mnt) / ".bookfs-fleet").read_text())["errors"] == "0"
-    finally:
-        holder.stdin.close()
-        holder.wait(10)
 
 
 def test_a_card_file_is_checked_and_pruned_with_the_indexes(tmp_path):
