@@ -24,12 +24,20 @@ MNT -maxdepth 2`` on it, then steps 1 and 2 on the fleet's own cache, where ever
 has its index and card (made once, before the first round, by one such find).  After each
 find the fleet's marker file says how many logs it opened.
 
+With ``--piers`` the fleet is of real-layout piers instead (:func:`make_piers`): each
+ship a vere pier, ``.urb/log/`` with its top-level LMDB ``data.mdb`` (META) and two
+epochs, ``0i0`` an LMDB epoch (``data.mdb``, ``epoc.txt`` 2) holding the first half of
+the sample's events and ``0i<N>`` a Book epoch in vere's layout (``book.log``,
+``meta.bin``, ``epoc.txt`` 3) holding the rest; made once from one template pier (copied
+with ``cp -a --reflink=auto``, each copy's ``meta.bin`` given its own ``who``).  Such a
+ship's card is kept in a card file of its own in the index cache (``formats/shipcard.py``).
+
 The load average is noted at the start of each round.  Prints progress on stderr and a
 Markdown table (min, median, max of each measure, with the issue's targets) on stdout,
 and how many rounds met each target.
 
 Usage: python bench/bench_fleet.py [--ships 1000] [--events 2000] [--rounds 5]
-       [--dir /var/tmp/bench-fleet] [--master local[2]] [--no-spark]
+       [--dir /var/tmp/bench-fleet] [--master local[2]] [--no-spark] [--piers]
 Check it on a tiny fleet first: --ships 20 --events 100 --rounds 1
 """
 
@@ -49,7 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bookfs.formats.info import parse  # noqa: E402
-from bookfs.formats.layout import LOG_NAME  # noqa: E402
+from bookfs.formats.layout import LOG_NAME, META_FIELDS, META_NAME  # noqa: E402
 from tests.mounting import BOOKFS, mounted, umount_quietly  # noqa: E402
 
 import bench_ships  # noqa: E402
@@ -87,6 +95,42 @@ def noop(spark, what):
     def go():
         spark.read.format("bookfs").load(what).write.format("noop").mode("overwrite").save()
     return go
+
+
+def make_piers(directory: str, ships: int, events: int) -> str:
+    """``DIR/piers<ships>x<events>``, a fleet of ``ships`` real-layout piers (module
+    docstring), made once and reused; returns its directory."""
+    from bookfs.formats.book import Book
+    from tests.lmdb_fixtures import make_pier
+
+    fleet = os.path.join(directory, f"piers{ships}x{events}")
+    if os.path.exists(os.path.join(fleet, ".done")):
+        return fleet
+    base = bench_ships.make_base(directory, events)
+    template = os.path.join(directory, f"pier-template{events}")
+    shutil.rmtree(template, ignore_errors=True)
+    with Book.open(base) as book:
+        deeds = [book.read(e) for e in range(book.first, book.last + 1)]
+        meta = {k: book.read_meta(k) for k in ("who", "version", "fake", "life")}
+    half = len(deeds) // 2
+    make_pier(template, [("lmdb", deeds[:half]), ("vere", deeds[half:])], meta=meta)
+    who = int.from_bytes(meta["who"], "little")
+    off, size = META_FIELDS["who"]
+    os.makedirs(fleet, exist_ok=True)
+    for i in range(ships):
+        d = os.path.join(fleet, f"p{i:04d}")
+        if os.path.exists(d):
+            continue
+        if i % 100 == 0:
+            say(f"copying pier {i + 1}/{ships}")
+        subprocess.run(["cp", "-a", "--reflink=auto", template, d + ".tmp"], check=True)
+        meta_bin = os.path.join(d + ".tmp", ".urb", "log", f"0i{half}", META_NAME)
+        with open(meta_bin, "r+b") as f:  # a ship of its own
+            f.seek(off)
+            f.write((who + 1 + i).to_bytes(size, "little"))
+        os.rename(d + ".tmp", d)
+    open(os.path.join(fleet, ".done"), "w").close()
+    return fleet
 
 
 def mount_fleet(fleet_dir: str, mnt: str, cache: str) -> tuple[float, int]:
@@ -166,20 +210,32 @@ def main() -> int:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--no-spark", action="store_true",
                    help="leave Spark out; time the first-ever find instead (docstring)")
+    p.add_argument("--piers", action="store_true",
+                   help="a fleet of real-layout piers (LMDB + vere Book epochs); "
+                        "needs --no-spark")
     args = p.parse_args()
-    if args.ships < 1 or args.events < 1 or args.rounds < 1:
-        p.error("--ships, --events and --rounds must be at least 1")
-    data = argparse.Namespace(dir=os.path.join(args.dir, f"{args.ships}x{args.events}"),
-                              piers=args.ships, events=args.events)
-    base, piers, big = bench_ships.make_logs(data)
-    fleet_dir = os.path.dirname(piers[0])
+    if args.ships < 1 or args.events < 2 or args.rounds < 1:
+        p.error("--ships and --rounds must be at least 1, --events at least 2")
+    if args.piers and not args.no_spark:
+        p.error("--piers: only with --no-spark")
     n = args.ships * args.events
-    print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}; a fleet of {args.ships} ships x "
-          f"{args.events:,} events ({os.path.getsize(os.path.join(base, LOG_NAME)):,} bytes "
-          f"each) vs one log of {n:,} events "
-          f"({os.path.getsize(os.path.join(big, LOG_NAME)):,} bytes); {args.rounds} rounds",
-          flush=True)
+    if args.piers:
+        fleet_dir = make_piers(args.dir, args.ships, args.events)
+        print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cores, "
+              f"Python {platform.python_version()}; a fleet of {args.ships} piers x "
+              f"{args.events:,} events (epochs 0i0 LMDB and 0i{args.events // 2} vere "
+              f"Book); {args.rounds} rounds", flush=True)
+    else:
+        data = argparse.Namespace(dir=os.path.join(args.dir, f"{args.ships}x{args.events}"),
+                                  piers=args.ships, events=args.events)
+        base, piers, big = bench_ships.make_logs(data)
+        fleet_dir = os.path.dirname(piers[0])
+        print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cores, "
+              f"Python {platform.python_version()}; a fleet of {args.ships} ships x "
+              f"{args.events:,} events ({os.path.getsize(os.path.join(base, LOG_NAME)):,} "
+              f"bytes each) vs one log of {n:,} events "
+              f"({os.path.getsize(os.path.join(big, LOG_NAME)):,} bytes); "
+              f"{args.rounds} rounds", flush=True)
     # the fleet's own index cache: every ship's index and card made by one find
     args.cache = os.path.join(args.dir, "cache-warm")
     os.makedirs(args.cache, mode=0o700, exist_ok=True)

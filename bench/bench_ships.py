@@ -45,16 +45,22 @@ def say(msg: str) -> None:
     print(f"bench_ships: {msg}", file=sys.stderr, flush=True)
 
 
+def make_base(directory: str, events: int) -> str:
+    """``DIR/base<events>``: one ``bookfs sample`` log of ``events`` events, made once."""
+    os.makedirs(directory, exist_ok=True)
+    base = os.path.join(directory, f"base{events}")
+    if not os.path.exists(os.path.join(base, ".done")):
+        say(f"generating a {events:,}-event sample log")
+        subprocess.run([*BOOKFS, "sample", base, "--events", str(events), "--force"],
+                       check=True, stdout=subprocess.DEVNULL)
+        open(os.path.join(base, ".done"), "w").close()
+    return base
+
+
 def make_logs(args) -> tuple[str, list[str], str]:
     """The base sample log, the ``--piers`` copies (distinct ships) and the big log;
     made once, reused by later runs."""
-    os.makedirs(args.dir, exist_ok=True)
-    base = os.path.join(args.dir, f"base{args.events}")
-    if not os.path.exists(os.path.join(base, ".done")):
-        say(f"generating a {args.events:,}-event sample log")
-        subprocess.run([*BOOKFS, "sample", base, "--events", str(args.events), "--force"],
-                       check=True, stdout=subprocess.DEVNULL)
-        open(os.path.join(base, ".done"), "w").close()
+    base = make_base(args.dir, args.events)
     with Book.open(base) as book:
         who = int.from_bytes(book.read_meta("who"), "little")
     piers = []

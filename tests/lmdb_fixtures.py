@@ -11,9 +11,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import struct
+import subprocess
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -150,3 +153,19 @@ def make_pier(root: str | os.PathLike, epochs: Sequence[tuple[str, Sequence[byte
         (d / "vere.txt").write_text("3.2")
         base += len(events)
     return root
+
+
+@contextlib.contextmanager
+def runtime_lock(pier: str | os.PathLike):
+    """The pier's ``.vere.lock`` held by another process, as a running vere holds it, for
+    the ``with`` block."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from bookfs.formats.lock import WriterLock; "
+         f"l = WriterLock({str(Path(pier) / '.vere.lock')!r}); print('held', flush=True); "
+         "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        holder.stdin.close()
+        holder.wait(10)

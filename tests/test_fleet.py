@@ -7,7 +7,6 @@ import errno
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -170,17 +169,12 @@ def test_a_damaged_ship_is_an_error_file_beside_healthy_ones(fleet, tmp_path):
 
 
 def test_a_pier_whose_runtime_holds_the_lock_is_followed(fleet, tmp_path):
-    from lmdb_fixtures import make_pier
+    from lmdb_fixtures import make_pier, runtime_lock
 
     from bookfs.formats.pier import open_book_dir
 
     pier = make_pier(fleet / "live", [("book", [b"\x00" * 4 + bytes([i]) for i in range(5)])])
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from bookfs.formats.lock import WriterLock; "
-         f"l = WriterLock({str(pier / '.vere.lock')!r}); print('held', flush=True); "
-         "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with runtime_lock(pier):
         with mounted(fleet, tmp_path / "mnt", "--fleet") as mnt:
             ships = os.listdir(mnt)
             live = [s for s in ships if parse((Path(mnt) / s / "info").read_text())
@@ -193,9 +187,6 @@ def test_a_pier_whose_runtime_holds_the_lock_is_followed(fleet, tmp_path):
                 b.save(6, [b"\x00" * 4 + b"\x07"])  # the runtime appends
             assert wait_for(lambda: os.path.exists(root / "events" / "6"), 5)
             assert (root / "events" / "000000000006").read_bytes() == b"\x00" * 4 + b"\x07"
-    finally:
-        holder.stdin.close()
-        holder.wait(10)
 
 
 def test_bad_usage_is_one_line(tmp_path):

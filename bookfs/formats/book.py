@@ -50,8 +50,8 @@ from bookfs.formats.index import (
     discard_index,
     load_index,
     save_index,
-    scan_framing,
 )
+from bookfs.formats.framing import scan_framing
 from bookfs.formats.layout import (
     DEED_LEN,
     DEED_OVERHEAD,

@@ -14,7 +14,8 @@ from bookfs.errors import BadMagic, BookError
 from bookfs.formats import recovery
 from bookfs.formats.book import Book
 from bookfs.formats.fileio import open_regular
-from bookfs.formats.index import OffsetIndex, scan_framing
+from bookfs.formats.framing import scan_framing
+from bookfs.formats.index import OffsetIndex
 from bookfs.formats.layout import (
     DEED_LEN,
     DEED_OVERHEAD,

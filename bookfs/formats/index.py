@@ -1,8 +1,7 @@
 """The offset index: where each event's deed starts, 8 bytes per event.
 
 The index is derived data.  It is built by one forward pass over the log's framing
-(``len_d`` at each deed's start and ``let_d`` at its end; CRCs are checked when a deed is
-read, not here), kept in memory as an ``array('Q')`` of offsets, and persisted under the
+(``framing.py``), kept in memory as an ``array('Q')`` of offsets, and persisted under the
 user's cache directory (``$BOOKFS_CACHE_DIR``, else XDG ``~/.cache/bookfs/index``), never
 inside the pier.  :func:`configure_cache` overrides that place (``--index-dir``,
 ``-o index_dir=``) or turns persistence off (``--no-index-cache``, ``-o noindex_cache``:
@@ -22,7 +21,10 @@ An index file may end with a *card*: opaque bytes a caller stored with the index
 speaks of exactly the offsets and timeline beside it.  :func:`read_card` gives them back
 reading only the file's tail (never the offsets): a fleet mount keeps there what the
 attributes of a closed log's entries need (``formats/shipcard.py``), and decides itself
-whether they still hold.  Nothing here trusts a card; a load ignores it.
+whether they still hold.  Nothing here trusts a card; a load ignores it.  A log with no
+persisted index of its own (a pier) keeps its card in a *card file*
+(:func:`save_card_file`, :func:`read_card_file`): named as an index is, written and
+pruned as one, its card's bytes and CRC laid out as at an index file's end.
 
 Besides offsets the index keeps a sparse *timeline*: ``(first event, unix ns)`` points
 recorded when the log is seen to grow, at most one per second.  An event's mtime is the
@@ -48,14 +50,12 @@ from array import array
 from dataclasses import dataclass, field
 
 from bookfs.errors import BookError
-from bookfs.formats.fileio import open_regular, pread_into, private_dir
+from bookfs.formats.fileio import open_regular, private_dir
 from bookfs.formats.layout import (
     DEED_LEN,
     DEED_OVERHEAD,
     DEED_TAIL_SIZE,
     HEADER_SIZE,
-    MAX_PAYLOAD,
-    MIN_PAYLOAD,
     crc32,
 )
 
@@ -75,14 +75,17 @@ _STAMP_TAG = b"VSTAMP01"
 _CARD_FOOT = struct.Struct("<II8s")
 _CARD_TAG = b"BFSCARD1"
 _CARD_TAIL = 16 << 10  # bytes of an index file's tail read to find its card
+#: A card file (:func:`save_card_file`): this magic, then a card as at an index's end.
+#: Of the index files' magic family, so that :func:`prune_cache` counts and prunes it.
+_CARD_MAGIC = b"BFSIDXC1"
 _SAMPLE = 64  # deeds (len_d, let_d) re-checked against the log when a persisted index is loaded
-_CHUNK = 4 << 20  # bytes read at a time while scanning framing
 
 
 INDEX_KEEP = 64  # persisted indexes always kept in the cache directory (most recently used)
 INDEX_BUDGET = 1 << 30  # bytes: older indexes are kept too while the directory stays within
 INDEX_MAX_AGE = 90 * 24 * 3600  # seconds: an index unused for this long is pruned
-_INDEX_NAME = re.compile(r"[0-9a-f]{40}\.idx")  # what _index_path names; nothing else is pruned
+_INDEX_NAME = re.compile(r"[0-9a-f]{40}\.(?:idx|card)")  # what _index_path names; only these
+# are pruned
 _MAGIC_FAMILY = _FILE_MAGIC[:6]  # every version of our index files starts with this
 
 
@@ -296,89 +299,12 @@ def settle_stamp(fd: int, stamp: FileStamp | None, *, wait: bool = True) -> int 
     return None
 
 
-def u64_views(mv: memoryview) -> list[memoryview]:
-    """Eight zero-copy views of ``mv`` as little-endian u64 arrays, one per alignment:
-    the u64 at byte ``r`` is ``views[r & 7][r >> 3]``."""
-    views = []
-    for a in range(8):
-        k = (len(mv) - a) // 8
-        views.append(mv[a : a + 8 * k].cast("Q") if k > 0 else mv[0:0].cast("Q"))
-    return views
-
-
-def scan_framing(fd: int, index: OffsetIndex, size: int, *, progress=None) -> int:
-    """Extend ``index`` with every deed whose framing is sound, from ``index.end`` up to
-    ``size``: ``MIN_PAYLOAD <= len_d <= MAX_PAYLOAD``, the deed fits in the file, and
-    ``let_d == len_d``.  Returns the offset where the scan stopped (== ``index.end``);
-    below ``size`` means the bytes from there on do not frame a deed.  Reads in large
-    chunks with ``pread`` (no mmap, so a concurrent truncation cannot crash a reader);
-    memory stays constant whatever the deed sizes.
-    """
-    return scan_deeds(fd, index, size, trailer=DEED_TAIL_SIZE - 8, progress=progress)
-
-
-def scan_deeds(fd: int, index: OffsetIndex, size: int, *, trailer: int,
-               min_len: int = MIN_PAYLOAD, limit: int | None = None, progress=None) -> int:
-    """The framing scan of either Book layout: deeds ``u64 len_d | payload | trailer bytes
-    | u64 let_d`` (``trailer``: 4 for the UIP layout's CRC, 0 for vere's), from
-    ``index.end`` up to ``size`` and at most ``limit`` deeds in all; each needs
-    ``min_len <= len_d <= MAX_PAYLOAD``, to fit in the file, and ``let_d == len_d``.
-    Returns where the scan stopped (== ``index.end``).  Constant memory."""
-    if sys.byteorder != "little":  # pragma: no cover - the views below assume LE
-        raise NotImplementedError("bookfs indexes logs on little-endian machines only")
-    offsets = index.offsets
-    append = offsets.append
-    limit = 1 << 62 if limit is None else limit
-    off = index.end
-    reported = off
-    lo, hi = min_len, MAX_PAYLOAD
-    gap = 8 + trailer  # from the payload's start to let_d, less the payload
-    scratch = bytearray(min(_CHUNK, max(size - off, 0)))  # no 4 MiB for a small growth
-    stopped = False
-    while not stopped and len(offsets) < limit and off + gap + 8 + lo <= size:
-        buf = pread_into(fd, scratch, min(_CHUNK, size - off), off)
-        if len(buf) < 8:
-            break
-        base = off
-        views = u64_views(buf)
-        last_len = len(buf) - 8  # relative position of the last whole u64 in buf
-        rel = 0
-        while rel <= last_len:
-            n = views[rel & 7][rel >> 3]
-            t = rel + n + gap  # relative position of let_d
-            if n < lo or n > hi or base + t + 8 > size:
-                stopped = True  # the bytes at base + rel frame no deed
-                break
-            if t <= last_len:
-                let = views[t & 7][t >> 3]
-            else:
-                (let,) = DEED_LEN.unpack(os.pread(fd, 8, base + t))
-            if let != n:
-                stopped = True
-                break
-            append(base + rel)
-            rel = t + 8
-        off = base + rel
-        if len(offsets) > limit:  # the chunk held more deeds than wanted: keep ``limit``
-            off = offsets[limit]
-            del offsets[limit:]
-            stopped = True
-        index.end = off
-        if progress is not None and off - reported >= 64 << 20:
-            progress(off - reported)
-            reported = off
-    if progress is not None and off > reported:
-        progress(off - reported)
-    index.end = off
-    return off
-
-
 # --- persistence ---------------------------------------------------------------------------
 
 
-def _index_path(log_path: str, st: os.stat_result) -> str:
+def _index_path(log_path: str, st: os.stat_result, ext: str = ".idx") -> str:
     key = f"{os.path.realpath(log_path)}\0{st.st_dev}\0{st.st_ino}".encode()
-    return os.path.join(cache_dir(), hashlib.sha256(key).hexdigest()[:40] + ".idx")
+    return os.path.join(cache_dir(), hashlib.sha256(key).hexdigest()[:40] + ext)
 
 
 def discard_index(log_path: str, fd: int) -> None:
@@ -435,23 +361,43 @@ def save_index(log_path: str, fd: int, index: OffsetIndex,
         if card is not None:
             times += card + _CARD_FOOT.pack(crc32(card), len(card), _CARD_TAG)
         crc = crc32(times, crc32(offs, crc32(head)))
-        fd_tmp, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-        try:
-            with os.fdopen(fd_tmp, "wb") as f:
-                f.write(head)
-                offs.tofile(f)
-                f.write(times)
-                f.write(struct.pack("<I", crc))
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        _replace(path, (head, offs, times, struct.pack("<I", crc)))
     except (OSError, BookError) as e:
         log.warning("could not persist the index of %s: %s", log_path, e)
-        return
+
+
+def _replace(path: str, chunks) -> None:
+    """Write ``chunks`` as the file ``path`` of the private cache directory, atomically
+    (a temp file renamed over it); the first write of a process then prunes the
+    directory.  OSError and BookError reach the caller."""
+    private_dir(os.path.dirname(path), "index cache directory")
+    fd_tmp, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    try:
+        with os.fdopen(fd_tmp, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     if not _settings.pruned:
         _settings.pruned = True
         prune_cache(os.path.dirname(path), keep=_settings.keep)
+
+
+def save_card_file(key_path: str, st: os.stat_result, card: bytes) -> None:
+    """Store ``card`` alone, for a log that has no persisted index to keep it with (a
+    pier): a *card file* in the cache directory, named as an index is named
+    (``key_path`` and ``st``'s device and inode), written as an index is (private
+    directory, atomic replace, a CRC, pruned with the indexes).  Nothing is written when
+    the cache is off; a failure is logged, not raised."""
+    if not _settings.enabled:
+        return
+    body = _CARD_MAGIC + card + _CARD_FOOT.pack(crc32(card), len(card), _CARD_TAG)
+    try:
+        _replace(_index_path(key_path, st, ".card"), (body, struct.pack("<I", crc32(body))))
+    except (OSError, BookError) as e:
+        log.warning("could not keep the card of %s: %s", key_path, e)
 
 
 def read_card(log_path: str, st: os.stat_result) -> bytes | None:
@@ -463,7 +409,19 @@ def read_card(log_path: str, st: os.stat_result) -> bytes | None:
     file, as a load does, so pruning keeps it."""
     if not _settings.enabled:
         return None
-    path = _index_path(log_path, st)
+    return _tail_card(_index_path(log_path, st), _FILE_HEAD.size)
+
+
+def read_card_file(key_path: str, st: os.stat_result) -> bytes | None:
+    """The card :func:`save_card_file` stored for ``key_path`` and ``st``, or ``None``, as
+    :func:`read_card` (the file touched when found; never trusted here)."""
+    if not _settings.enabled:
+        return None
+    return _tail_card(_index_path(key_path, st, ".card"), len(_CARD_MAGIC))
+
+
+def _tail_card(path: str, head: int) -> bytes | None:
+    """The card at the end of the cache file ``path``, after ``head`` bytes of its own."""
     try:
         private_dir(os.path.dirname(path), "index cache directory", create=False)
         ifd = open_regular(path, os.O_RDONLY)
@@ -472,12 +430,12 @@ def read_card(log_path: str, st: os.stat_result) -> bytes | None:
     try:
         size = os.fstat(ifd).st_size
         tail = os.pread(ifd, min(size, _CARD_TAIL), max(0, size - _CARD_TAIL))
-        card = _card_in(tail, size)
+        card = _card_in(tail, size, head)
         if card is None and size > _CARD_TAIL:  # a card longer than the tail read
             n = _card_len(tail)
             if n is not None and n + _CARD_FOOT.size + 4 <= size:
                 card = _card_in(os.pread(ifd, n + _CARD_FOOT.size + 4,
-                                         size - n - _CARD_FOOT.size - 4), size)
+                                         size - n - _CARD_FOOT.size - 4), size, head)
     except OSError:
         return None
     finally:
@@ -495,12 +453,12 @@ def _card_len(tail: bytes) -> int | None:
     return n if tag == _CARD_TAG else None
 
 
-def _card_in(tail: bytes, file_size: int) -> bytes | None:
-    """The card at the end of ``tail`` (the last bytes of an index file of
-    ``file_size`` bytes) if it is whole there and its CRC holds."""
+def _card_in(tail: bytes, file_size: int, head: int) -> bytes | None:
+    """The card at the end of ``tail`` (the last bytes of a file of ``file_size`` bytes
+    whose first ``head`` bytes are no card's) if it is whole there and its CRC holds."""
     n = _card_len(tail)
     foot = _CARD_FOOT.size + 4
-    if n is None or n + foot > len(tail) or n + foot + _FILE_HEAD.size > file_size:
+    if n is None or n + foot > len(tail) or n + foot + head > file_size:
         return None
     crc = _CARD_FOOT.unpack_from(tail, len(tail) - foot)[0]
     card = tail[len(tail) - foot - n : len(tail) - foot]

@@ -1,16 +1,28 @@
 """A ship's *card*: the figures a fleet mount shows of a log it has not opened (issue 24:
 ``find MNT -maxdepth 2`` stats ``events/`` and ``info`` of every ship), kept with the
 log's persisted index (``index.py``: the card is written in the same atomic replace as
-the offsets and timeline beside it, and read back from the index file's tail alone).
+the offsets and timeline beside it, and read back from the index file's tail alone), or,
+for a pier, which has no single index, in a card file of its own in the same cache
+directory (:func:`~bookfs.formats.index.save_card_file`: private, atomic, CRC-checked,
+pruned with the indexes; named by the pier directory's path, device and inode).
 Knows nothing of FUSE.
 
 What a card holds: the log's event ``count``, its newest event's mtime as the index's
 timeline gives it (``mtime_ns``; None for an empty log), and ``summary``
 (:func:`~bookfs.formats.info.log_summary`: everything ``info`` says of the log), as they
 were when the card was written by a process that had the log open; and the *witnesses*
-they were read under: ``(dev, ino, mode, size, mtime_ns, ctime_ns)`` of the log's
-directory, ``book.log``, ``meta.bin`` and ``epoc.txt`` (``lstat``; None for one that is
-absent), and when that was recorded.
+they were read under: ``(dev, ino, mode, size, mtime_ns, ctime_ns)`` (``lstat``; None for
+one that is absent) of every file and directory the log is read from, and when that was
+recorded.  A Book directory's witnesses: the directory, ``book.log``, ``meta.bin``,
+``epoc.txt`` (:data:`WITNESSES`).  A pier's (:data:`PIER_WITNESSES`): the pier's
+directory, ``.urb``, ``.urb/log`` (its mtime moves when an epoch is added, removed or
+renamed: a roll, a chop) and the top-level ``data.mdb`` (META), then for each epoch
+directory ``0i<N>`` in ``.urb/log`` the directory and its ``epoc.txt``, ``book.log``,
+``meta.bin`` and ``data.mdb`` (:data:`EPOCH_WITNESSES`): everything
+:func:`~bookfs.formats.pier.open_source` reads of a pier opened read-only.  Not
+witnessed: ``lock.mdb`` (a read-only open passes ``lock=False`` and never reads it),
+``vere.txt`` (never read), ``.vere.lock`` (below).  A pier with a symbolic link among its
+witnesses (but the pier's directory itself) gets no card.
 
 When a card is believed (:func:`read_card`): only while every witness is what it was,
 field for field, and each one's ctime was at least :func:`~bookfs.formats.index.racy_margin`
@@ -23,14 +35,29 @@ directory's mtime) all make the card *stale*: it is never served, and the log is
 as it would be without one.  An index file the cache would not load (its directory not
 private, a symlink, a card whose CRC fails) gives no card.
 
-Which logs have one: UIP Book directories (``book.log`` of the layout bookfs writes,
-a regular file, not a symlink), the only ones whose index is persisted.  A pier, a vere
-layout log or an LMDB epoch has none (:func:`write_card` declines), and a fleet opens it
-to answer, as before.
+A pier's card is written only when its witnesses, looked at just before the pier was
+opened (:func:`write_card` ``before``, with the time they were taken), are still the same
+once its figures were read, and every witness's ctime was already past the racy margin
+then: so nothing was written to the pier from the moment the open began.
 
-Cost: :func:`read_card` is four ``lstat`` calls and one small ``pread`` of the index
-file (no log is opened); :func:`write_card`, at the open of a log whose card is missing
-or stale, the log's summary (a few event reads for its dates) and one save of its index.
+Which logs have one: UIP Book directories (``book.log`` of the layout bookfs writes,
+a regular file, not a symlink), whose index is persisted, and piers.  A single vere
+layout Book directory or a single LMDB epoch has none (:func:`write_card` declines), and a
+fleet opens it to answer, as before.
+
+A live ship: the fleet's read-only open takes no lock and a pier whose ``.vere.lock`` a
+running vere holds is opened and followed, not an error (``fs/fleet.py``); its figures do
+not depend on the lock, so the lock is no witness.  Each commit of the running vere
+changes ``book.log`` or ``data.mdb`` (size, mtime, ctime), so its card goes stale and it is
+opened as without one; a card only stands in for an open that would succeed and show the
+same figures (an open that fails is no card: none is written, and a ship that failed is
+an error file, never answered from a card).
+
+Cost: :func:`read_card` is four ``lstat`` calls for a Book directory, for a pier four
+plus a listing of ``.urb/log`` plus five per epoch, and one small ``pread`` of the index
+or card file (no log is opened); :func:`write_card`, at the open of a log whose card is
+missing or stale, the log's summary (a few event reads for its dates) and one save of its
+index or card file.
 """
 
 from __future__ import annotations
@@ -44,13 +71,19 @@ from dataclasses import dataclass
 
 from bookfs.errors import BookError
 from bookfs.formats import index as X
-from bookfs.formats.layout import EPOC_NAME, LMDB_DATA_NAME, LOG_NAME, META_NAME, PIER_LOG_DIR
+from bookfs.formats.layout import (EPOC_NAME, EPOCH_NAME, LMDB_DATA_NAME, LOG_NAME, META_NAME,
+                                   PIER_LOG_DIR)
 
 log = logging.getLogger(__name__)
 
 CARD_VERSION = 1
 #: the files whose ``lstat`` a card is checked by ("": the log's directory itself)
 WITNESSES = ("", LOG_NAME, META_NAME, EPOC_NAME)
+#: a pier's, before its epochs' ("": the pier's directory)
+PIER_WITNESSES = ("", os.path.dirname(PIER_LOG_DIR), PIER_LOG_DIR,
+                  os.path.join(PIER_LOG_DIR, LMDB_DATA_NAME))
+#: each epoch's, relative to its directory ``.urb/log/0i<N>`` ("": that directory)
+EPOCH_WITNESSES = ("", EPOC_NAME, LOG_NAME, META_NAME, LMDB_DATA_NAME)
 
 
 @dataclass(frozen=True)
@@ -62,22 +95,55 @@ class Card:
     summary: dict
 
 
+def is_pier(path: str) -> bool:
+    """True if ``path`` is a pier (has ``.urb/log/``): its card is a card file's."""
+    return os.path.isdir(os.path.join(path, PIER_LOG_DIR))
+
+
 def witnesses(path: str) -> tuple | None:
-    """The witnesses of the Book directory ``path`` (module docstring), or None when its
-    ``book.log`` is not a regular file (no card can hold) or cannot be looked at."""
+    """The witnesses of the Book directory or pier ``path`` (module docstring), or None
+    when no card can hold: a Book directory whose ``book.log`` is not a regular file, a
+    pier with a symbolic link among them, or one that cannot be looked at."""
+    if not is_pier(path):
+        out = _lstat(path, WITNESSES)
+        return out if out is not None and out[1] is not None and stat.S_ISREG(out[1][2]) \
+            else None
+    try:
+        epochs = _epochs(os.path.join(path, PIER_LOG_DIR))
+    except OSError:
+        return None
+    names = list(PIER_WITNESSES)
+    for epoch in epochs:
+        names += [os.path.join(PIER_LOG_DIR, epoch, name) for name in EPOCH_WITNESSES]
+    out = _lstat(path, names)
+    if out is None or any(w is not None and stat.S_ISLNK(w[2]) for w in out[1:]):
+        return None
+    return out
+
+
+def _epochs(log_dir: str) -> list[str]:
+    """The names in ``log_dir`` that name an epoch (``0i<N>``), oldest first, found by
+    their names alone (one listing; what they hold is not looked at)."""
+    found = [(int(m.group(1)), m.group(0)) for m in map(EPOCH_NAME.fullmatch,
+                                                         os.listdir(log_dir)) if m]
+    return [name for _, name in sorted(found)]
+
+
+def _lstat(path: str, names) -> tuple | None:
+    """The witnesses ``names`` (relative to ``path``; "": ``path``), None for one absent;
+    None in all if one cannot be looked at."""
     out = []
-    for name in WITNESSES:
+    for name in names:
         try:
-            st = os.lstat(os.path.join(path, name) if name else path)
-        except FileNotFoundError:
+            st = os.lstat(f"{path}/{name}" if name else path)
+        except (FileNotFoundError, NotADirectoryError):
             out.append(None)
             continue
         except OSError:
             return None
         out.append((st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns,
                     st.st_ctime_ns))
-    book_log = out[1]
-    return tuple(out) if book_log is not None and stat.S_ISREG(book_log[2]) else None
+    return tuple(out)
 
 
 def read_card(path: str) -> tuple[tuple | None, Card | str]:
@@ -87,8 +153,10 @@ def read_card(path: str) -> tuple[tuple | None, Card | str]:
     seen = witnesses(path)
     if seen is None:
         return None, "missing"
-    dev, ino = seen[1][:2]
-    raw = X.read_card(os.path.join(path, LOG_NAME), _DevIno(dev, ino))
+    if is_pier(path):
+        raw = X.read_card_file(path, _DevIno(*seen[0][:2]))
+    else:
+        raw = X.read_card(os.path.join(path, LOG_NAME), _DevIno(*seen[1][:2]))
     if raw is None:
         return seen, "missing"
     try:
@@ -106,37 +174,61 @@ def read_card(path: str) -> tuple[tuple | None, Card | str]:
     return seen, card
 
 
-def write_card(path: str, book) -> bool:
+def looked(path: str) -> tuple[tuple | None, int]:
+    """``(witnesses, when)``: :func:`witnesses` of ``path`` and a time no later than the
+    moment they were looked at; taken just before a log is opened, for
+    :func:`write_card`'s ``before``."""
+    now = time.time_ns()
+    return witnesses(path), now
+
+
+def write_card(path: str, book, before: tuple[tuple | None, int] | None = None) -> bool:
     """Store the card of ``book``, a log just opened from the directory ``path``, with its
-    index, unless a card that holds is there already; True if one was written.  Declines
-    (False) for a log that has no persisted index (module docstring), one that is not
-    exactly its file (a torn tail, damage, trailing bytes: its figures are then not the
-    file's alone), and one changed within the racy margin (waited out when it is short).
-    Failures are logged, not raised: a card is only a cache."""
+    index (a UIP Book) or in its card file (a pier: only given ``before``, what
+    :func:`looked` said just before the open), unless a card that holds is there already;
+    True if one was written.  Declines (False) for a log that keeps no card (module
+    docstring), a Book that is not exactly its file (a torn tail, damage, trailing bytes:
+    its figures are then not the file's alone), a Book changed within the racy margin
+    (waited out when it is short), and a pier whose witnesses are not those of ``before``
+    or were within the racy margin of a change then.  Failures are logged, not raised: a
+    card is only a cache."""
     from bookfs.formats.book import Book
     from bookfs.formats.info import log_summary
+    from bookfs.formats.pier import Pier
 
-    if not isinstance(book, Book) or not X.cache_enabled():
+    pier = isinstance(book, Pier)
+    if not (pier or isinstance(book, Book)) or pier != is_pier(path) \
+            or not X.cache_enabled():
         return False
     try:
         seen, held = read_card(path)
         if isinstance(held, Card) or seen is None:
             return False
-        seen = _settle(path, seen)
-        if seen is None or book.fstat().st_ino != seen[1][1]:
-            return False
-        book.refresh()
-        size = seen[1][3]
-        if book.log_bytes != size or book.index.end != size:
-            return False
+        if pier:
+            if before is None or before[0] != seen or not _settled(seen, before[1]):
+                return False
+            taken = before[1]  # nothing written since, so the figures are the files'
+        else:
+            seen = _settle(path, seen)
+            if seen is None or book.fstat().st_ino != seen[1][1]:
+                return False
+            book.refresh()
+            size = seen[1][3]
+            if book.log_bytes != size or book.index.end != size:
+                return False
         first, last = book.gulf()
         card = {"v": CARD_VERSION, "path": path, "count": book.count,
                 "mtime_ns": book.mtime_ns(last) if last else None,
                 "summary": log_summary(book)}
         if witnesses(path) != seen:
             return False  # changed while the figures were read
-        card["witnesses"], card["taken_ns"] = seen, time.time_ns()
-        book.save_card(json.dumps(card, separators=(",", ":")).encode())
+        card["witnesses"] = seen
+        card["taken_ns"] = taken if pier else time.time_ns()
+        raw = json.dumps(card, separators=(",", ":")).encode()
+        if pier:
+            X.save_card_file(path, _DevIno(*seen[0][:2]), raw)
+        else:
+            book.save_card(raw)
         return True
     except (OSError, BookError, ValueError) as e:
         log.warning("%s: could not keep its card: %s", path, e)
@@ -171,19 +263,17 @@ class _DevIno:
 def source_file(path: str) -> str:
     """The file whose owner and mode stand for the log at ``path`` (a pier: its newest
     epoch's ``book.log`` or ``data.mdb``; a Book directory: ``book.log``; an LMDB epoch:
-    ``data.mdb``; else ``path`` itself), found without opening the log: what a single
-    mount's ``_source_file`` (``fs/nodes/base.py``) finds once it is open."""
+    ``data.mdb``; else ``path`` itself), found without opening the log (a pier's newest
+    epoch by its name, :func:`_epochs`): what a single mount's ``_source_file``
+    (``fs/nodes/base.py``) finds once it is open."""
     try:
         where = path
         log_dir = os.path.join(path, PIER_LOG_DIR)
         if os.path.isdir(log_dir):
-            from bookfs.formats.pier import list_epochs
-
-            names, _ = list_epochs(log_dir)
-            where = os.path.join(log_dir, names[-1][1])
+            where = os.path.join(log_dir, _epochs(log_dir)[-1])
         for name in (LOG_NAME, LMDB_DATA_NAME):
             if os.path.exists(os.path.join(where, name)):
                 return os.path.join(where, name)
-    except (OSError, BookError):
+    except (OSError, IndexError):
         pass
     return path

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 
 from bookfs.formats.fileio import pread_into
-from bookfs.formats.index import OffsetIndex, scan_deeds
+from bookfs.formats.framing import scan_deeds
+from bookfs.formats.index import OffsetIndex
 from bookfs.formats.layout import (
     DEED_LEN,
     MAX_PAYLOAD,
@@ -31,7 +32,7 @@ def scan_vere_framing(fd: int, index: OffsetIndex, size: int, limit: int, *,
     where a batch CRC is to decide: 16 zero bytes frame a 0-byte deed), the deed
     (``len_d + 16`` bytes) fits in the file, and ``let_d == len_d``.  Returns where the
     scan stopped (== ``index.end``).  Reads in large chunks with ``pread``; constant
-    memory (:func:`bookfs.formats.index.scan_deeds`)."""
+    memory (:func:`bookfs.formats.framing.scan_deeds`)."""
     return scan_deeds(fd, index, size, trailer=0, min_len=min_len, limit=limit,
                       progress=progress)
 

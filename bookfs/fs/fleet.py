@@ -14,8 +14,9 @@ summary's length) come, while the log is closed, from the ship's *card*, kept wi
 persisted index and believed only while the log's files are exactly as they were when it
 was written (``formats/shipcard.py``; :class:`~bookfs.fs.fleet_ship.ShipFaces`): the
 same attributes the open log gives, so ``find MNT -maxdepth 2`` opens no log once each
-ship has a card.  Without one (the first open of a ship, a log that changed since, a
-pier, a vere-layout log, an LMDB epoch) a ``stat`` of those entries opens the log, as
+ship has a card (a pier's is in a card file of its own in the index cache).  Without
+one (the first open of a ship, a log that changed since, a single vere-layout Book
+directory or LMDB epoch) a ``stat`` of those entries opens the log, as
 does any other request inside ``MNT/<ship>/``: its log is opened (read-only, in a worker
 thread; :func:`~bookfs.formats.pier.open_source`; then its card written, when it has
 none that holds) and the request handed to a
@@ -62,7 +63,7 @@ import trio
 from bookfs.formats import index as X
 from bookfs.formats.fleet import FLEET_MARKER, FleetDir, Ship
 from bookfs.formats.info import render
-from bookfs.formats.shipcard import write_card
+from bookfs.formats.shipcard import looked, write_card
 from bookfs.fs import fleet_inodes as F
 from bookfs.fs import inodes as I
 from bookfs.fs.cache import DEFAULT_MAX_BYTES, EventCache
@@ -124,8 +125,9 @@ class FleetOperations(pyfuse3.Operations):
         before = dict(self._by_sid)
         self.fleet.scan(force)
         self._by_sid = {s.sid: s for s in self.fleet.ships.values()}
-        # every ship's index (and card) kept by this process's prune of the index cache
-        X.keep_at_least(len(self._by_sid) + X.INDEX_KEEP)
+        # every ship's index and card kept by this process's prune of the index cache (a
+        # pier: its card file, and the indexes of its UIP Book epochs, if any)
+        X.keep_at_least(2 * len(self._by_sid) + X.INDEX_KEEP)
         for sid, ship in self._by_sid.items():
             if sid not in before and ship.who is None and sid not in self.errors:
                 self._check_kind(ship)
@@ -565,13 +567,14 @@ SHIP_ROOT_INODES = frozenset(SHIP_ROOT_NAMES.values())
 
 def _open_log(path: str):
     """Open the log at ``path`` read-only (in a worker thread) and keep its card
-    (``formats/shipcard.py``) when it has none that holds; a card that cannot be kept
-    never fails the open."""
+    (``formats/shipcard.py``; a pier's from what its files were just before the open)
+    when it has none that holds; a card that cannot be kept never fails the open."""
     from bookfs.formats.pier import open_source
 
+    before = looked(path)
     book = open_source(path)
     try:
-        write_card(path, book)
+        write_card(path, book, before)
     except Exception:
         log.exception("%s: keeping its card failed", path)
     return book

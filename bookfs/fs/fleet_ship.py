@@ -128,29 +128,43 @@ class ShipFaces:
       :func:`~bookfs.fs.nodes.dirs.fixed_attrs` from its figures, as the open log's
       ``Directories`` builds them from the log, so the kernel sees the same mode, size,
       mtime, nlink and inode before and after the log is opened.  Without a card that
-      holds (none yet, stale, not a UIP Book directory) there is nothing to answer with:
+      holds (none yet, stale, neither a UIP Book directory nor a pier) there is nothing
+      to answer with:
       :meth:`entry` says None (the caller opens the log), and :meth:`listing` gives
       placeholders cached for 0 s, so a ``stat`` asks (and opens the log).
 
-    The card read last is kept per ship with the witnesses it was checked by; each use
-    looks at the witnesses again (four ``lstat``), so a log that changed is never
-    answered for from a card.  Counts of cards read, found stale and missing are in the
+    The card read last is kept per ship with the witnesses it was checked by, and so are
+    the modes and owner found last (:func:`~bookfs.fs.nodes.base.modes_of`: the ``stat``
+    of the source file and its directory, both witnesses, so equal witnesses mean the
+    same answer); each use looks at the witnesses again (four ``lstat``; a pier's: a
+    listing of ``.urb/log`` and four plus five per epoch), so a log that changed is never
+    answered for from a card or old modes.  Counts of cards read, found stale and missing are in the
     fleet's marker file (``stale`` and ``missing`` once per state of the files)."""
 
     def __init__(self, fleet):
         self.fleet = fleet
         self._cards: dict[int, tuple[tuple | None, Card | str]] = {}  # sid -> last read
+        self._modes_seen: dict[int, tuple[tuple, tuple]] = {}  # sid -> (witnesses, modes)
         self.read = self.stale = self.missing = 0
         self.fuse = fuse_path(True)
 
     def forget(self, sid: int) -> None:
         """The ship's log was opened (it may write a card) or the ship is gone."""
         self._cards.pop(sid, None)
+        self._modes_seen.pop(sid, None)
 
-    def _modes(self, ship: Ship):
+    def _modes(self, ship: Ship, seen: tuple | None = None):
+        """:func:`~bookfs.fs.nodes.base.modes_of` the ship's source file; given ``seen``
+        (its witnesses, just looked at), the answer is kept while they stay the same."""
+        memo = self._modes_seen.get(ship.sid)
+        if seen is not None and memo is not None and memo[0] == seen:
+            return memo[1]
         fleet = self.fleet
-        return modes_of(source_file(ship.path), ship.path, True, owner=fleet.owner,
-                        umask=fleet.umask)
+        got = modes_of(source_file(ship.path), ship.path, True, owner=fleet.owner,
+                       umask=fleet.umask)
+        if seen is not None:
+            self._modes_seen[ship.sid] = (seen, got)
+        return got
 
     def root(self, ship: Ship) -> pyfuse3.EntryAttributes:
         """``MNT/<ship>``'s attributes (OSError if its directory is gone)."""
@@ -158,10 +172,11 @@ class ShipFaces:
         return make_attrs(uid, gid, F.ship_root(ship.sid), stat.S_IFDIR | modes.dir, 0,
                           st.st_mtime_ns, CHANGING, nlink=2)
 
-    def card(self, ship: Ship) -> Card | None:
-        """The ship's card if one holds for its files as they are now."""
+    def card(self, ship: Ship, seen: tuple | None) -> Card | None:
+        """The ship's card if one holds for its files as they are now (their witnesses,
+        just looked at: ``seen``)."""
         memo = self._cards.get(ship.sid)
-        if memo is not None and memo[0] is not None and witnesses(ship.path) == memo[0]:
+        if memo is not None and memo[0] is not None and seen == memo[0]:
             got = memo[1]
         else:
             seen, got = read_card(ship.path)
@@ -175,8 +190,9 @@ class ShipFaces:
         return got if isinstance(got, Card) else None
 
     def _faces(self, ship: Ship):
-        uid, gid, modes, st = self._modes(ship)
-        return functools.partial(make_attrs, uid, gid), modes, st, self.card(ship)
+        seen = witnesses(ship.path)
+        uid, gid, modes, st = self._modes(ship, seen)
+        return functools.partial(make_attrs, uid, gid), modes, st, self.card(ship, seen)
 
     def _from_card(self, make, modes, ship: Ship, local: int, card: Card
                    ) -> pyfuse3.EntryAttributes:

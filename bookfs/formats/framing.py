@@ -1,0 +1,99 @@
+"""The framing scan of both Book layouts: one forward pass over a log's deeds (``len_d``
+at each deed's start, ``let_d`` at its end), extending an
+:class:`~bookfs.formats.index.OffsetIndex` with the offset of each deed whose framing is
+sound.  CRCs are checked when a deed is read, not here.  Reads in large chunks with
+``pread`` (no mmap, so a concurrent truncation cannot crash a reader) into one reusable
+buffer: memory stays constant whatever the deed sizes.  Knows nothing of persistence
+(``index.py``) or of FUSE.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from bookfs.formats.fileio import pread_into
+from bookfs.formats.layout import DEED_LEN, DEED_TAIL_SIZE, MAX_PAYLOAD, MIN_PAYLOAD
+
+if TYPE_CHECKING:
+    from bookfs.formats.index import OffsetIndex
+
+_CHUNK = 4 << 20  # bytes read at a time while scanning framing
+
+
+def u64_views(mv: memoryview) -> list[memoryview]:
+    """Eight zero-copy views of ``mv`` as little-endian u64 arrays, one per alignment:
+    the u64 at byte ``r`` is ``views[r & 7][r >> 3]``."""
+    views = []
+    for a in range(8):
+        k = (len(mv) - a) // 8
+        views.append(mv[a : a + 8 * k].cast("Q") if k > 0 else mv[0:0].cast("Q"))
+    return views
+
+
+def scan_framing(fd: int, index: OffsetIndex, size: int, *, progress=None) -> int:
+    """Extend ``index`` with every deed whose framing is sound, from ``index.end`` up to
+    ``size``: ``MIN_PAYLOAD <= len_d <= MAX_PAYLOAD``, the deed fits in the file, and
+    ``let_d == len_d``.  Returns the offset where the scan stopped (== ``index.end``);
+    below ``size`` means the bytes from there on do not frame a deed.  Reads in large
+    chunks with ``pread`` (no mmap, so a concurrent truncation cannot crash a reader);
+    memory stays constant whatever the deed sizes.
+    """
+    return scan_deeds(fd, index, size, trailer=DEED_TAIL_SIZE - 8, progress=progress)
+
+
+def scan_deeds(fd: int, index: OffsetIndex, size: int, *, trailer: int,
+               min_len: int = MIN_PAYLOAD, limit: int | None = None, progress=None) -> int:
+    """The framing scan of either Book layout: deeds ``u64 len_d | payload | trailer bytes
+    | u64 let_d`` (``trailer``: 4 for the UIP layout's CRC, 0 for vere's), from
+    ``index.end`` up to ``size`` and at most ``limit`` deeds in all; each needs
+    ``min_len <= len_d <= MAX_PAYLOAD``, to fit in the file, and ``let_d == len_d``.
+    Returns where the scan stopped (== ``index.end``).  Constant memory."""
+    if sys.byteorder != "little":  # pragma: no cover - the views below assume LE
+        raise NotImplementedError("bookfs indexes logs on little-endian machines only")
+    offsets = index.offsets
+    append = offsets.append
+    limit = 1 << 62 if limit is None else limit
+    off = index.end
+    reported = off
+    lo, hi = min_len, MAX_PAYLOAD
+    gap = 8 + trailer  # from the payload's start to let_d, less the payload
+    scratch = bytearray(min(_CHUNK, max(size - off, 0)))  # no 4 MiB for a small growth
+    stopped = False
+    while not stopped and len(offsets) < limit and off + gap + 8 + lo <= size:
+        buf = pread_into(fd, scratch, min(_CHUNK, size - off), off)
+        if len(buf) < 8:
+            break
+        base = off
+        views = u64_views(buf)
+        last_len = len(buf) - 8  # relative position of the last whole u64 in buf
+        rel = 0
+        while rel <= last_len:
+            n = views[rel & 7][rel >> 3]
+            t = rel + n + gap  # relative position of let_d
+            if n < lo or n > hi or base + t + 8 > size:
+                stopped = True  # the bytes at base + rel frame no deed
+                break
+            if t <= last_len:
+                let = views[t & 7][t >> 3]
+            else:
+                (let,) = DEED_LEN.unpack(os.pread(fd, 8, base + t))
+            if let != n:
+                stopped = True
+                break
+            append(base + rel)
+            rel = t + 8
+        off = base + rel
+        if len(offsets) > limit:  # the chunk held more deeds than wanted: keep ``limit``
+            off = offsets[limit]
+            del offsets[limit:]
+            stopped = True
+        index.end = off
+        if progress is not None and off - reported >= 64 << 20:
+            progress(off - reported)
+            reported = off
+    if progress is not None and off > reported:
+        progress(off - reported)
+    index.end = off
+    return off
