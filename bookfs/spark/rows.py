@@ -20,7 +20,7 @@ its mug) to :func:`~bookfs.spark.decoding.decode_body`.  The pure builder here
 holds the two to the same batches and the same errors.  :data:`ROWS` says which is in
 use (``"compiled"`` or ``"pure"``; ``BOOKFS_PURE_ROWS=1`` keeps the pure one),
 :data:`ROWS_REASON` why not compiled, and :func:`rows_description` puts it in one line
-for ``bookfs info``.
+for ``bookfs info`` (``rows:``).
 """
 
 from __future__ import annotations
@@ -61,8 +61,9 @@ def rows_description() -> str:
 
 def info_fields() -> dict:
     """What ``bookfs info`` says of Spark (``cli/commands.py`` asks this module by name):
-    which row builder the workers use, as ``nouns:`` says which noun core."""
-    return {"spark rows": rows_description()}
+    which row builder the Spark workers use, as ``nouns:`` says which noun core (a key no
+    longer than the others, so the columns of its text stay aligned)."""
+    return {"rows": rows_description()}
 
 
 # --- the pure builder (the reference; runs in the Python workers) --------------------------
