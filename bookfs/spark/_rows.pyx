@@ -240,6 +240,17 @@ cdef int col_text(Col* c, int64_t i, object text) except -1:
     return col_var(c, i, s, size, True)
 
 
+cdef int buf_text(Buf* b, object text) except -1:
+    """``b`` holds the UTF-8 of the str ``text`` (nothing for None)."""
+    cdef Py_ssize_t size
+    cdef const char* s
+    b.n = 0
+    if text is None:
+        return 0
+    s = PyUnicode_AsUTF8AndSize(text, &size)
+    return buf_put(b, s, size)
+
+
 cdef void col_free(Col* c) noexcept:
     buf_free(&c.data)
     buf_free(&c.offsets)
@@ -381,6 +392,21 @@ cdef int resolve(const uint8_t* p, uint64_t nbytes, Node* n) noexcept nogil:
     return 0
 
 
+cdef int atom_at(const uint8_t* p, uint64_t nbytes, uint64_t pos, Node* n,
+                 uint64_t* end) noexcept nogil:
+    """The atom the node at ``pos`` is or names (a back-reference followed), in ``n``, and
+    in ``end`` where the node at ``pos`` ends: 1; 0 when it is a cell; -1 for bits that
+    are no node."""
+    if read_node(p, nbytes, pos, n) < 0:
+        return -1
+    end[0] = n.end
+    if n.kind == CELL:
+        return 0
+    if resolve(p, nbytes, n) < 0:
+        return -1
+    return 1 if n.kind == ATOM else 0
+
+
 cdef uint64_t atom_width(const uint8_t* p, uint64_t nbytes, const Node* a) noexcept nogil:
     """The atom's value's bit length (its mat may have leading zeros)."""
     cdef uint64_t top = a.b, w, k
@@ -438,7 +464,8 @@ cdef int jam_head_c(const uint8_t* p, uint64_t nbytes, Buf* wire, Buf* tag,
     -1 when the bits are not what the scanner accepted (never: the caller then asks the
     pure path)."""
     cdef Node n, k
-    cdef uint64_t pos, width, w
+    cdef uint64_t pos, width
+    cdef int got
     cdef bint inline = True
     cdef uint64_t wire_end = 0, knots = 0
     wire.n = 0
@@ -447,16 +474,11 @@ cdef int jam_head_c(const uint8_t* p, uint64_t nbytes, Buf* wire, Buf* tag,
         return -1
     if n.kind != CELL:
         return 0
-    # the date: an atom of at most 2^16 bits whose seconds fall in years 1..9999
-    if read_node(p, nbytes, 2, &n) < 0:
-        return -1
-    pos = n.end  # the ovum follows the date's own encoding (a cell: no head)
-    if n.kind == CELL:
-        return 0
-    if resolve(p, nbytes, &n) < 0:
-        return -1
-    if n.kind != ATOM:
-        return 0
+    # the date: an atom of at most 2^16 bits whose seconds fall in years 1..9999; the
+    # ovum follows the date's own encoding
+    got = atom_at(p, nbytes, 2, &n, &pos)
+    if got <= 0:
+        return got
     width = atom_width(p, nbytes, &n)
     if width > 128:  # seconds of 2^64 or more: past year 9999 (wider than 2^16 bits too)
         return 0
@@ -486,16 +508,10 @@ cdef int jam_head_c(const uint8_t* p, uint64_t nbytes, Buf* wire, Buf* tag,
             if inline:
                 wire_end = n.end
             break
-        # a cell: its head is a knot
-        if read_node(p, nbytes, n.start, &k) < 0:
-            return -1
-        pos = k.end  # the tail follows the knot's own encoding
-        if k.kind == CELL:
-            return 0
-        if resolve(p, nbytes, &k) < 0:
-            return -1
-        if k.kind != ATOM:
-            return 0
+        # a cell: its head is a knot, and its tail follows the knot's own encoding
+        got = atom_at(p, nbytes, n.start, &k, &pos)
+        if got <= 0:
+            return got
         if not put_text(wire, p, nbytes, &k, knots > 0):
             return 0
         knots += 1
@@ -506,17 +522,10 @@ cdef int jam_head_c(const uint8_t* p, uint64_t nbytes, Buf* wire, Buf* tag,
         return -1
     if n.kind != CELL:
         return 0
-    if read_node(p, nbytes, n.start, &k) < 0:
-        return -1
-    if k.kind == CELL:
-        return 0
-    if resolve(p, nbytes, &k) < 0:
-        return -1
-    if k.kind != ATOM:
-        return 0
-    if not put_text(tag, p, nbytes, &k, False):
-        return 0
-    return 1
+    got = atom_at(p, nbytes, n.start, &k, &pos)
+    if got <= 0:
+        return got
+    return put_text(tag, p, nbytes, &k, False)
 
 
 cdef inline int64_t da_micros(uint64_t hi, uint64_t lo) noexcept nogil:
@@ -700,7 +709,13 @@ cdef class Rows:
             col_var(&self.error, i, NULL, 0, False)
         if not got:
             return self.no_head(i, event, committed_us)
-        us = da_micros(hi, lo)
+        return self.head_read(i, event, da_micros(hi, lo), True, True, committed_us)
+
+    cdef int head_read(self, int64_t i, int64_t event, int64_t us, bint wire, bint tag,
+                       object committed_us) except -1:
+        """The columns of a row whose head was read: its date, ``us`` microseconds, and
+        the texts of its wire and tag in ``wire_text`` and ``tag_text`` (null where
+        ``wire`` or ``tag`` is false)."""
         if self.want_committed:
             if self.stamp is not None:
                 col_i64(&self.committed, i, ms_floor(us), True)
@@ -709,9 +724,9 @@ cdef class Rows:
         if self.want_date:
             col_i64(&self.date, i, us, True)
         if self.want_wire:
-            col_var(&self.wire, i, self.wire_text.p, self.wire_text.n, True)
+            col_var(&self.wire, i, self.wire_text.p, self.wire_text.n, wire)
         if self.want_card:
-            col_var(&self.card, i, self.tag_text.p, self.tag_text.n, True)
+            col_var(&self.card, i, self.tag_text.p, self.tag_text.n, tag)
         return 0
 
     cdef int no_head(self, int64_t i, int64_t event, object committed_us) except -1:
@@ -734,26 +749,16 @@ cdef class Rows:
     cdef int put_decoded(self, int64_t i, int64_t event, object decoded,
                          object committed_us) except -1:
         """The decoded columns of a row from ``((da, wire, tag), error)``."""
-        cdef int64_t us
         head, error = decoded
         da, wire, tag = head
         if self.want_error:
             col_text(&self.error, i, error)
         if da is None:
             return self.no_head(i, event, committed_us)
-        us = self.micros(da)
-        if self.want_committed:
-            if self.stamp is not None:
-                col_i64(&self.committed, i, ms_floor(us), True)
-            else:
-                self.undated(i, event, committed_us)
-        if self.want_date:
-            col_i64(&self.date, i, us, True)
-        if self.want_wire:
-            col_text(&self.wire, i, wire)
-        if self.want_card:
-            col_text(&self.card, i, tag)
-        return 0
+        buf_text(&self.wire_text, wire)
+        buf_text(&self.tag_text, tag)
+        return self.head_read(i, event, self.micros(da), wire is not None, tag is not None,
+                              committed_us)
 
     def batch(self):
         """The rows as one Arrow RecordBatch (``_Rows.batch``); the builder is spent."""
