@@ -9,8 +9,8 @@ extension did not build (``bookfs.spark.rows.ROWS`` says which is in use;
 What is done here, in C, per event:
 
 * **deeds**: a segment's deeds are walked in its buffer, each deed's length checked and
-  its CRC computed by ``bookfs.formats.layout.crc32`` (ISA-L's, called on a view of the
-  deed: no copy); a bad deed is the ValueError ``_deeds`` raises, word for word, after
+  its CRC computed by ``bookfs.formats.layout.crc32`` (ISA-L's, called on one reused
+  buffer object pointed at each deed: no copy, no new object); a bad deed is the ValueError ``_deeds`` raises, word for word, after
   the batches before it;
 * **columns**: ``event``, ``size``, ``mug``, ``committed_at`` and ``date`` are written
   into contiguous buffers, ``jam`` and the strings into one offsets and one data buffer
@@ -583,7 +583,7 @@ cdef class Rows:
     cdef bint want_error, decode, head
     cdef int64_t n, nbytes
     cdef uint64_t cue_bytes
-    cdef object scan, decode_body, decode_payload, micros, schema
+    cdef object scan, decode_body, decode_payload, micros
     cdef _View view
     cdef Col event, mug, size, jam, committed, date, wire, card, error
     cdef Buf wire_text, tag_text
@@ -622,7 +622,6 @@ cdef class Rows:
         self.decode_body = _decoding.decode_body
         self.decode_payload = _decoding.decode_payload
         self.micros = _decoding.da_micros
-        self.schema = None
         self.view = _View.__new__(_View)
 
     def __dealloc__(self):
