@@ -16,6 +16,12 @@ source ``spark.read.format("bookfs")`` (issue 13).
 nothing decoded), against local Parquet of the same table read the same two ways, and
 prints min / median / max of each and the ratios taken within each round.
 
+``--floor R`` instead measures, over one read-only mount, R interleaved rounds of what
+bounds a Python data source: a no-op source that yields Arrow batches read by pyarrow
+from the Parquet copy of the table (no decoding, no mount), against Spark's Parquet
+reader, with every column and without ``jam``; and ``format("bookfs")`` without ``jam``
+and with only ``event`` and ``jam`` (issue 22.3: where the Spark-side time goes).
+
 ``--compare R`` instead runs the per-event pipeline R times over each of: local files, a
 read-only mount on the patched pyfuse3 (no-open reads), and the same mount with
 ``BOOKFS_STOCK_PYFUSE3=1`` (stock pyfuse3's path), interleaved, and prints the medians and
@@ -80,6 +86,9 @@ def main() -> int:
     p.add_argument("--columns", type=int, metavar="ROUNDS",
                    help="interleaved rounds: format('bookfs') and local Parquet, every "
                         "column and event+size")
+    p.add_argument("--floor", type=int, metavar="ROUNDS",
+                   help="interleaved rounds: a no-op Python source of the table's Arrow "
+                        "batches, Parquet, and format('bookfs') with and without jam")
     p.add_argument("--sources", type=int, metavar="ROUNDS",
                    help="interleaved rounds: per-event binaryFile, bulk view, format('bookfs')")
     args = p.parse_args()
@@ -94,10 +103,12 @@ def main() -> int:
     mnt = os.path.join(args.dir, "mnt")
     local = os.path.join(args.dir, f"local{args.events}")
     spark = bs.session(args.master)
-    if args.compare or args.sources or args.columns:
+    if args.compare or args.sources or args.columns or args.floor:
         try:
             if args.columns:
                 return columns(spark, src, mnt, args)
+            if args.floor:
+                return floor(spark, src, mnt, args)
             if args.sources:
                 return sources(spark, src, mnt, args)
             return compare(spark, src, mnt, local, args)
@@ -243,6 +254,85 @@ def columns(spark, src, mnt, args) -> int:
     ratio("bookfs, every column", "Parquet, every column", 0.5)
     ratio("bookfs, event+size", "bookfs, every column", 3.0)
     ratio("bookfs, event+size", "Parquet, event+size", 0.0)
+    return 0
+
+
+def floor(spark, src, mnt, args) -> int:
+    """A no-op Python data source of the table's Arrow batches (read by pyarrow from the
+    Parquet copy ``--columns`` writes) against Parquet, every column and without ``jam``,
+    and ``format("bookfs")`` without ``jam`` and with ``event`` and ``jam`` only."""
+    import glob
+
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    bs.register(spark)
+    pq = os.path.join(args.dir, f"parquet{args.events}")
+    if not os.path.isdir(pq):
+        print(f"{pq} is missing: run --columns first (it writes it)", file=sys.stderr)
+        return 1
+    files = sorted(glob.glob(os.path.join(pq, "part-*.parquet")))
+    no_jam = [c for c in bs.COLUMNS if c != "jam"]
+
+    class Reader(DataSourceReader):
+        def __init__(self, cols):
+            self.cols = cols
+
+        def partitions(self):
+            return [InputPartition(f) for f in files]
+
+        def read(self, part):
+            import pyarrow.parquet as papq
+
+            from bookfs.spark.decoding import out_schema
+
+            schema = out_schema(self.cols)
+            for b in papq.ParquetFile(part.value).iter_batches(batch_size=2000,
+                                                               columns=self.cols):
+                yield b.cast(schema)
+
+    class Floor(DataSource):
+        @classmethod
+        def name(cls):
+            return "bookfs-floor"
+
+        def schema(self):
+            cols = (self.options.get("columns") or ",".join(bs.COLUMNS)).split(",")
+            return ", ".join(f for f in bs.SCHEMA.split(", ") if f.split()[0] in cols)
+
+        def reader(self, schema):
+            return Reader([f.name for f in schema.fields])
+
+    spark.dataSource.register(Floor)
+
+    def noop(df):
+        df.write.format("noop").mode("overwrite").save()
+
+    def job(fmt, cols=None):
+        def go():
+            if fmt == "parquet":
+                df = spark.read.parquet(pq)
+                noop(df.select(*cols) if cols else df)
+                return
+            r = spark.read.format(fmt)
+            if cols:
+                r = r.option("columns", ",".join(cols))
+            noop(r.load(mnt) if fmt == "bookfs" else r.load())
+        return go
+
+    jobs = {"no-op source, every column": job("bookfs-floor"),
+            "Parquet, every column": job("parquet"),
+            "no-op source, every column but jam": job("bookfs-floor", no_jam),
+            "Parquet, every column but jam": job("parquet", no_jam),
+            "bookfs, every column but jam": job("bookfs", no_jam),
+            "bookfs, event+jam": job("bookfs", ["event", "jam"])}
+    load = os.getloadavg()[0]
+    with mounted(src, mnt, "-o", "ro"):
+        med = interleaved(jobs, args.floor, args.events)
+    print(f"\n1-minute load {load:.2f} before, {os.getloadavg()[0]:.2f} after; "
+          f"{args.floor} interleaved rounds; master {args.master}\n")
+    print("| job | median s |\n|---|---:|")
+    for k, v in med.items():
+        print(f"| {k} | {v:.2f} |")
     return 0
 
 

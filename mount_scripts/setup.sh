@@ -34,7 +34,8 @@ stamp="$venv/.bookfs-installed"
 need_install=0
 if [ ! -f "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ] ||
         [ "$here/bookfs/fs/_fdscan.c" -nt "$stamp" ] ||
-        [ "$here/bookfs/noun/_core.pyx" -nt "$stamp" ]; then
+        [ "$here/bookfs/noun/_core.pyx" -nt "$stamp" ] ||
+        [ "$here/bookfs/spark/_rows.pyx" -nt "$stamp" ]; then
     need_install=1
 fi
 # pyfuse3 built from its pinned PyPI sdist with bookfs's patch (reads by inode, noflush and

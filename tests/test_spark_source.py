@@ -205,6 +205,7 @@ def test_a_projection_reads_its_columns_and_decodes_nothing_it_does_not_need(env
     the whole table's; without date/wire/card/error it never decodes a payload, and
     without committed_at it never stats an event (both are made to fail here, in the
     reader's own process)."""
+    from bookfs.spark import decoding as D
     from bookfs.spark import rows as R
     from bookfs.spark.source import BookfsReader
 
@@ -221,8 +222,11 @@ def test_a_projection_reads_its_columns_and_decodes_nothing_it_does_not_need(env
     def boom(*a, **k):
         raise AssertionError("decoded or stat'ed though the projection does not need it")
 
-    monkeypatch.setattr(R, "_decode_body", boom)
-    monkeypatch.setattr(R, "decode_payload", boom)
+    # both row builders decode through bookfs.spark.decoding (the compiled one scans
+    # with its scan, then reads the head itself)
+    monkeypatch.setattr(D, "decode_body", boom)
+    monkeypatch.setattr(D, "decode_payload", boom)
+    monkeypatch.setattr(D, "scan", boom)
     monkeypatch.setattr(R, "_mtime_us", boom)
     for cols in (["event", "size"], ["size", "event"], ["jam", "mug", "event"], ["size"],
                  [c for c in UNDECODED if c != "committed_at"]):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import InputPartition
 
 from bookfs.spark.columns import SHIP
-from bookfs.spark.rows import DECODED, _batches, _segment_batches, _stamps, plan_segments
+from bookfs.spark.rows import DECODED, EventMtime, _batches, _segment_batches, plan_segments
 
 #: Events per partition when reading ``events/`` (no ``segments/`` on the mount).
 EVENTS_PER_PARTITION = 5000
@@ -179,8 +179,9 @@ def _skip_deeds(fd: int, pos: int, count: int, size: int, path: str) -> int:
 def _read_segment(p: SegmentRange, want=None):
     """Events ``p.lo..p.hi`` of one segment: only their bytes are read when the range is a
     part of the segment (the deeds before and after are skipped by their length words),
-    the whole file in one read otherwise.  ``want``: the columns (:func:`_batches`); the
-    events' mtimes are looked up only for ``committed_at``."""
+    the whole file in one read otherwise.  ``want``: the columns (:func:`_batches`); an
+    event's mtime is looked up only for ``committed_at``, and only when it has no date
+    (:class:`~bookfs.spark.rows.EventMtime`)."""
     path = os.path.join(p.mnt, "segments", f"{p.first:012d}")
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -199,12 +200,8 @@ def _read_segment(p: SegmentRange, want=None):
             got += n
     finally:
         os.close(fd)
-    if want is None or "committed_at" in want:
-        starts, stamps = _stamps(p.mnt, [(p.lo, p.hi)])
-    else:
-        starts, stamps = [p.lo], [None]
-    yield from _segment_batches([(p.lo, view[:got], p.first)], p.lo, p.hi, starts, stamps,
-                                want)
+    yield from _segment_batches([(p.lo, view[:got], p.first)], p.lo, p.hi,
+                                EventMtime(p.mnt), want)
 
 
 def _event_files(mnt: str, events: list[int], read: bool = True):

@@ -4,7 +4,7 @@
 ``binaryFile`` source (the directory, never a glob naming every file), selects event ranges
 with ``_metadata.file_name`` filters (pruned at planning time, so unselected files are
 never opened) and decodes each payload in Python with ``mapInArrow``
-(:func:`bookfs.spark.rows.decode_payload`): every payload is validated (a jam that cues
+(:func:`bookfs.spark.decoding.decode_payload`): every payload is validated (a jam that cues
 exactly, or vere's ram encoding) by the compiled noun core when it built, small jams are
 cued whole and a multi-megabyte one only has its head read (:func:`bookfs.noun.peek_event`).
 An event that does not decode gets null ``date``/``wire``/``card`` and an ``error``
@@ -28,7 +28,7 @@ import contextlib
 import os
 import sys
 
-from bookfs.spark.rows import SCHEMA, _decode_files, _split_segments, _stamps, plan_segments
+from bookfs.spark.rows import SCHEMA, EventMtime, _decode_files, _split_segments, plan_segments
 
 DEFAULT_MAX_LENGTH = 2**31 - 1
 MAX_LENGTH_KEY = "spark.sql.sources.binaryFile.maxLength"
@@ -303,14 +303,13 @@ def _read_bulk(spark, mnt: str, since, until, check_limit: bool):
 
     lo, hi, plan = plan_segments(mnt, since, until)
     chosen = [first for first, _, _, _ in plan]
-    starts, stamps = _stamps(mnt, [(a, b) for _, _, a, b in plan])
     num = _name_num()
     df = (spark.read.format("binaryFile").load(os.path.join(mnt, "segments"))
           .filter(num.isin(chosen or [-1])).withColumn("num", num))
     if check_limit:
         _check_lengths(spark, df, "segment")
     segs = df.select(F.col("num").alias("first"), "content")
-    return segs.mapInArrow(_split_segments(lo, hi, starts or [0], stamps or [None]), SCHEMA)
+    return segs.mapInArrow(_split_segments(lo, hi, EventMtime(mnt)), SCHEMA)
 
 
 # --- writing -------------------------------------------------------------------------------

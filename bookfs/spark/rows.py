@@ -1,163 +1,106 @@
-"""The rows of the event table and where they come from: the columns (:data:`SCHEMA`),
-the decoding of event payloads into Arrow batches of those columns (run in the Python
-workers, by :mod:`bookfs.spark.pipeline`'s ``mapInArrow`` and by the data source
-:mod:`bookfs.spark.source`), the splitting of ``segments/`` files into CRC-checked deeds,
-the ``committed_at`` step function of a run of events (:func:`_stamps`) and the planning of
-a ``segments/`` read (:func:`plan_segments`).
+"""The rows of the event table and where they come from: Arrow batches of the columns
+(:data:`SCHEMA`, described with the decoding of one payload in
+:mod:`bookfs.spark.decoding`) made in the Python workers, by
+:mod:`bookfs.spark.pipeline`'s ``mapInArrow`` and by the data source
+:mod:`bookfs.spark.source`; the splitting of ``segments/`` files into CRC-checked deeds;
+``committed_at`` of the events without a date (:class:`EventMtime`) and the planning of a
+``segments/`` read (:func:`plan_segments`).
 
 The pipeline and the data source share all of it, so their rows cannot drift apart; this
 module imports neither of them (nor pyspark: only pyarrow, in the workers).
 
-Columns (:data:`SCHEMA`):
-
-==============  =========  ======================================================
-event           long       the event number (from the file name)
-epoch           long       null: plain Book logs have no epoch directories
-mug             int        payload bytes 0..4, little-endian (mugs are 31-bit)
-size            long       payload bytes (mug + jam)
-jam             binary     payload bytes 4..: a jam, or vere's ram encoding
-                           (``RAM\\0``, version 1: :mod:`bookfs.noun.ram`) as stored
-committed_at    timestamp  the event file's mtime (millisecond precision, as Hadoop
-                           reports it): the event's date where it has one
-                           (``date`` truncated to ms), else when the log grew to
-                           hold it; bulk rows get the very same value
-date            timestamp  the @da of a ``[date ovum]`` event, truncated to
-                           microseconds; null for lifecycle events and anything that
-                           does not decode
-wire            string     the ovum's wire, e.g. ``/d/term/1`` (null likewise)
-card            string     the card's tag, e.g. ``hear`` (null likewise)
-error           string     null when the payload decodes (a 4-byte mug, then a jam
-                           that cues completely and exactly, or a valid ram
-                           encoding); else one line, ``byte N: why``, N being the
-                           byte of the payload (mug included) where decoding failed
-==============  =========  ======================================================
-
-Decoding (:func:`decode_payload`) never raises: an event that is not a noun gets null
-``date``/``wire``/``card`` and its ``error``, and the job goes on.  A ram event gives the
-columns its jam twin gives (a bob atom, whose file is outside the mount, stays a
-reference).  Jams up to :data:`_CUE_BYTES` are validated by the compiled scanner and cued
-by the compiled core (``bookfs.noun``: :data:`bookfs.noun.CORE`); larger ones are
-validated by the scanner and only their head is read (:func:`bookfs.noun.peek_event`), so
-a multi-megabyte event is never built as a noun.
+**Two builders, one table.**  The per-event loop (walk a segment's deeds, check each
+length and CRC, decode the payload, fill the columns) is compiled when
+``bookfs/spark/_rows.pyx`` built (an optional extension, like the noun core): it writes
+the columns straight into Arrow buffers, reads an event's date, wire and tag from the jam's
+bits once the scanner has validated it, and hands every other payload (ram, a jam over
+:data:`~bookfs.spark.decoding.CUE_BYTES`, one the scanner refuses, a payload shorter than
+its mug) to :func:`~bookfs.spark.decoding.decode_body`.  The pure builder here
+(:class:`_Rows`, :func:`_deeds`) is the reference and the fallback; ``tests/test_rows.py``
+holds the two to the same batches and the same errors.  :data:`ROWS` says which is in
+use (``"compiled"`` or ``"pure"``; ``BOOKFS_PURE_ROWS=1`` keeps the pure one),
+:data:`ROWS_REASON` why not compiled, and :func:`rows_description` puts it in one line
+for ``bookfs info`` (``rows:``).
 """
 
 from __future__ import annotations
 
-import bisect
 import os
 from typing import Iterator
 
-from bookfs.noun import DA_UNIX_EPOCH, cue, event_head, peek_event
-from bookfs.noun.payload import MUG_BYTES, check_body
-from bookfs.noun.ram import is_ram
+from bookfs.noun.payload import MUG_BYTES
+from bookfs.spark import decoding as _decoding
+from bookfs.spark.decoding import (BATCH_BYTES, BATCH_ROWS, COLUMNS, DECODED, SCHEMA,
+                                   da_micros, decode_payload, out_schema)
 
-SCHEMA = ("event long, epoch long, mug int, size long, jam binary, committed_at timestamp, "
-          "date timestamp, wire string, card string, error string")
-COLUMNS = ["event", "epoch", "mug", "size", "jam", "committed_at", "date", "wire", "card",
-           "error"]
+__all__ = ["COLUMNS", "DECODED", "ROWS", "ROWS_REASON", "SCHEMA", "EventMtime",
+           "decode_payload", "plan_segments", "rows_description"]
 
-
-# --- decoding (runs in the Python workers) ------------------------------------------------
-
-#: Jams up to this many bytes are cued whole (compiled: ~1 GB/s) and their head read from
-#: the noun; larger ones only have their head read (:func:`bookfs.noun.peek_event`), so a
-#: worker never builds a multi-megabyte noun (a 256 KiB jam is at most ~700k nodes).
-_CUE_BYTES = 256 << 10
-_NO_HEAD = (None, None, None)
-
-
-def _da_micros(da: int) -> int:
-    """An @da as microseconds since the Unix epoch (fraction truncated), as
-    :func:`bookfs.noun.da_to_datetime` computes it."""
-    return ((da >> 64) - DA_UNIX_EPOCH) * 1_000_000 + (((da & ((1 << 64) - 1)) * 1_000_000) >> 64)
-
-
-#: Texts of knots and tags already decoded (wires and tags repeat from event to event).
-_TEXTS: dict[int, str] = {}
-
-
-def _head(noun) -> tuple[int | None, str | None, str | None]:
-    """``(date, wire, tag)`` of a decoded event (:func:`bookfs.noun.event_head`, compiled
-    when the core built)."""
-    return event_head(noun, _TEXTS)
-
-
-def decode_payload(payload) -> tuple[tuple[int | None, str | None, str | None], str | None]:
-    """``((date, wire, tag), error)`` of an event payload (bytes-like), never raising.
-
-    ``error`` is None when the payload is a 4-byte mug followed by a jam that cues
-    completely and exactly or by a valid ram encoding: the check of ``verify --nouns``
-    and ``show``, :mod:`bookfs.noun.payload`.  ``(date, wire, tag)`` is
-    then read as :func:`bookfs.noun.peek_event` reads it (three Nones for a noun that is
-    not a ``[date [wire [tag data]]]`` event, such as the lifecycle events); a jam of up
-    to :data:`_CUE_BYTES` is cued whole by the compiled core instead, which is faster
-    than the pure-Python peek.  Otherwise the head is three Nones and ``error`` one line,
-    ``byte N: why``, N counting the mug's 4 bytes (the reason as
-    :class:`~bookfs.noun.payload.Problem` gives it)."""
-    n = len(payload)
-    if n < MUG_BYTES:
-        return _NO_HEAD, (f"byte {n}: the payload ends after {n} bytes, inside its "
-                          f"{MUG_BYTES}-byte mug (no jam)")
-    return _decode_body(bytes(payload[MUG_BYTES:]))
-
-
-def _decode_body(body: bytes) -> tuple[tuple[int | None, str | None, str | None], str | None]:
-    """:func:`decode_payload` of a payload whose bytes after the mug are ``body``."""
+# The compiled builder (bookfs/spark/_rows.pyx), chosen when it built and imports.
+ROWS = "pure"
+#: why the pure builder is in use (None when the compiled one is)
+ROWS_REASON: str | None = None
+_impl = None
+if os.environ.get("BOOKFS_PURE_ROWS"):
+    ROWS_REASON = "BOOKFS_PURE_ROWS is set"
+else:
     try:
-        # the check verify --nouns, show and pretty/ make: a jam that cues exactly (the
-        # compiled scanner when it built), or a ram encoding (decoded whole); no bob
-        # directory, as the mount serves no .urb/bob: a bob atom stays a reference
-        problem = check_body(body)
-        if problem is not None:
-            where = f"byte {problem.offset}" if problem.offset is not None else "a bob file"
-            return _NO_HEAD, f"{where}: {problem.why}"
-        if len(body) <= _CUE_BYTES and not is_ram(body):
-            return _head(cue(body)), None
-        # a large jam, or ram: only the head is read
-        return peek_event(body), None
-    except Exception as e:  # never kill the job: say why instead
-        return _NO_HEAD, (f"byte {MUG_BYTES}: cannot decode: {type(e).__name__}: "
-                          f"{' '.join(str(e).split())}")
+        import bookfs.spark._rows as _impl
+    except ImportError as _exc:
+        ROWS_REASON = f"bookfs/spark/_rows.pyx did not build or import ({_exc})"
+    else:
+        ROWS = "compiled"
 
 
-#: The columns read from the payload's bytes after the mug by decoding the noun: a
-#: projection without them decodes nothing.
-DECODED = ("date", "wire", "card", "error")
+def rows_description() -> str:
+    """Which row builder is in use, for ``info``: compiled, or pure and why."""
+    if ROWS == "compiled":
+        return "compiled (bookfs/spark/_rows.pyx)"
+    return f"pure Python: {ROWS_REASON} (mount_scripts/setup.sh builds the compiled one)"
 
 
-def _out_schema(columns=COLUMNS):
-    """The Arrow schema of ``columns`` (names of :data:`SCHEMA`, in its order)."""
-    import pyarrow as pa
+def info_fields() -> dict:
+    """What ``bookfs info`` says of Spark (``cli/commands.py`` asks this module by name):
+    which row builder the Spark workers use, as ``nouns:`` says which noun core (a key no
+    longer than the others, so the columns of its text stay aligned)."""
+    return {"rows": rows_description()}
 
-    ts = pa.timestamp("us", tz="UTC")
-    types = {"event": pa.int64(), "epoch": pa.int64(), "mug": pa.int32(), "size": pa.int64(),
-             "jam": pa.binary(), "committed_at": ts, "date": ts, "wire": pa.string(),
-             "card": pa.string(), "error": pa.string()}
-    return pa.schema([(c, types[c]) for c in columns])
+
+# --- the pure builder (the reference; runs in the Python workers) --------------------------
 
 
 class _Rows:
     """Column lists for one output batch, of the columns ``want`` (a set of names of
     :data:`SCHEMA`; ``event`` always): a payload is decoded only when one of
-    :data:`DECODED` is wanted, and its jam copied only when ``jam`` is.  ``stamps``: the
-    ``committed_us`` given are when the log grew (the segments path), not the event
-    files' mtimes, so an event's date replaces them, and ``committed_at`` needs the
-    payload decoded; an event file's mtime already is its date (``bookfs/fs/dates.py``)."""
+    :data:`DECODED` is wanted, and its jam copied only when ``jam`` is.
 
-    def __init__(self, want=None, stamps: bool = False):
+    ``stamp``: None when each row's ``committed_us`` is given (the event file's mtime,
+    which already is its date: ``bookfs/fs/dates.py``); else the rows come from
+    ``segments/``, ``committed_at`` is the event's date (to the millisecond) where it has
+    one, so ``committed_at`` needs the payload decoded, and ``stamp(event)`` (microseconds,
+    e.g. :class:`EventMtime`) for an event without one, called only then and only when
+    ``committed_at`` is wanted."""
+
+    def __init__(self, want=None, stamp=None):
         self.columns = COLUMNS if want is None else [c for c in COLUMNS
                                                      if c in want or c == "event"]
         names = set(self.columns)
-        self.stamps = stamps
+        self.stamp = stamp
+        self.want_committed = "committed_at" in names
         # from stamps, committed_at is the event's date where it has one: decoded too
         self.decode = (any(c in names for c in DECODED)
-                       or (stamps and "committed_at" in names))
+                       or (stamp is not None and self.want_committed))
         self.want_mug, self.want_jam = "mug" in names, "jam" in names
         self.event, self.mug, self.size, self.jam = [], [], [], []
         self.committed, self.date, self.wire, self.card, self.error = [], [], [], [], []
         self.bytes = 0
 
-    def add(self, event: int, payload, committed_us) -> None:
+    def _undated(self, event: int, committed_us):
+        if self.stamp is None:
+            return committed_us
+        return self.stamp(event) if self.want_committed else None
+
+    def add(self, event: int, payload, committed_us=None) -> None:
         n = len(payload)
         self.event.append(event)
         self.size.append(n)
@@ -166,26 +109,30 @@ class _Rows:
             self.mug.append(int.from_bytes(payload[:MUG_BYTES], "little", signed=True)
                             if n >= MUG_BYTES else None)
         if not (self.want_jam or self.decode):
-            self.committed.append(committed_us)
+            self.committed.append(self._undated(event, committed_us))
             return
         jam = bytes(payload[MUG_BYTES:]) if n >= MUG_BYTES else bytes(payload)
         if self.want_jam:
             self.jam.append(jam)
         if not self.decode:
-            self.committed.append(committed_us)
+            self.committed.append(self._undated(event, committed_us))
             return
-        (da, wire, tag), error = _decode_body(jam) if n >= MUG_BYTES else decode_payload(jam)
+        # looked up in bookfs.spark.decoding at each call, as the compiled builder looks
+        # them up when it is made (tests replace them there)
+        (da, wire, tag), error = (_decoding.decode_body(jam) if n >= MUG_BYTES
+                                  else _decoding.decode_payload(jam))
         self.error.append(error)
         if da is None:
-            self.committed.append(committed_us)
+            self.committed.append(self._undated(event, committed_us))
             self.date.append(None)
             self.wire.append(None)
             self.card.append(None)
         else:
-            micros = _da_micros(da)
+            micros = da_micros(da)
             # the event file's mtime is its date (bookfs/fs/dates.py), to the millisecond
             # as Hadoop reports it: the same value whichever way the row was read
-            self.committed.append(micros - micros % 1000 if self.stamps else committed_us)
+            self.committed.append(micros - micros % 1000 if self.stamp is not None
+                                  else committed_us)
             self.date.append(micros)
             self.wire.append(wire)
             self.card.append(tag)
@@ -196,7 +143,7 @@ class _Rows:
     def batch(self):
         import pyarrow as pa
 
-        schema = _out_schema(self.columns)
+        schema = out_schema(self.columns)
         n = len(self.event)
         make = {"event": lambda: pa.array(self.event, pa.int64()),
                 "epoch": lambda: pa.nulls(n, pa.int64()),
@@ -212,8 +159,28 @@ class _Rows:
         return pa.RecordBatch.from_arrays([make[c]() for c in self.columns], schema=schema)
 
 
-_BATCH_BYTES = 64 << 20
-_BATCH_ROWS = 2000
+def _pure_batches(items, want=None, stamp=None, batch_rows: int = BATCH_ROWS,
+                  batch_bytes: int = BATCH_BYTES) -> Iterator:
+    """:func:`_batches` by the pure builder."""
+    rows = _Rows(want, stamp)
+    for event, payload, when in items:
+        rows.add(event, payload, when)
+        if len(rows) >= batch_rows or rows.bytes >= batch_bytes:
+            yield rows.batch()
+            rows = _Rows(want, stamp)
+    if len(rows):
+        yield rows.batch()
+
+
+def _batches(items, want=None, stamp=None) -> Iterator:
+    """Arrow batches (:data:`SCHEMA`, or the columns in ``want`` and ``event``: see
+    :class:`_Rows`, whose ``stamp`` this is) of ``(event, payload, committed_us)`` items,
+    at most :data:`~bookfs.spark.decoding.BATCH_ROWS` rows or about
+    :data:`~bookfs.spark.decoding.BATCH_BYTES` payload bytes each; by the compiled
+    builder when it built (:data:`ROWS`)."""
+    if _impl is None:
+        return _pure_batches(items, want, stamp)
+    return _impl.batches(items, want, stamp)
 
 
 def _binary_views(arr) -> Iterator[memoryview | None]:
@@ -238,20 +205,6 @@ def _micros(col) -> list:
     import pyarrow as pa
 
     return col.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
-
-
-def _batches(items, want=None, stamps: bool = False) -> Iterator:
-    """Arrow batches (:data:`SCHEMA`, or the columns in ``want`` and ``event``: see
-    :class:`_Rows`) of ``(event, payload, committed_us)`` items, at most
-    :data:`_BATCH_ROWS` rows or about :data:`_BATCH_BYTES` payload bytes each."""
-    rows = _Rows(want, stamps)
-    for event, payload, when in items:
-        rows.add(event, payload, when)
-        if len(rows) >= _BATCH_ROWS or rows.bytes >= _BATCH_BYTES:
-            yield rows.batch()
-            rows = _Rows(want, stamps)
-    if len(rows):
-        yield rows.batch()
 
 
 def _decode_files(batches):
@@ -294,24 +247,33 @@ def _deeds(seg, first: int, until: int, name: int | None = None
         pos, event = stop + 12, event + 1
 
 
-def _segment_batches(segments, since: int, until: int, starts: list[int],
-                     stamps: list[int], want=None):
-    """Arrow batches (:data:`SCHEMA`, or the columns in ``want``: :class:`_Rows`) of
-    events ``since..until`` from ``segments``, an
-    iterable of ``(first, bytes)`` pairs (or ``(first, bytes, name)`` for the part of
-    segment ``name`` that starts at event ``first``); ``starts``/``stamps`` is the committed_at step
-    function (event ``e`` has ``stamps[bisect_right(starts, e) - 1]`` microseconds)."""
+def _pure_segment_batches(segments, since: int, until: int, stamp, want=None,
+                          batch_rows: int = BATCH_ROWS, batch_bytes: int = BATCH_BYTES):
+    """:func:`_segment_batches` by the pure builder (``batch_rows``/``batch_bytes``: where
+    a batch ends, :func:`_batches`)."""
 
     def items():
         for first, seg, *name in segments:
             for event, payload in _deeds(seg, first, until, *name):
                 if event >= since:
-                    yield event, payload, stamps[bisect.bisect_right(starts, event) - 1]
+                    yield event, payload, None
 
-    return _batches(items(), want, stamps=True)
+    return _pure_batches(items(), want, stamp, batch_rows, batch_bytes)
 
 
-def _split_segments(since: int, until: int, starts: list[int], stamps: list[int]):
+def _segment_batches(segments, since: int, until: int, stamp, want=None):
+    """Arrow batches (:data:`SCHEMA`, or the columns in ``want``: :class:`_Rows`) of
+    events ``since..until`` from ``segments``, an iterable of ``(first, bytes)`` pairs (or
+    ``(first, bytes, name)`` for the part of segment ``name`` that starts at event
+    ``first``), every deed up to ``until`` checked (:func:`_deeds`: a ValueError after the
+    batches before the bad deed); ``stamp(event)``: ``committed_at`` of an event without
+    a date (:class:`_Rows`).  By the compiled builder when it built (:data:`ROWS`)."""
+    if _impl is None:
+        return _pure_segment_batches(segments, since, until, stamp, want)
+    return _impl.segment_batches(segments, since, until, stamp, want)
+
+
+def _split_segments(since: int, until: int, stamp):
     """mapInArrow factory: (first, content) rows from segments/ → :data:`SCHEMA`, each
     deed's CRC checked (:func:`_segment_batches`)."""
 
@@ -321,7 +283,7 @@ def _split_segments(since: int, until: int, starts: list[int], stamps: list[int]
                 firsts = b.column("first").to_pylist()
                 yield from zip(firsts, _binary_views(b.column("content")))
 
-        return _segment_batches(segments(), since, until, starts, stamps)
+        return _segment_batches(segments(), since, until, stamp)
 
     return split
 
@@ -334,41 +296,19 @@ def _mtime_us(path: str) -> int:
     return os.stat(path).st_mtime_ns // 1_000_000 * 1000
 
 
-def _stamps(mnt: str, ranges: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
-    """The committed_at step function over ``ranges`` ((first, last) event pairs, in
-    order): ``(starts, stamps)``, event ``e`` having ``stamps[bisect_right(starts, e)-1]``.
+class EventMtime:
+    """``committed_at`` of an event of the mount at ``mnt`` read from ``segments/``, for
+    the events that have no date (a row with one takes its date: :class:`_Rows`): its
+    ``events/<N>`` file's mtime, one ``stat`` (never a read), the value the ``events/``
+    path reads.  An event file's mtime is its date where it has one
+    (``bookfs/fs/dates.py``), so mtimes follow the events' dates and no run of events can
+    be assumed to share one: each undated event is looked up alone.  Picklable."""
 
-    Event mtimes never decrease along the log, so when the first and last event of a
-    range share an mtime every event between has it; otherwise bisect with ``stat`` of
-    events/<N> (a few stats per change of mtime, never a read)."""
-    starts: list[int] = []
-    stamps: list[int] = []
+    def __init__(self, mnt: str):
+        self.mnt = mnt
 
-    def ev(n: int) -> int:
-        return _mtime_us(os.path.join(mnt, "events", f"{n:012d}"))
-
-    def put(event: int, stamp: int) -> None:
-        if not stamps or stamps[-1] != stamp:
-            starts.append(event)
-            stamps.append(stamp)
-
-    def fill(lo: int, hi: int, mlo: int, mhi: int) -> None:
-        # events lo..hi; lo has mlo, hi has mhi
-        while True:
-            put(lo, mlo)
-            if mlo == mhi:
-                return
-            if hi - lo <= 1:
-                put(hi, mhi)
-                return
-            mid = (lo + hi) // 2
-            mm = ev(mid)
-            fill(lo, mid, mlo, mm)
-            lo, mlo = mid, mm
-
-    for first, last in ranges:
-        fill(first, last, ev(first), ev(last))
-    return starts, stamps
+    def __call__(self, event: int) -> int:
+        return _mtime_us(os.path.join(self.mnt, "events", f"{event:012d}"))
 
 
 def plan_segments(mnt: str, since: int | None, until: int | None

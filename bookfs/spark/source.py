@@ -39,8 +39,10 @@ Only those are made (:func:`bookfs.spark.columns.projection`, :func:`read_partit
 without ``committed_at`` no event is ``stat``-ed, and on the ``events/`` path a
 projection of ``event``/``size``/``committed_at`` reads no payload byte.  Deeds' CRCs
 are checked whatever the columns.  A column that is not the table's, or has another
-type, is refused in one line.  Decoded columns use the compiled noun core
-(:data:`bookfs.noun.CORE`) when it built.
+type, is refused in one line.  The rows are made by the compiled row builder
+(``bookfs/spark/_rows.pyx``, :data:`bookfs.spark.ROWS`) and the compiled noun core
+(:data:`bookfs.noun.CORE`) when they built, by their pure references otherwise: the same
+rows either way.
 
 **Many ships**: ``load("/srv/ships/*")`` (a glob) or ``load([MNT1, MNT2, ...])`` reads
 every mount named, one mount per pier, into one table with one more column, ``ship``
