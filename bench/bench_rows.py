@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 
@@ -22,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bookfs.formats.layout import HEADER_SIZE  # noqa: E402
 from bookfs.spark import rows as R  # noqa: E402
-from tests.mounting import BOOKFS  # noqa: E402
+from tests.mounting import sample_log  # noqa: E402
 
 STEPS = [("deed walk, length and CRC, event/size", {"event", "size"}),
          ("+ jam", {"event", "size", "jam"}),
@@ -39,10 +38,7 @@ def main() -> int:
     p.add_argument("--dir", default="/tmp/bench-spark")
     p.add_argument("--passes", type=int, default=3)
     args = p.parse_args()
-    src = os.path.join(args.dir, f"log{args.events}")
-    if not os.path.exists(os.path.join(src, "book.log")):
-        os.makedirs(args.dir, exist_ok=True)
-        subprocess.run([*BOOKFS, "sample", src, "--events", str(args.events)], check=True)
+    src = sample_log(args.dir, args.events)
     with open(os.path.join(src, "book.log"), "rb") as f:
         seg = memoryview(f.read())[HEADER_SIZE:]
     builders = {"pure": R._pure_segment_batches}

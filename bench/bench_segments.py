@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.mounting import BOOKFS, mounted  # noqa: E402
+from tests.mounting import mounted, sample_log  # noqa: E402
 
 MIB = 1 << 20
 
@@ -47,10 +46,7 @@ def main() -> int:
     ap.add_argument("--dir", default="/tmp/bench-segments")
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
-    src = os.path.join(args.dir, f"log{args.events}")
-    if not os.path.exists(os.path.join(src, "book.log")):
-        os.makedirs(args.dir, exist_ok=True)
-        subprocess.run([*BOOKFS, "sample", src, "--events", str(args.events)], check=True)
+    src = sample_log(args.dir, args.events)
     log = os.path.join(src, "book.log")
     load = os.getloadavg()[0]
     kinds = {"ro": ("-o", "ro"), "rw": ()}

@@ -35,14 +35,13 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bookfs import spark as bs
-from tests.mounting import BOOKFS, mounted  # noqa: E402
+from tests.mounting import mounted, sample_log  # noqa: E402
 
 
 def timed(label: str, fn, events: int, out=sys.stdout) -> float:
@@ -93,10 +92,7 @@ def main() -> int:
                    help="interleaved rounds: per-event binaryFile, bulk view, format('bookfs')")
     args = p.parse_args()
 
-    src = os.path.join(args.dir, f"log{args.events}")
-    if not os.path.exists(os.path.join(src, "book.log")):
-        os.makedirs(args.dir, exist_ok=True)
-        subprocess.run([*BOOKFS, "sample", src, "--events", str(args.events)], check=True)
+    src = sample_log(args.dir, args.events)
     print(f"machine: {platform.node()} {platform.machine()} {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, events {args.events:,}, "
           f"log {os.path.getsize(os.path.join(src, 'book.log')):,} bytes", flush=True)

@@ -103,6 +103,16 @@ def run_bookfs(*args: str, check: bool = True, **kw) -> subprocess.CompletedProc
     return subprocess.run([*BOOKFS, *args], capture_output=True, text=True, check=check, **kw)
 
 
+def sample_log(directory: str, events: int) -> str:
+    """``directory/log<events>``, a ``bookfs sample`` log of ``events`` events, made there
+    unless it already is (the benchmarks' shared input)."""
+    src = os.path.join(directory, f"log{events}")
+    if not os.path.exists(os.path.join(src, "book.log")):
+        os.makedirs(directory, exist_ok=True)
+        subprocess.run([*BOOKFS, "sample", src, "--events", str(events)], check=True)
+    return src
+
+
 def daemon_pid(mountpoint: str) -> int | None:
     """The PID of the daemon serving ``mountpoint`` (from its mount message)."""
     return _PIDS.get(os.path.abspath(mountpoint))

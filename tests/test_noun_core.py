@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import random
 import os
-import subprocess
 import sys
 import tracemalloc
 
 import pytest
+from compiled_fallback import check_fallback, info_both_ways
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -370,34 +370,12 @@ print(n.core_description())
 def test_fallback_to_the_pure_core(how: str) -> None:
     """Without the compiled module (not built: hidden here) or with BOOKFS_PURE_NOUNS set,
     bookfs.noun is the pure core, works, and says why."""
-    env = dict(os.environ)
-    env.pop("BOOKFS_PURE_NOUNS", None)
-    hide = ""
-    if how == "missing":
-        hide = "sys.modules['bookfs.noun._core'] = None  # as if it had not built"
-    else:
-        env["BOOKFS_PURE_NOUNS"] = "1"
-    out = subprocess.run([sys.executable, "-c", _FALLBACK.format(hide=hide)], cwd=REPO,
-                         env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    line = out.stdout.strip()
-    assert line.startswith("pure Python: ")
-    assert ("did not build" in line) if how == "missing" else ("BOOKFS_PURE_NOUNS" in line)
+    check_fallback(_FALLBACK, 'bookfs.noun._core', 'BOOKFS_PURE_NOUNS', how)
 
 
 def test_info_says_which_core(tmp_path) -> None:
-    log = tmp_path / "log"
-    run = [sys.executable, "-m", "bookfs.cli"]
-    subprocess.run(run + ["sample", str(log), "--events", "12"], cwd=REPO, check=True,
-                   capture_output=True, timeout=120)
-    env = dict(os.environ)
-    env.pop("BOOKFS_PURE_NOUNS", None)
-    compiled = subprocess.run(run + ["info", str(log)], cwd=REPO, env=env, check=True,
-                              capture_output=True, text=True, timeout=120).stdout
+    compiled, pure = info_both_ways(tmp_path, "BOOKFS_PURE_NOUNS")
     assert "nouns:" in compiled and "compiled" in compiled.split("nouns:")[1]
-    env["BOOKFS_PURE_NOUNS"] = "1"
-    pure = subprocess.run(run + ["info", str(log)], cwd=REPO, env=env, check=True,
-                          capture_output=True, text=True, timeout=120).stdout
     assert "nouns:    pure Python: BOOKFS_PURE_NOUNS is set" in pure
 
 

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
-import sys
 
 import pytest
+from compiled_fallback import check_fallback, info_both_ways
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -348,34 +347,12 @@ print(R.rows_description())
 def test_fallback_to_the_pure_builder(how: str) -> None:
     """Without the compiled module (not built: hidden here) or with BOOKFS_PURE_ROWS set,
     the rows are the pure builder's, and say why."""
-    env = dict(os.environ)
-    env.pop("BOOKFS_PURE_ROWS", None)
-    hide = ""
-    if how == "missing":
-        hide = "sys.modules['bookfs.spark._rows'] = None  # as if it had not built"
-    else:
-        env["BOOKFS_PURE_ROWS"] = "1"
-    out = subprocess.run([sys.executable, "-c", _FALLBACK.format(hide=hide)], cwd=REPO,
-                         env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    line = out.stdout.strip()
-    assert line.startswith("pure Python: ")
-    assert ("did not build" in line) if how == "missing" else ("BOOKFS_PURE_ROWS" in line)
+    check_fallback(_FALLBACK, 'bookfs.spark._rows', 'BOOKFS_PURE_ROWS', how)
 
 
 def test_info_says_which_row_builder(tmp_path) -> None:
-    log = tmp_path / "log"
-    run = [sys.executable, "-m", "bookfs.cli"]
-    subprocess.run(run + ["sample", str(log), "--events", "12"], cwd=REPO, check=True,
-                   capture_output=True, timeout=120)
-    env = dict(os.environ)
-    env.pop("BOOKFS_PURE_ROWS", None)
-    default = subprocess.run(run + ["info", str(log)], cwd=REPO, env=env, check=True,
-                             capture_output=True, text=True, timeout=120).stdout
+    default, pure = info_both_ways(tmp_path, "BOOKFS_PURE_ROWS")
     assert (f"rows:     {R.rows_description()}" in default and
             ("compiled (bookfs/spark/_rows.pyx)" in default) == (C is not None))
-    env["BOOKFS_PURE_ROWS"] = "1"
-    pure = subprocess.run(run + ["info", str(log)], cwd=REPO, env=env, check=True,
-                          capture_output=True, text=True, timeout=120).stdout
     assert "rows:     pure Python: BOOKFS_PURE_ROWS is set" in pure
     assert "nouns:    compiled" in pure or "nouns:    pure" in pure  # aligned as before

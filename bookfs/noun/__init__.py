@@ -10,7 +10,7 @@ the compiled core's (``bookfs/noun/_core.pyx``) when it built, else the pure ref
 :data:`CORE` says which (``"compiled"`` or ``"pure"``), :data:`CORE_REASON` why not
 compiled, and :func:`core_description` puts it in one line for ``info``.
 """
-import os as _os
+from bookfs import compiled as _compiled
 
 from bookfs.noun.aura import (DA_UNIX_EPOCH, PREFIXES, SUFFIXES, Prf, da_to_datetime,
                               datetime_to_da, fein, format_da, fynd, parse_da, parse_patp, patp)
@@ -26,19 +26,11 @@ from bookfs.noun.scanner import REASONS, ScanResult
 # ... and the same functions compiled (bookfs/noun/_core.pyx, issue 21), chosen over them
 # when the extension built and imports.  tests/test_noun_core.py holds the two equal.
 # BOOKFS_PURE_NOUNS=1 in the environment keeps the pure ones.
-CORE = "pure"
+_choice = _compiled.choose("bookfs.noun._core", "BOOKFS_PURE_NOUNS", "bookfs/noun/_core.pyx")
+CORE = _choice.name
 #: why the pure core is in use (None when the compiled one is)
-CORE_REASON: str | None = None
-_impl = None
-if _os.environ.get("BOOKFS_PURE_NOUNS"):
-    CORE_REASON = "BOOKFS_PURE_NOUNS is set"
-else:
-    try:
-        from bookfs.noun import _core as _impl
-    except ImportError as _exc:
-        CORE_REASON = f"bookfs/noun/_core.pyx did not build or import ({_exc})"
-    else:
-        CORE = "compiled"
+CORE_REASON: str | None = _choice.reason
+_impl = _choice.module
 if _impl is not None:
     jam, cue, mug, scan, Scanner = _impl.jam, _impl.cue, _impl.mug, _impl.scan, _impl.Scanner
     event_head, murmur3_buffer = _impl.event_head, _impl.murmur3_buffer
@@ -55,9 +47,7 @@ else:
 
 def core_description() -> str:
     """Which noun core is in use, for ``info``: compiled, or pure and why."""
-    if CORE == "compiled":
-        return "compiled (bookfs/noun/_core.pyx)"
-    return f"pure Python: {CORE_REASON} (mount_scripts/setup.sh builds the compiled one)"
+    return _choice.describe()
 
 __all__ = ["CORE", "CORE_REASON", "DA_UNIX_EPOCH", "PREFIXES", "REASONS", "SUFFIXES", "Cell",
            "CueError", "Noun", "Prf", "ScanResult", "Scanner", "cell", "core_description",

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
+from bookfs.compiled import choose
 from bookfs.noun.payload import MUG_BYTES
 from bookfs.spark import decoding as _decoding
 from bookfs.spark.decoding import (BATCH_BYTES, BATCH_ROWS, COLUMNS, DECODED, SCHEMA,
@@ -36,27 +37,18 @@ from bookfs.spark.decoding import (BATCH_BYTES, BATCH_ROWS, COLUMNS, DECODED, SC
 __all__ = ["COLUMNS", "DECODED", "ROWS", "ROWS_REASON", "SCHEMA", "EventMtime",
            "decode_payload", "plan_segments", "rows_description"]
 
-# The compiled builder (bookfs/spark/_rows.pyx), chosen when it built and imports.
-ROWS = "pure"
+# The compiled builder (bookfs/spark/_rows.pyx), chosen when it built and imports;
+# BOOKFS_PURE_ROWS=1 in the environment keeps the pure one.
+_choice = choose("bookfs.spark._rows", "BOOKFS_PURE_ROWS", "bookfs/spark/_rows.pyx")
+ROWS = _choice.name
 #: why the pure builder is in use (None when the compiled one is)
-ROWS_REASON: str | None = None
-_impl = None
-if os.environ.get("BOOKFS_PURE_ROWS"):
-    ROWS_REASON = "BOOKFS_PURE_ROWS is set"
-else:
-    try:
-        import bookfs.spark._rows as _impl
-    except ImportError as _exc:
-        ROWS_REASON = f"bookfs/spark/_rows.pyx did not build or import ({_exc})"
-    else:
-        ROWS = "compiled"
+ROWS_REASON: str | None = _choice.reason
+_impl = _choice.module
 
 
 def rows_description() -> str:
     """Which row builder is in use, for ``info``: compiled, or pure and why."""
-    if ROWS == "compiled":
-        return "compiled (bookfs/spark/_rows.pyx)"
-    return f"pure Python: {ROWS_REASON} (mount_scripts/setup.sh builds the compiled one)"
+    return _choice.describe()
 
 
 def info_fields() -> dict:
