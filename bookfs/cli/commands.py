@@ -96,8 +96,6 @@ def cmd_info(args) -> int:
         report = getattr(book, "recovery", None)
         if report is not None and not report.clean:
             info["damage"] = str(report)
-    for fields in _INFO_FIELDS:
-        info.update(fields())
     sys.stdout.write(render(info, as_json=args.json))
     return 0
 
@@ -370,9 +368,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Subcommands added by other modules: callables taking the subparsers object.
 _EXTRA_COMMANDS: list = []
-#: Lines other modules add to ``bookfs info`` (their ``info_fields()``: a dict), such as
-#: the Spark layer's row builder, which this layer does not import.
-_INFO_FIELDS: list = []
 
 
 def _register_optional() -> None:
@@ -388,8 +383,10 @@ def _register_optional() -> None:
         if register is not None and register not in _EXTRA_COMMANDS:
             _EXTRA_COMMANDS.append(register)
         fields = getattr(module, "info_fields", None)
-        if fields is not None and fields not in _INFO_FIELDS:
-            _INFO_FIELDS.append(fields)
+        if fields is not None:  # lines of info (the Spark row builder), on every path
+            from bookfs.formats.info import add_fields
+
+            add_fields(fields)
 
 
 class _JoinOptions(argparse.Action):

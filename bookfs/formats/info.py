@@ -88,13 +88,30 @@ def summary(book: EventLog) -> dict:
     return with_core(log_summary(book))
 
 
+#: Callables giving more lines of this process's make-up (each a dict), registered by the
+#: layers above, which this one does not import: Spark's row builder (``rows``), added by
+#: the ``bookfs`` command at start-up (:func:`add_fields`), so ``bookfs info`` and a
+#: mount's ``info`` file say the same.
+_EXTRA_FIELDS: list = []
+
+
+def add_fields(fields) -> None:
+    """Have :func:`with_core` add ``fields()`` (a dict) after ``nouns``."""
+    if fields not in _EXTRA_FIELDS:
+        _EXTRA_FIELDS.append(fields)
+
+
 def with_core(log_info: dict) -> dict:
     """``log_info`` (:func:`log_summary`) and ``nouns``, this process's noun core
-    (compiled, or pure and why): :func:`summary`'s last line, which says nothing of the
-    log (a fleet mount keeps ``log_summary`` of a closed log and adds this when asked)."""
+    (compiled, or pure and why), then the fields registered with :func:`add_fields`:
+    :func:`summary`'s last lines, which say nothing of the log (a fleet mount keeps
+    ``log_summary`` of a closed log and adds these when asked)."""
     from bookfs.noun import core_description
 
-    return {**log_info, "nouns": core_description()}
+    info = {**log_info, "nouns": core_description()}
+    for fields in _EXTRA_FIELDS:
+        info.update(fields())
+    return info
 
 
 def log_summary(book: EventLog) -> dict:

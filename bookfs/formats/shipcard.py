@@ -62,6 +62,7 @@ index or card file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -266,7 +267,7 @@ def source_file(path: str) -> str:
     ``data.mdb``; else ``path`` itself), found without opening the log (a pier's newest
     epoch by its name, :func:`_epochs`): what a single mount's ``_source_file``
     (``fs/nodes/base.py``) finds once it is open."""
-    try:
+    with contextlib.suppress(OSError, IndexError):  # unreadable, or no epoch: ``path``
         where = path
         log_dir = os.path.join(path, PIER_LOG_DIR)
         if os.path.isdir(log_dir):
@@ -274,6 +275,4 @@ def source_file(path: str) -> str:
         for name in (LOG_NAME, LMDB_DATA_NAME):
             if os.path.exists(os.path.join(where, name)):
                 return os.path.join(where, name)
-    except (OSError, IndexError):
-        pass
     return path
