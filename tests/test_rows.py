@@ -356,3 +356,37 @@ def test_info_says_which_row_builder(tmp_path) -> None:
             ("compiled (bookfs/spark/_rows.pyx)" in default) == (C is not None))
     assert "rows:     pure Python: BOOKFS_PURE_ROWS is set" in pure
     assert "nouns:    compiled" in pure or "nouns:    pure" in pure  # aligned as before
+
+
+def test_a_segments_read_stats_only_the_events_without_a_date(tmp_path, monkeypatch):
+    """``committed_at`` of a ``segments/`` row is its event's date (the event file's
+    mtime, bookfs/fs/dates.py), so a read stats only the events that have none (the
+    boot's lifecycle events).  Since mtimes became dates, the step function of mtimes
+    along the log had a step per event, and a read stat'ed every event through FUSE (on a
+    fresh mount the daemon decoded each to answer: 100 s of warm-up at 1M events)."""
+    from mounting import mounted, run_bookfs
+
+    from bookfs.spark import partitions as P
+
+    log = tmp_path / "log"
+    run_bookfs("sample", str(log), "--events", "3000")
+    with mounted(log, tmp_path / "mnt", "-o", "ro") as mnt:
+        stats = []
+        real_stat = os.stat
+
+        def counting_stat(path, *args, **kw):
+            if f"{os.sep}events{os.sep}" in os.fspath(path):
+                stats.append(path)
+            return real_stat(path, *args, **kw)
+
+        monkeypatch.setattr(os, "stat", counting_stat)
+        parts, hi = P.plan(P.Mount(str(mnt)), None, None, 1000, 128 << 20)
+        rows = [b for p in parts for b in P.read_partition(p, ["event", "committed_at", "date"])]
+        monkeypatch.undo()
+        assert hi == 3000 and sum(b.num_rows for b in rows) == 3000
+        undated = sum(b.column("date").null_count for b in rows)
+        assert 0 < undated <= 10 and len(stats) <= undated, (len(stats), undated)
+        for b in rows:  # a dated row's committed_at is its date, to the millisecond
+            for date, at in zip(b.column("date").to_pylist(), b.column("committed_at").to_pylist()):
+                if date is not None:
+                    assert at == date.replace(microsecond=date.microsecond // 1000 * 1000)
