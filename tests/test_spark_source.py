@@ -55,11 +55,9 @@ def test_rows_and_schema_equal_read_events(env):
     assert rows(each) == env.ref
     sizes = [os.stat(os.path.join(env.mnt, "segments", f"{f:012d}")).st_size for f in firsts]
     most = sum(sorted(sizes)[-2:])  # room for any two segments, maybe more small ones
-    runs, total = 0, most + 1  # greedy, in log order: a run closes when the next won't fit
-    for size in sizes:
-        runs, total = (runs, total + size) if total + size <= most else (runs + 1, size)
+    # balanced runs (bookfs.spark.partitions.balanced): ceil(total / most) of them
     packed = env.spark.read.format("bookfs").option("maxPartitionBytes", most).load(env.mnt)
-    assert packed.rdd.getNumPartitions() == runs < len(firsts)
+    assert packed.rdd.getNumPartitions() == -(-sum(sizes) // most) < len(firsts)
     assert rows(packed) == env.ref
 
 
@@ -122,11 +120,25 @@ def rchar() -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
 
 
-def test_part_of_a_segment_reads_only_its_deeds(env):
+@pytest.mark.parametrize("source", ["mapped", "read"])
+def test_part_of_a_segment_reads_only_its_deeds(env, monkeypatch, source):
     """A range inside a segment reads the length words of the deeds before it and its own
-    deeds, nothing else (counted by the kernel: /proc/self/io rchar)."""
+    deeds, nothing else: counted by the kernel (/proc/self/io rchar) when the bytes are
+    read, and as the range faulted in when they are mapped (page faults are not in
+    rchar; bookfs.spark.partitions.SegmentBytes)."""
+    from bookfs.spark import partitions as P
     from bookfs.spark.source import BookfsReader
 
+    if source == "read":
+        monkeypatch.setattr(P.SegmentBytes, "_mapped", staticmethod(lambda *a: None))
+    populated = []
+    real_populate = P.populate
+
+    def populate(m, start, end, path):
+        populated.append(end - start)
+        return real_populate(m, start, end, path)
+
+    monkeypatch.setattr(P, "populate", populate)
     firsts = segment_firsts(env.mnt)
     first, nxt = max(zip(firsts, firsts[1:]),
                      key=lambda fn: os.stat(os.path.join(env.mnt, "segments",
@@ -137,6 +149,7 @@ def test_part_of_a_segment_reads_only_its_deeds(env):
     (part,) = run.ranges
     assert (part.first, part.last, part.lo, part.hi) == (first, nxt - 1, lo, hi)
     list(reader.read(run))  # imports and the stats of committed_at, once
+    populated.clear()
     before = rchar()
     own = rchar() - before  # reading /proc/self/io counts too
     batches = list(reader.read(run))
@@ -147,8 +160,13 @@ def test_part_of_a_segment_reads_only_its_deeds(env):
     assert [g[0] for g in got] == [lo, lo + 1, hi]
     assert got == [(w[0], w[2], w[3], w[4], w[7], w[8]) for w in want]
     # 8-byte length words of the skipped deeds, one more at the end, then the three deeds
-    expected = 8 * (lo - first) + 8 * 3 + sum(w[3] + 20 for w in want)
-    assert expected <= used <= expected + 8  # + a digit more in a /proc/self/io read
+    words, deeds = 8 * (lo - first) + 8 * 3, sum(w[3] + 20 for w in want)
+    if source == "mapped":
+        assert populated == [deeds]
+        assert words <= used <= words + 8  # + a digit more in a /proc/self/io read
+    else:
+        assert populated == []
+        assert words + deeds <= used <= words + deeds + 8
     seg_size = os.stat(os.path.join(env.mnt, "segments", f"{first:012d}")).st_size
     assert used < seg_size // 4
 

@@ -4,10 +4,11 @@ bookfs mounts, with the rows and schema of :func:`bookfs.spark.read_events`; and
 follows a live log.
 
 Register it once per session with :func:`bookfs.spark.register`.  It reads **through the
-mount**: from ``segments/`` (consecutive segment files packed into partitions of up to
-``maxPartitionBytes``, split into deeds in the
-Python worker, every returned deed's CRC checked; a partition covering only part of its
-segment skips the other deeds by their length words and reads only its own bytes), or, when the mount has no
+mount**: from ``segments/`` (consecutive segment files packed into balanced partitions of
+about ``maxPartitionBytes``, mapped or read and split into deeds in the Python worker,
+every returned deed's CRC checked; a partition covering only part of its segment skips
+the other deeds by their length words and takes only its own bytes:
+:mod:`bookfs.spark.partitions`), or, when the mount has no
 ``segments/`` (a pier or LMDB mount), from ``events/`` files (partitions of
 :data:`EVENTS_PER_PARTITION` events).  The decoding is that of
 :func:`bookfs.spark.read_events` (:mod:`bookfs.spark.rows`:
@@ -56,7 +57,7 @@ mount** (``bookfs mount --fleet``) is read the same way: ``load(MNT)`` is every 
 it, named by the listing (no log is opened to plan); ``option("ships", "~zod,~nec")``
 reads only those ships (on every Spark, pushdown or not), and a ship the fleet cannot
 open is a one-line error unless ``option("skipDamaged", "true")``.  Small ships' planned
-reads are packed into tasks of up to ``maxPartitionBytes`` (``Packed``).
+reads are packed into tasks of about ``maxPartitionBytes`` (``Packed``).
 
 **Streaming**: offsets are event numbers, ``{"event": N}`` meaning "every event up to N
 has been delivered"; a micro-batch from ``{"event": a}`` to ``{"event": b}`` holds events

@@ -1,0 +1,163 @@
+"""How ``format("bookfs")`` cuts a read into tasks and how a task gets its segments' bytes
+(bookfs.spark.partitions), through a real read-only mount, without Spark: the tasks are
+run in this process as a Spark worker runs them (``read_partition``)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("pyspark")
+
+from bookfs.spark import partitions as P  # noqa: E402
+from bookfs.spark import rows as R  # noqa: E402
+from tests.mounting import mounted, run_bookfs  # noqa: E402
+
+EVENTS = 1200
+MIB = 1 << 20
+
+
+# --- balanced runs ------------------------------------------------------------------------
+
+
+def greedy(sizes: list[int], most: int) -> int:
+    """How many runs packing greedily up to ``most`` makes (the packing before)."""
+    runs, total = 0, None
+    for size in sizes:
+        if total is not None and total + size <= most:
+            total += size
+        else:
+            runs, total = runs + 1, size
+    return runs
+
+
+@settings(max_examples=800, deadline=2000)
+@given(st.lists(st.integers(0, 40 * MIB), max_size=60), st.integers(1, 200 * MIB))
+def test_balanced_runs_are_few_even_and_in_order(sizes, most) -> None:
+    runs = P.balanced(list(enumerate(sizes)), lambda x: x[1], most)
+    assert [x for run in runs for x in run] == list(enumerate(sizes))  # all, in order, once
+    assert all(runs)
+    total = sum(sizes)
+    k = max(1, -(-total // most))
+    assert len(runs) <= k
+    if sizes and max(sizes) <= most:  # then greedy runs are at least k
+        assert len(runs) <= greedy(sizes, most)
+    for run in runs:  # near total / k: past it by at most half of each end item
+        got = sum(s for _, s in run)
+        assert got <= total / k + (run[0][1] + run[-1][1]) / 2 + 1, (got, total / k)
+
+
+def test_balanced_leaves_no_small_last_task() -> None:
+    """The 100,000-event sample's shape (~17 MiB segments, 128 MiB tasks): greedy packing
+    made 3 tasks, the last a small one; balanced runs make 2 of about equal bytes."""
+    sizes = [17 * MIB] * 14 + [12 * MIB]
+    assert greedy(sizes, 128 * MIB) == 3  # 119, 119 and 12 MiB
+    runs = P.balanced(sizes, lambda s: s, 128 * MIB)
+    assert sorted(len(r) for r in runs) == [7, 8]
+    assert max(map(sum, runs)) - min(map(sum, runs)) <= 17 * MIB
+
+
+def test_balanced_plans_no_more_than_one_run_an_item() -> None:
+    """One byte a task (``maxPartitionBytes`` 1) over gigabytes: one run a segment,
+    planned without a run per byte."""
+    runs = P.balanced([1 << 34] * 3, lambda s: s, 1)
+    assert runs == [[1 << 34]] * 3
+
+
+# --- a task's segment bytes: mapped or read ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mnt(tmp_path_factory):
+    root = tmp_path_factory.mktemp("partitions")
+    run_bookfs("sample", str(root / "log"), "--events", str(EVENTS))
+    # quarter-MiB segments: a task reads several, and ranges start mid-segment
+    with mounted(root / "log", root / "mnt", "-o", "ro,segment_mb=0.25") as m:
+        yield str(m)
+
+
+def reference(mnt: str, since: int, until: int, want) -> list[dict]:
+    """The rows of ``since..until`` by the pure builder over each segment read whole into
+    its own fresh ``bytes``."""
+    lo, hi, chosen = R.plan_segments(mnt, since, until)
+    out = []
+    for first, _last, a, b in chosen:
+        with open(os.path.join(mnt, "segments", f"{first:012d}"), "rb") as f:
+            seg = memoryview(f.read())
+        for batch in R._pure_segment_batches([(first, seg)], a, b, R.EventMtime(mnt), want):
+            out.extend(batch.to_pylist())
+    return out
+
+
+@pytest.mark.parametrize("columns", [None, ["event", "size"],
+                                     ["event", "jam", "wire", "card", "error"]],
+                         ids=["every", "event+size", "decoded"])
+@pytest.mark.parametrize("builder", ["compiled", "pure"])
+@pytest.mark.parametrize("source", ["mapped", "read"])
+def test_tasks_rows_are_the_segments_rows(mnt, monkeypatch, source, builder, columns):
+    """Every task's rows, held until all tasks are done, equal the rows made from each
+    segment's own copy: whether the bytes were mapped or read into the task's one reused
+    buffer, no row keeps a view of them (the class of bug a reused buffer would make:
+    earlier rows changed by later reads)."""
+    if builder == "pure":
+        monkeypatch.setattr(R, "_impl", None)
+    elif R._impl is None:
+        pytest.skip("the compiled row builder did not build")
+    taken = {"mapped": 0, "read": 0}
+    real_mapped, real_read = P.SegmentBytes._mapped, P.SegmentBytes._read
+
+    def mapped(*a):
+        m = real_mapped(*a) if source == "mapped" else None
+        taken["mapped"] += m is not None
+        return m
+
+    def read(self, *a):
+        taken["read"] += 1
+        return real_read(self, *a)
+
+    monkeypatch.setattr(P.SegmentBytes, "_mapped", staticmethod(mapped))
+    monkeypatch.setattr(P.SegmentBytes, "_read", read)
+    since, until = 37, EVENTS - 41  # both ends inside a segment
+    parts, hi = P.plan(P.Mount(mnt), since, until, 500, max_bytes=MIB)
+    assert hi == until and len(parts) > 1
+    assert all(len(p.ranges) > 1 for p in parts)  # several segments a task
+    held = [b for p in parts for b in P.read_partition(p, columns)]
+    got = [row for b in held for row in b.to_pylist()]
+    assert got == reference(mnt, since, until, None if columns is None else set(columns))
+    assert [r["event"] for r in got] == list(range(since, until + 1))
+    segments = sum(len(p.ranges) for p in parts)
+    assert taken == ({"mapped": segments, "read": 0} if source == "mapped"
+                     else {"mapped": 0, "read": segments})
+
+
+def test_a_page_that_cannot_be_read_is_an_error_not_a_sigbus(tmp_path) -> None:
+    """A mapping of a file cut short under it: ``populate`` says which bytes cannot be
+    read (EFAULT, the kernel's answer instead of a SIGBUS at first touch)."""
+    path = tmp_path / "seg"
+    path.write_bytes(b"x" * (3 * mmap.PAGESIZE))
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 3 * mmap.PAGESIZE, prot=mmap.PROT_READ)
+    try:
+        assert P.populate(m, 10, 3 * mmap.PAGESIZE, str(path))
+        os.truncate(path, mmap.PAGESIZE)
+        with pytest.raises(OSError, match=rf"{path}: bytes 10\.\.{3 * mmap.PAGESIZE} "
+                                          "cannot be read"):
+            P.populate(m, 10, 3 * mmap.PAGESIZE, str(path))
+        assert m[:4] == b"xxxx"  # the page still in the file is mapped
+    finally:
+        m.close()
+
+
+def test_an_empty_range_is_read_not_mapped(mnt) -> None:
+    """Zero bytes cannot be mapped: they come from the read path, as an empty view."""
+    fd = os.open(os.path.join(mnt, "segments", sorted(os.listdir(
+        os.path.join(mnt, "segments")))[0]), os.O_RDONLY)
+    try:
+        with P.SegmentBytes().view(fd, os.fstat(fd).st_size, 5, 5, "seg") as view:
+            assert len(view) == 0
+    finally:
+        os.close(fd)
