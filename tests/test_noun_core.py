@@ -59,11 +59,14 @@ def _same_noun(a, b) -> bool:
 
 
 def _scans_agree(data: bytes) -> None:
-    """Every variant of the scan: compiled and pure give the same ScanResult."""
+    """Every variant of the scan: compiled and pure give the same ScanResult, and
+    ``scan_ok`` (its kept scanner reused from the call before, whatever that scanned) the
+    same verdict."""
     for mug in (False, True):
         for exact in (True, False):
             got, want = C.scan(data, mug=mug, exact=exact), S.scan(data, mug=mug, exact=exact)
             assert got == want, (data.hex(), mug, exact, got, want)
+    assert C.scan_ok(data) is S.scan_ok(data) is S.scan(data).ok, data.hex()
 
 
 def test_compiled_core_in_use() -> None:
@@ -286,6 +289,40 @@ def test_inputs_of_every_buffer_kind() -> None:
     for form in (data, bytearray(data), memoryview(data), memoryview(b"xx" + data)[2:]):
         assert C.cue(form) == P.cue(data)
         assert C.scan(form, mug=True) == S.scan(data, mug=True)
+
+
+@settings(FAST, max_examples=300)
+@given(st.lists(st.one_of(nouns.map(P.jam), corrupted(), st.binary(max_size=16),
+                          st.integers(1, 9000).map(lambda n: long_list_jam(n)),
+                          st.integers(1, 9000).map(lambda n: long_list_jam(n)[:-1])),
+                max_size=12))
+def test_scan_ok_in_any_order(jams: list[bytes]) -> None:
+    """``scan_ok`` keeps one scanner's arrays from call to call: any sequence of jams,
+    small and over 64 KiB (scanned without the GIL), good and bad, gets each its own
+    verdict, whatever came before."""
+    assert [C.scan_ok(j) for j in jams] == [S.scan(j).ok for j in jams]
+
+
+def test_scan_ok_after_a_jam_too_large_to_keep_arrays_for() -> None:
+    """A jam of 600,000 nodes grows the kept scanner's arrays past what is kept (1 MiB):
+    they are let go, and the next scans are right."""
+    big = long_list_jam(300000)
+    for data in (big, big[:-1], P.jam((1, 2)), big, b"\x01", P.jam(7)):
+        assert C.scan_ok(data) is S.scan(data).ok
+
+
+def test_scan_ok_from_threads_at_once() -> None:
+    """Threads scanning at once: while one holds the kept scanner (a jam over 64 KiB is
+    scanned without the GIL), the others scan with their own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jams = [long_list_jam(20000 + i) for i in range(8)]
+    jams += [j[:-1] for j in jams]  # cut short: refused
+    want = [S.scan(j).ok for j in jams]
+    assert want.count(True) == 8
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(20):
+            assert list(pool.map(C.scan_ok, jams)) == want
 
 
 # --------------------------------------------------------------------------- memory

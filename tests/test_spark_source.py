@@ -241,10 +241,11 @@ def test_a_projection_reads_its_columns_and_decodes_nothing_it_does_not_need(env
         raise AssertionError("decoded or stat'ed though the projection does not need it")
 
     # both row builders decode through bookfs.spark.decoding (the compiled one scans
-    # with its scan, then reads the head itself)
+    # with its scan_ok, then reads the head itself)
     monkeypatch.setattr(D, "decode_body", boom)
     monkeypatch.setattr(D, "decode_payload", boom)
     monkeypatch.setattr(D, "scan", boom)
+    monkeypatch.setattr(D, "scan_ok", boom)
     monkeypatch.setattr(R, "_mtime_us", boom)
     for cols in (["event", "size"], ["size", "event"], ["jam", "mug", "event"], ["size"],
                  [c for c in UNDECODED if c != "committed_at"]):

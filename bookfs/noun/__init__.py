@@ -33,10 +33,11 @@ CORE_REASON: str | None = _choice.reason
 _impl = _choice.module
 if _impl is not None:
     jam, cue, mug, scan, Scanner = _impl.jam, _impl.cue, _impl.mug, _impl.scan, _impl.Scanner
+    scan_ok = _impl.scan_ok
     event_head, murmur3_buffer = _impl.event_head, _impl.murmur3_buffer
 else:
     jam, cue, mug = _codec.jam, _codec.cue, _codec.mug
-    scan, Scanner = _scanner.scan, _scanner.Scanner
+    scan, scan_ok, Scanner = _scanner.scan, _scanner.scan_ok, _scanner.Scanner
     from bookfs.noun.peek import event_head
 
     def murmur3_buffer(data, seed: int) -> int:
@@ -54,5 +55,5 @@ __all__ = ["CORE", "CORE_REASON", "DA_UNIX_EPOCH", "PREFIXES", "REASONS", "SUFFI
            "cord", "cue", "da_to_datetime", "datetime_to_da", "event_head", "fein", "format_da",
            "from_list",
            "fynd", "is_atom", "is_cell", "jam", "muk", "mug", "murmur3_32", "murmur3_32_fast", "murmur3_buffer",
-           "noun_equal", "parse_da", "parse_patp", "path", "patp", "peek_event", "scan", "tape",
+           "noun_equal", "parse_da", "parse_patp", "path", "patp", "peek_event", "scan", "scan_ok", "tape",
            "to_list", "uncord", "unpath", "untape"]

@@ -49,7 +49,7 @@ from bookfs.noun.scanner import ScanResult, _failure, _ok
 if sys.byteorder != "little":  # pragma: no cover
     raise ImportError("the compiled noun core assumes a little-endian machine")
 
-__all__ = ["jam", "cue", "mug", "scan", "Scanner", "event_head"]
+__all__ = ["jam", "cue", "mug", "scan", "scan_ok", "Scanner", "event_head"]
 
 cdef extern from "Python.h":
     void _set_item "PyTuple_SET_ITEM" (object, Py_ssize_t, PyObject*)
@@ -1344,6 +1344,65 @@ cdef class Scanner:
                 self._advance(p, n, 0, True)
         self.finished = True
         return self._make_result()
+
+
+cdef Scanner _KEPT = None      # scan_ok's scanner, its arrays kept from call to call
+cdef bint _kept_busy = False   # held by a scan (one over 64 KiB runs without the GIL)
+cdef uint64_t _KEPT_MAX = 1 << 20  # arrays past this many bytes are not kept
+
+
+cdef inline void _restart(Scanner s) noexcept:
+    """``s`` as a new exact, mug-less Scanner, its arrays (and their sizes) kept."""
+    s.mug = False
+    s.exact = True
+    s.finished = False
+    s._result = None
+    s.blen = s.base = s.total = 0
+    s.pos = s.skip_end = s.skip_tag = s.end = 0
+    s.skipping = s.done = False
+    s.final_mug = 0
+    s.fail = F_NONE
+    s.fail_bit = 0
+    s.fail_detail = 0
+    s.count = s.last = s.nblocks = s.dlen = 0
+    s.slen = s.depth = s.stop = 0
+
+
+def scan_ok(data):
+    """``scan(data).ok``, the exact scan's verdict alone: whether ``data`` is one whole
+    jam and nothing after it.  It makes no :class:`~bookfs.noun.scanner.ScanResult` and
+    reuses one Scanner's arrays (a new Scanner only while that one is busy in another
+    thread), which were most of a small jam's scan (the Spark row builder validates every
+    event's jam with it: ``bookfs/spark/_rows.pyx``)."""
+    global _KEPT, _kept_busy
+    cdef _Input inp
+    cdef Scanner s
+    cdef bint kept = not _kept_busy
+    if kept:
+        if _KEPT is None:
+            _KEPT = Scanner.__new__(Scanner)
+        s = _KEPT
+        _kept_busy = True
+    else:
+        s = Scanner.__new__(Scanner)
+    data = _open_input(data, &inp)
+    try:
+        if inp.n == 0:
+            return False
+        _restart(s)
+        s.total = inp.n
+        if inp.n < 65536:
+            s._advance(inp.p, inp.n, 0, True)
+        else:
+            with nogil:
+                s._advance(inp.p, inp.n, 0, True)
+        return s.fail == F_NONE
+    finally:
+        _close_input(&inp)
+        if kept:
+            _kept_busy = False
+            if s.dcap + 8 * (s.blcap + s.boffcap) + s.rcap + s.scap > _KEPT_MAX:
+                _KEPT = None  # a large jam's arrays: not held for the next one
 
 
 def scan(data, *, mug=False, exact=True):

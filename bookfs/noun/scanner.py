@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from bookfs.noun.codec import _mum
 
-__all__ = ["REASONS", "ScanResult", "Scanner", "scan"]
+__all__ = ["REASONS", "ScanResult", "Scanner", "scan", "scan_ok"]
 
 REASONS = ("empty", "truncated", "too-large", "bad-reference", "trailing")
 
@@ -320,3 +320,9 @@ def scan(data: bytes | bytearray | memoryview, *, mug: bool = False,
     scanner = Scanner(mug=mug, exact=exact)
     scanner.feed(data)
     return scanner.finish()
+
+
+def scan_ok(data: bytes | bytearray | memoryview) -> bool:
+    """``scan(data).ok``: whether ``data`` is one whole jam and nothing after it (the
+    compiled core's answers it without making a :class:`ScanResult`)."""
+    return scan(data).ok

@@ -18,8 +18,9 @@ What is done here, in C, per event:
   row for them;
 * **decoding**: a payload whose jam (after the 4-byte mug) is at most
   ``decoding.CUE_BYTES`` and not ram is validated by the scanner
-  (``bookfs.noun.scan``, exact: one Python call), then its date, wire and tag are read
-  from the jam's bits (:func:`jam_head`), never building the noun, by exactly
+  (``bookfs.noun.scan_ok``, exact: one Python call, no result object, the scanner's
+  arrays reused), then its date, wire and tag are read from the jam's bits
+  (:func:`jam_head`), never building the noun, by exactly
   :func:`bookfs.noun.event_head`'s rules over the cued noun; the @da becomes
   microseconds in C.  Every other payload (shorter than its mug, ram, a larger jam, one
   the scanner refuses) goes to ``decoding.decode_payload`` / ``decoding.decode_body``,
@@ -141,7 +142,7 @@ cdef object buf_arrow(Buf* b):
 @cython.final
 cdef class _View:
     """A read-only buffer over bytes someone else holds, pointed anew before each call
-    that reads it (``crc32``, ``scan``): one object for every deed, not a memoryview
+    that reads it (``crc32``, ``scan_ok``): one object for every deed, not a memoryview
     each.  The callee must not keep it (neither does), and the bytes must outlive the
     call."""
     cdef const uint8_t* p
@@ -583,7 +584,7 @@ cdef class Rows:
     cdef bint want_error, decode, head
     cdef int64_t n, nbytes
     cdef uint64_t cue_bytes
-    cdef object scan, decode_body, decode_payload, micros
+    cdef object scan_ok, decode_body, decode_payload, micros
     cdef _View view
     cdef Col event, mug, size, jam, committed, date, wire, card, error
     cdef Buf wire_text, tag_text
@@ -618,7 +619,7 @@ cdef class Rows:
         self.head = (self.want_date or self.want_wire or self.want_card
                      or (stamp is not None and self.want_committed))
         self.cue_bytes = _decoding.CUE_BYTES
-        self.scan = _decoding.scan
+        self.scan_ok = _decoding.scan_ok
         self.decode_body = _decoding.decode_body
         self.decode_payload = _decoding.decode_payload
         self.micros = _decoding.da_micros
@@ -697,7 +698,7 @@ cdef class Rows:
         cdef int64_t us
         if n > self.cue_bytes or (n >= 5 and memcmp(body, RAM_HEADER, 5) == 0):
             return self.pure(i, event, body, n, committed_us)  # a large jam, or ram
-        if not self.scan(point(self.view, body, n), exact=True).ok:
+        if not self.scan_ok(point(self.view, body, n)):
             return self.pure(i, event, body, n, committed_us)  # not a noun: its error
         got = 0
         if self.head:

@@ -38,7 +38,7 @@ a multi-megabyte event is never built as a noun.
 
 from __future__ import annotations
 
-from bookfs.noun import DA_UNIX_EPOCH, cue, event_head, peek_event, scan
+from bookfs.noun import DA_UNIX_EPOCH, cue, event_head, peek_event, scan, scan_ok
 from bookfs.noun.payload import MUG_BYTES, check_body
 from bookfs.noun.ram import is_ram
 
@@ -63,7 +63,8 @@ NO_HEAD = (None, None, None)
 _TEXTS: dict[int, str] = {}
 
 __all__ = ["BATCH_BYTES", "BATCH_ROWS", "COLUMNS", "CUE_BYTES", "DECODED", "NO_HEAD",
-           "SCHEMA", "da_micros", "decode_body", "decode_payload", "out_schema", "scan"]
+           "SCHEMA", "da_micros", "decode_body", "decode_payload", "out_schema", "scan",
+           "scan_ok"]
 
 
 def da_micros(da: int) -> int:

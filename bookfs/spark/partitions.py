@@ -6,8 +6,8 @@ range (:func:`bookfs.spark.rows.plan_segments`), packed into runs of consecutive
 of about :data:`MAX_PARTITION_BYTES` and about equal bytes (:func:`pack`, :func:`balanced`),
 one run a task (:class:`SegmentRuns`).  A task takes each segment of its run through the
 mount, mapped or read (:class:`SegmentBytes`; only the bytes of its own deeds when the
-range covers part of a segment, skipping the others by their length words), checks every deed's CRC and makes Arrow batches of the columns asked
-for (:mod:`bookfs.spark.rows`).  A mount without ``segments/`` (a pier or LMDB mount) is
+range covers part of a segment, skipping the others by their length words), checks every
+deed's CRC and makes Arrow batches of the columns asked for (:mod:`bookfs.spark.rows`).  A mount without ``segments/`` (a pier or LMDB mount) is
 read from its ``events/`` files, :data:`EVENTS_PER_PARTITION` a task
 (:class:`EventFiles`).  Every task checks that it returned exactly the events it was
 planned for: a stale view of the mount fails the task, never drops a row.
