@@ -36,35 +36,56 @@ def greedy(sizes: list[int], most: int) -> int:
 
 
 @settings(max_examples=800, deadline=2000)
-@given(st.lists(st.integers(0, 40 * MIB), max_size=60), st.integers(1, 200 * MIB))
-def test_balanced_runs_are_few_even_and_in_order(sizes, most) -> None:
-    runs = P.balanced(list(enumerate(sizes)), lambda x: x[1], most)
+@given(st.lists(st.integers(0, 40 * MIB), max_size=60), st.integers(1, 200 * MIB),
+       st.integers(1, 64))
+def test_balanced_runs_are_few_even_and_in_order(sizes, most, cores) -> None:
+    k = P.task_count(sum(sizes), most, cores)
+    runs = P.balanced(list(enumerate(sizes)), lambda x: x[1], k)
     assert [x for run in runs for x in run] == list(enumerate(sizes))  # all, in order, once
-    assert all(runs)
+    assert all(runs) and len(runs) <= k
     total = sum(sizes)
-    k = max(1, -(-total // most))
-    assert len(runs) <= k
-    if sizes and max(sizes) <= most:  # then greedy runs are at least k
-        assert len(runs) <= greedy(sizes, most)
     for run in runs:  # near total / k: past it by at most half of each end item
         got = sum(s for _, s in run)
         assert got <= total / k + (run[0][1] + run[-1][1]) / 2 + 1, (got, total / k)
 
 
+@settings(max_examples=800, deadline=None)
+@given(st.integers(0, 1 << 44), st.integers(1, 1 << 40), st.integers(1, 256))
+def test_task_count(total, most, cores) -> None:
+    """At least ``ceil(total / maxPartitionBytes)`` tasks; more only to fill the cores'
+    last wave, and never below MIN_TASK_BYTES a task for that."""
+    k = P.task_count(total, most, cores)
+    at_least = max(1, -(-total // most))
+    assert k >= at_least
+    wave_full = -(-at_least // cores) * cores
+    most = total // P.MIN_TASK_BYTES  # tasks that keep MIN_TASK_BYTES each
+    if k > at_least:  # the last wave filled, up to what keeps MIN_TASK_BYTES a task
+        assert k == min(wave_full, most) and total // k >= P.MIN_TASK_BYTES
+    else:  # the last wave was full, or more tasks would be too small
+        assert at_least == wave_full or most <= at_least
+
+
 def test_balanced_leaves_no_small_last_task() -> None:
     """The 100,000-event sample's shape (~17 MiB segments, 128 MiB tasks): greedy packing
-    made 3 tasks, the last a small one; balanced runs make 2 of about equal bytes."""
+    made 3 tasks, the last a small one; balanced runs make 2 of about equal bytes, and a
+    read of it on 2 cores is 2 tasks whatever the limit above 121 MiB."""
     sizes = [17 * MIB] * 14 + [12 * MIB]
     assert greedy(sizes, 128 * MIB) == 3  # 119, 119 and 12 MiB
-    runs = P.balanced(sizes, lambda s: s, 128 * MIB)
+    assert P.task_count(sum(sizes), 128 * MIB, 2) == 2
+    assert P.task_count(sum(sizes), P.MAX_PARTITION_BYTES, 2) == 2
+    assert P.task_count(sum(sizes), P.MAX_PARTITION_BYTES, 1) == 1
+    runs = P.balanced(sizes, lambda s: s, 2)
     assert sorted(len(r) for r in runs) == [7, 8]
     assert max(map(sum, runs)) - min(map(sum, runs)) <= 17 * MIB
+    # the 1,000,000-event sample's 2,366 MiB on 2 cores: 6 tasks of 512 MiB or less, not 5
+    assert P.task_count(2366 * MIB, 512 * MIB, 2) == 6
 
 
 def test_balanced_plans_no_more_than_one_run_an_item() -> None:
     """One byte a task (``maxPartitionBytes`` 1) over gigabytes: one run a segment,
     planned without a run per byte."""
-    runs = P.balanced([1 << 34] * 3, lambda s: s, 1)
+    sizes = [1 << 34] * 3
+    runs = P.balanced(sizes, lambda s: s, P.task_count(sum(sizes), 1, 2))
     assert runs == [[1 << 34]] * 3
 
 

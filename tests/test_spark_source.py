@@ -47,8 +47,9 @@ def test_rows_and_schema_equal_read_events(env):
     assert rows(df) == env.ref  # every column, committed_at included
     firsts = segment_firsts(env.mnt)
     assert len(firsts) > 3
-    # consecutive segments packed into tasks of up to maxPartitionBytes (128 MiB: the
-    # whole ~11 MB log is one task); at 1 byte, one segment a task
+    # consecutive segments packed into tasks of about maxPartitionBytes (512 MiB: the
+    # whole ~11 MB log is one task, below MIN_TASK_BYTES for a second); at 1 byte, one
+    # segment a task
     assert df.rdd.getNumPartitions() == 1
     each = env.spark.read.format("bookfs").option("maxPartitionBytes", 1).load(env.mnt)
     assert each.rdd.getNumPartitions() == len(firsts)

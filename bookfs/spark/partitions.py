@@ -7,10 +7,11 @@ of about :data:`MAX_PARTITION_BYTES` and about equal bytes (:func:`pack`, :func:
 one run a task (:class:`SegmentRuns`).  A task takes each segment of its run through the
 mount, mapped or read (:class:`SegmentBytes`; only the bytes of its own deeds when the
 range covers part of a segment, skipping the others by their length words), checks every
-deed's CRC and makes Arrow batches of the columns asked for (:mod:`bookfs.spark.rows`).  A mount without ``segments/`` (a pier or LMDB mount) is
-read from its ``events/`` files, :data:`EVENTS_PER_PARTITION` a task
-(:class:`EventFiles`).  Every task checks that it returned exactly the events it was
-planned for: a stale view of the mount fails the task, never drops a row.
+deed's CRC and makes Arrow batches of the columns asked for (:mod:`bookfs.spark.rows`).
+A mount without ``segments/`` (a pier or LMDB mount) is read from its ``events/`` files,
+:data:`EVENTS_PER_PARTITION` a task (:class:`EventFiles`).  Every task checks that it
+returned exactly the events it was planned for: a stale view of the mount fails the task,
+never drops a row.
 """
 
 from __future__ import annotations
@@ -28,12 +29,19 @@ from bookfs.spark.rows import DECODED, EventMtime, _batches, _segment_batches, p
 
 #: Events per partition when reading ``events/`` (no ``segments/`` on the mount).
 EVENTS_PER_PARTITION = 5000
-#: Bytes of ``segments/`` one partition reads, about (option ``maxPartitionBytes``; runs
-#: are balanced, :func:`balanced`), as
-#: Spark's own file sources pack files (``spark.sql.files.maxPartitionBytes``): each
-#: partition is a task, and a Python data source's task costs Spark tens of milliseconds
-#: besides its work (on 2 cores, 16 one-row partitions take 0.6 s more than 2).
-MAX_PARTITION_BYTES = 128 << 20
+#: Bytes of ``segments/`` one task reads, about (option ``maxPartitionBytes``; a read is cut
+#: into :func:`task_count` runs of about equal bytes, :func:`balanced`).  Four times Spark's
+#: own file sources' default (``spark.sql.files.maxPartitionBytes``) because a Python data
+#: source's task costs Spark 4.3 tens of milliseconds besides its work (on 2 cores, 16
+#: one-row partitions take 0.6 s more than 2): over the 1,000,000-event sample's 2.4 GB,
+#: ``event``+``size`` took 1.15 s in 128 MiB tasks, 0.86 s in 256 MiB and 0.71 s in
+#: 512 MiB, and every column 3.67, 3.42 and 3.37 s (medians of 3 interleaved rounds).
+#: A task's memory does not grow with it: its segments are taken one at a time.
+MAX_PARTITION_BYTES = 512 << 20
+#: The fewest bytes a task is given when a read is cut finer for the cores
+#: (:func:`task_count`), as Spark's files keep ``spark.sql.files.openCostInBytes``: below it
+#: a task's fixed cost outweighs its work.
+MIN_TASK_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -79,35 +87,49 @@ class SegmentRuns(InputPartition):
         self.ranges, self.mnt, self.ship = ranges, mnt, ship
 
 
-def balanced(items: list, size_of, max_bytes: int) -> list[list]:
-    """``items`` in runs of consecutive ones of about equal bytes (``size_of(item)``), as few
-    as keep each near ``max_bytes``: ``ceil(total / max_bytes)`` runs (no more than packing
-    greedily makes while no item is larger than ``max_bytes``), an item going to the run
-    its middle byte falls in, so a run passes ``max_bytes`` by at most half of each of its
-    two end items.
+def task_count(total: int, max_bytes: int, cores: int | None = None) -> int:
+    """How many tasks read ``total`` bytes: ``ceil(total / max_bytes)``, rounded up to a
+    multiple of ``cores`` (so the last wave of tasks is as full as the others: on 2 cores,
+    242 MiB is 2 tasks, not 1) while each task keeps :data:`MIN_TASK_BYTES`; never fewer
+    than ``ceil(total / max_bytes)``, so a small ``maxPartitionBytes`` still makes small
+    tasks.  ``cores``: the planner's ``os.cpu_count()`` by default, which is Spark's in
+    ``local[*]`` mode; on a cluster it only sets a floor, and ``maxPartitionBytes`` the
+    size."""
+    cores = max(1, cores or os.cpu_count() or 1)
+    k = max(1, -(-total // max(max_bytes, 1)))
+    most = total // MIN_TASK_BYTES  # tasks that each keep MIN_TASK_BYTES
+    return max(k, min(-(-k // cores) * cores, most))
 
-    Packing greedily up to ``max_bytes`` leaves a small last run instead: the
+
+def balanced(items: list, size_of, runs: int) -> list[list]:
+    """``items`` in at most ``runs`` runs of consecutive ones of about equal bytes
+    (``size_of(item)``), an item going to the run its middle byte falls in, so a run
+    passes ``total / runs`` bytes by at most half of each of its two end items (fewer runs
+    when items are fewer or larger).
+
+    Packing greedily up to ``maxPartitionBytes`` instead left a small last run: the
     100,000-event sample's 242 MiB of segments made tasks of 117, 117 and 8 MiB, one more
     wave of tasks on 2 cores for 3 % of the bytes, a fifth of an ``event``+``size`` read."""
     sizes = [size_of(x) for x in items]
     total = sum(sizes)
-    k = max(1, -(-total // max(max_bytes, 1)))
-    runs: list[list] = []
+    k = max(1, runs)
+    out: list[list] = []
     before, last = 0, -1
     for item, size in zip(items, sizes):
         run = min(k - 1, (before + size // 2) * k // total) if total else 0
         if run != last:
-            runs.append([])
+            out.append([])
             last = run
-        runs[-1].append(item)
+        out[-1].append(item)
         before += size
-    return runs
+    return out
 
 
 def pack(ranges: list[SegmentRange], max_bytes: int) -> list[list[SegmentRange]]:
-    """``ranges`` (consecutive segments) in :func:`balanced` runs by their segments'
-    bytes."""
-    return balanced(ranges, lambda r: r.size, max_bytes)
+    """``ranges`` (consecutive segments) in :func:`task_count` :func:`balanced` runs by
+    their segments' bytes."""
+    total = sum(r.size for r in ranges)
+    return balanced(ranges, lambda r: r.size, task_count(total, max_bytes))
 
 
 class EventFiles(InputPartition):
@@ -139,8 +161,11 @@ def _part_bytes(part, max_bytes: int, per_partition: int) -> int:
 def pack_mounts(parts: list[InputPartition], max_bytes: int,
                 per_partition: int = EVENTS_PER_PARTITION) -> list[InputPartition]:
     """``parts`` (planned per mount, in order) with consecutive ones packed into
-    :class:`Packed` tasks, :func:`balanced` runs of about ``max_bytes``."""
-    groups = balanced(parts, lambda p: _part_bytes(p, max_bytes, per_partition), max_bytes)
+    :class:`Packed` tasks: :func:`task_count` :func:`balanced` runs of about
+    ``max_bytes``."""
+    sizes = {id(p): _part_bytes(p, max_bytes, per_partition) for p in parts}
+    groups = balanced(parts, lambda p: sizes[id(p)],
+                      task_count(sum(sizes.values()), max_bytes))
     return [g[0] if len(g) == 1 else Packed(g) for g in groups]
 
 

@@ -18,8 +18,10 @@ two paths cannot drift apart: an event that does not decode has null ``date``/``
 it was planned for (a stale view of the mount fails the task, never drops a row).
 
 **Batch** options: ``since`` and ``until`` (inclusive event bounds), ``maxPartitionBytes``
-(consecutive segments are packed into one partition up to this many bytes, 128 MiB by
-default: :data:`MAX_PARTITION_BYTES`), ``eventsPerPartition`` (the ``events/`` fallback).  Comparisons of ``event`` with an integer (``=``, ``<``,
+(a read is cut into tasks of consecutive segments of about this many bytes at most, 512
+MiB by default: :data:`MAX_PARTITION_BYTES`, :func:`~bookfs.spark.partitions.task_count`),
+``eventsPerPartition`` (the ``events/`` fallback).  Comparisons of ``event`` with an
+integer (``=``, ``<``,
 ``<=``, ``>``, ``>=``, ``between``, ``in``) are pushed down (``pushFilters``, which needs
 ``spark.sql.python.filterPushdown.enabled``; :func:`bookfs.spark.register` sets it) where
 that is safe, :data:`PUSHDOWN_SAFE`: they narrow the planned event range, so segments
