@@ -19,7 +19,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
@@ -275,10 +275,8 @@ class SegmentBytes:
             yield view
         finally:
             view.release()
-            try:
-                m.close()
-            except BufferError:  # a view of it is still held: the mapping goes with it
-                pass
+            with suppress(BufferError):  # a view of it is still held: the mapping goes
+                m.close()                # with the last of them
 
     @staticmethod
     def _mapped(fd: int, size: int, start: int, end: int, path: str):
