@@ -92,12 +92,14 @@ def test_balanced_plans_no_more_than_one_run_an_item() -> None:
 # --- a task's segment bytes: mapped or read ---------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def mnt(tmp_path_factory):
+@pytest.fixture(scope="module", params=["ro", "rw", "rw,single_connection"])
+def mnt(request, tmp_path_factory):
+    """The sample log mounted read-only, read-write (segments/ served by its read-only
+    companion connection) and read-write on one connection: each is mapped."""
     root = tmp_path_factory.mktemp("partitions")
     run_bookfs("sample", str(root / "log"), "--events", str(EVENTS))
     # quarter-MiB segments: a task reads several, and ranges start mid-segment
-    with mounted(root / "log", root / "mnt", "-o", "ro,segment_mb=0.25") as m:
+    with mounted(root / "log", root / "mnt", "-o", f"{request.param},segment_mb=0.25") as m:
         yield str(m)
 
 
