@@ -4,7 +4,9 @@ spread: min / median / max over the rounds, with the 1-minute load before and af
 The benchmark's own side-by-side comparisons (bookfs against LMDB in ``bench_engine.py``)
 happen inside each run, so the runs are interleaved rounds of every source. ``--keys``
 picks the figures: dotted paths into the JSON's ``results`` (``append.ratio``,
-``open.cold_ro.median_s``); ``*`` in a path matches every key at that level.
+``open.cold_ro.median_s``); ``*`` in a path matches every key at that level.  Each
+figure's row lists its value in each round too; ``--ratio A B`` adds A / B within each
+round (exact paths).
 
 Usage::
 
@@ -38,6 +40,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--keys", nargs="+", required=True,
                     help="dotted paths into results (fnmatch patterns)")
+    ap.add_argument("--ratio", nargs=2, action="append", default=[], metavar=("A", "B"),
+                    help="also print figure A / figure B within each round (exact paths)")
     ap.add_argument("command", nargs=argparse.REMAINDER,
                     help="-- then the benchmark command (it is given --json FILE)")
     args = ap.parse_args()
@@ -56,19 +60,31 @@ def main() -> int:
             with open(out) as f:
                 results = json.load(f)["results"]
             for path, value in leaves(results):
-                if any(fnmatch.fnmatchcase(path, k) for k in args.keys):
+                if any(fnmatch.fnmatchcase(path, k) for k in args.keys) or any(
+                        path in pair for pair in args.ratio):
                     values.setdefault(path, []).append(value)
     loads.append(os.getloadavg()[0])
     print(f"{args.rounds} rounds of: {' '.join(command)}")
     print(f"1-minute load before each round and at the end: "
           f"{', '.join(f'{x:.2f}' for x in loads)}\n")
-    print("| figure | min | median | max |")
-    print("|---|---:|---:|---:|")
+    print("| figure | min | median | max | each round |")
+    print("|---|---:|---:|---:|---|")
     def fmt(x: float) -> str:
         return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
+    def row(label: str, vs: list[float]) -> None:
+        print(f"| {label} | {fmt(min(vs))} | {fmt(statistics.median(vs))} | {fmt(max(vs))} "
+              f"| {', '.join(fmt(v) for v in vs)} |")
+
     for path, vs in values.items():
-        print(f"| {path} | {fmt(min(vs))} | {fmt(statistics.median(vs))} | {fmt(max(vs))} |")
+        if any(fnmatch.fnmatchcase(path, k) for k in args.keys):
+            row(path, vs)
+    for a, b in args.ratio:
+        if a not in values or b not in values:
+            print(f"--ratio {a} {b}: the benchmark reported no such figure", file=sys.stderr)
+            return 2
+        row(f"{a} / {b} (within each round)",
+            [x / y for x, y in zip(values[a], values[b])])
     return 0
 
 
