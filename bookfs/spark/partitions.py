@@ -242,10 +242,11 @@ class SegmentBytes:
     **Mapped** where the kernel can: the segment file is ``mmap``-ed through the mount and
     every page of the part read is faulted in at once (:data:`MADV_POPULATE_READ`), so the
     rows are made from the page cache's own pages, with no copy.  A page the daemon cannot
-    serve is then an ``OSError`` here, not a SIGBUS in the row builder; a segment never
-    shrinks while the log is mounted (only committed deeds are shown, and the writer only
-    appends), and one cut by hand under the mount afterwards would end the worker by
-    SIGBUS, a failed task that Spark reports.  **Read** otherwise (an empty segment, a
+    serve is then an ``OSError`` here, not a SIGBUS in the row builder.  A segment
+    shrinks under a mount only when its log is cut: by hand, or by a writer undoing a
+    save the disk refused (deeds never acknowledged); cut while a task holds it mapped,
+    it ends that worker by SIGBUS, a failed task that Spark reports and retries, never a
+    wrong row.  **Read** otherwise (an empty segment, a
     kernel before 5.14, a file the mount will not map), into one buffer reused from
     segment to segment: a fresh 16 MiB ``bytearray`` a segment is zeroed and faulted in,
     then unmapped again, and cost more than its read.
