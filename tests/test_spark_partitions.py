@@ -184,3 +184,12 @@ def test_an_empty_range_is_read_not_mapped(mnt) -> None:
             assert len(view) == 0
     finally:
         os.close(fd)
+
+
+def test_task_count_counts_the_cpus_the_planner_may_use(monkeypatch) -> None:
+    """By default the cores are the planner's affinity mask (what ``local[*]`` counts),
+    not the host's CPUs: on 1 allowed CPU the 242 MiB sample is 1 task, on 4 it is 4."""
+    for allowed, tasks in (({0}, 1), ({0, 1}, 2), ({0, 1, 2, 3}, 4)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, a=allowed: set(a))
+        monkeypatch.setattr(os, "cpu_count", lambda: 64)
+        assert P.task_count(242 * MIB, P.MAX_PARTITION_BYTES) == tasks

@@ -92,10 +92,15 @@ def task_count(total: int, max_bytes: int, cores: int | None = None) -> int:
     multiple of ``cores`` (so the last wave of tasks is as full as the others: on 2 cores,
     242 MiB is 2 tasks, not 1) while each task keeps :data:`MIN_TASK_BYTES`; never fewer
     than ``ceil(total / max_bytes)``, so a small ``maxPartitionBytes`` still makes small
-    tasks.  ``cores``: the planner's ``os.cpu_count()`` by default, which is Spark's in
-    ``local[*]`` mode; on a cluster it only sets a floor, and ``maxPartitionBytes`` the
-    size."""
-    cores = max(1, cores or os.cpu_count() or 1)
+    tasks.  ``cores``: by default the CPUs the planner may run on (its affinity mask, not
+    ``os.cpu_count()``, which counts the host's), as Spark's ``local[*]`` counts them; on
+    a cluster it only sets a floor, and ``maxPartitionBytes`` the size."""
+    if not cores:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):  # not Linux
+            cores = os.cpu_count() or 1
+    cores = max(1, cores)
     k = max(1, -(-total // max(max_bytes, 1)))
     most = total // MIN_TASK_BYTES  # tasks that each keep MIN_TASK_BYTES
     return max(k, min(-(-k // cores) * cores, most))
