@@ -331,6 +331,9 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
     p.add_argument("--dir", help="work directory (default: a new one under /tmp)")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--json", metavar="FILE",
+                   help="also write the figures as JSON to FILE ({\"results\": ...}: "
+                        "bench/bench_rounds.py runs it several times)")
     a = p.parse_args(argv)
     if a.quick:
         a.events, a.reads, a.big_mb, a.million, a.append_seconds = 10_000, 2_000, 32, 100_000, 1.5
@@ -452,6 +455,7 @@ def main(argv=None) -> int:
             with open(big_file, "wb") as f:
                 f.write(b"\0\0\0\0" + jam(int.from_bytes(os.urandom(big_bytes - 16), "little")
                                           | 1 << (8 * (big_bytes - 16))))
+            big_bytes = os.path.getsize(big_file)  # the mug and the jam: a few bytes less
             t, _ = shell_time(f"dd if={big_file} of={m['a']}/new/{big_n} bs=1M status=none")
             res["big_append_mbs"] = big_bytes / t / MB
         big_local = os.path.join(work, "big", "events", name(1))
@@ -521,6 +525,11 @@ def main(argv=None) -> int:
             say(f"work directory kept: {work}")
 
     report(res, a)
+    if a.json:
+        import json
+
+        with open(a.json, "w") as f:
+            json.dump({"results": res}, f, indent=1, default=str)
     return 0
 
 

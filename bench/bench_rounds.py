@@ -31,6 +31,9 @@ def leaves(tree, prefix: str = ""):
     if isinstance(tree, dict):
         for k, v in tree.items():
             yield from leaves(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(tree, list):  # a JSON array: its items by index
+        for k, v in enumerate(tree):
+            yield from leaves(v, f"{prefix}.{k}" if prefix else str(k))
     elif isinstance(tree, (int, float)) and not isinstance(tree, bool):
         yield prefix, float(tree)
 
