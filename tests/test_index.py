@@ -316,5 +316,6 @@ def test_reopen_after_growth_scans_only_the_new_part(make_book, payload, cache_d
 
 def test_index_lives_outside_the_pier(make_book, cache_dir):
     d = make_book([4, 5, 6])
-    assert sorted(p.name for p in d.iterdir()) == ["book.lock", "book.log", "meta.bin"]
+    assert sorted(p.name for p in d.iterdir()) == [".bookfs-mark", "book.lock", "book.log",
+                                                   "meta.bin"]
     assert len(idx_files(cache_dir)) == 1

@@ -26,6 +26,7 @@ Contract
 
 from __future__ import annotations
 
+import bisect
 import errno
 import logging
 import os
@@ -61,15 +62,12 @@ from bookfs.formats.layout import (
     HEADER_SIZE,
     LOG_NAME,
     MAGIC,
-    MAX_PAYLOAD,
     META_NAME,
-    MIN_PAYLOAD,
-    PADDED_DEED_OVERHEAD,
     VERSION,
     crc32,
     deed_parts,
 )
-from bookfs.formats.detect import epoch_says_vere, identify_fd, slot_crc_ok
+from bookfs.formats.detect import epoch_says_vere, identify_fd, looks_padded, slot_crc_ok
 from bookfs.formats.lock import WriterLock
 from bookfs.formats.logbase import SingleFileLog
 from bookfs.types import Progress
@@ -112,6 +110,9 @@ class Book(SingleFileLog):
         #: or walked (each ``len_d`` spans exactly to the next offset) from the header.
         #: A persisted index is only a hint until this walk reaches the event read.
         self._chain_ok = 0
+        #: a reader's deeds held back as not yet committed: what must change before they
+        #: are worth scanning again (``_held_key``); None when none is held back
+        self._held: tuple | None = None
 
     # --- opening -----------------------------------------------------------------------
 
@@ -155,36 +156,10 @@ class Book(SingleFileLog):
             )
         return fir
 
-    def _looks_padded(self, size: int) -> bool:
-        """The January 2026 layout: deeds of len_d + 28 bytes (C structs with padding).
-
-        The first padded deed must frame (``let_d == len_d`` at ``len_d + 28``) and end the
-        file or be followed by a plausible second one.  One deed alone is not enough: a UIP
-        log whose first deed is damaged and whose second has the same length frames the
-        same way (the second deed's ``len_d`` sits where a padded ``let_d`` would)."""
-        if size < HEADER_SIZE + PADDED_DEED_OVERHEAD + MIN_PAYLOAD:
-            return False
-        (n,) = DEED_LEN.unpack(os.pread(self._fd, 8, HEADER_SIZE))
-        stop = HEADER_SIZE + n + PADDED_DEED_OVERHEAD
-        if not (MIN_PAYLOAD <= n <= MAX_PAYLOAD) or stop > size:
-            return False
-        (let,) = DEED_LEN.unpack(os.pread(self._fd, 8, stop - 8))
-        if let != n:
-            return False
-        if stop + 8 > size:
-            return stop == size
-        (n2,) = DEED_LEN.unpack(os.pread(self._fd, 8, stop))
-        if not (MIN_PAYLOAD <= n2 <= MAX_PAYLOAD):
-            return False
-        stop2 = stop + n2 + PADDED_DEED_OVERHEAD
-        if stop2 > size:
-            return True  # a torn second deed
-        (let2,) = DEED_LEN.unpack(os.pread(self._fd, 8, stop2 - 8))
-        return let2 == n2
-
     def _load(self, progress: Progress | None, use_cache: bool) -> None:
         fd = self._fd
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        size, self._seen_ctime = st.st_size, st.st_ctime_ns
         fir = self._read_header(size)
         cached = load_index(self.log_path, fd, size) if use_cache else None
         if cached is not None and cached.first != fir and cached.count:
@@ -216,7 +191,7 @@ class Book(SingleFileLog):
                      self.log_path)
             cached = None
         self._chain_ok = 0 if cached is not None else index.count
-        if end == HEADER_SIZE and size > HEADER_SIZE and self._looks_padded(size):
+        if end == HEADER_SIZE and size > HEADER_SIZE and looks_padded(self._fd, size):
             raise UnsupportedLayout(
                 f"{self.log_path}: deeds use the padded January 2026 layout (len_d + 28 bytes); "
                 "bookfs refuses it: convert it with the C code that wrote it"
@@ -243,6 +218,8 @@ class Book(SingleFileLog):
         else:
             self._vstamp = cached.stamp if cached is not None else None
         self._seen_size = os.fstat(fd).st_size
+        if not self.writable:
+            self._keep_committed(index, HEADER_SIZE, settle=True)
         self._publish()
         if index.count != before or index.end != self._seen_size:
             self._index_dirty = True
@@ -442,13 +419,17 @@ class Book(SingleFileLog):
         ``stat`` and two small ``pread`` calls) when the log has not changed."""
         if self._reopen_if_replaced():
             return self._rebuild("was replaced (a new file at its path)")
-        size = os.fstat(self._fd).st_size
+        st = os.fstat(self._fd)
+        size = st.st_size
         ix = self._index
         if size < ix.end:
             return self._rebuild(f"shrank from {ix.end} to {size} bytes")
         if ix.count and self._read_stamp() != self._stamp:
             return self._rebuild("was rewritten (its header or last published deed changed)")
-        if size == self._seen_size:
+        if self._rewritten_in_place(st, size == self._seen_size):
+            return self._rebuild("was rewritten in place (its ctime moved, its size did not)")
+        if size == self._seen_size and (self._held is None
+                                        or self._held == self._held_key(st)):
             return 0
         if not ix.offsets:
             (_, _, fir) = HEADER.unpack(os.pread(self._fd, HEADER_SIZE, 0))
@@ -457,12 +438,16 @@ class Book(SingleFileLog):
                 return 0
             ix.first = fir
         before = ix.count
+        published_end = ix.end
         scan_framing(self._fd, ix, size)
         # expose only deeds whose CRC checks; stop at the first that does not (yet)
         bad = recovery.first_bad_deed(self._fd, ix.offsets, before, ix.end)
         if bad is not None:
             ix.truncate(bad)
-        elif ix.end == size:  # all consumed; otherwise look again next time
+        scanned_end = ix.end
+        if not self.writable:
+            self._keep_committed(ix, published_end, st=st)
+        if bad is None and scanned_end == size:  # all consumed; else look again next time
             self._seen_size = size
         added = ix.count - before
         if added:
@@ -470,6 +455,17 @@ class Book(SingleFileLog):
             self._index_dirty = True
         self._publish()
         return added
+
+    def _keep_committed(self, ix: OffsetIndex, floor: int, *, st=None,
+                        settle: bool = False) -> None:
+        """A reader keeps only the committed deeds of ``ix`` (each whole and CRC-checked;
+        ``committed.py``), never fewer than those ending at ``floor`` (published: nothing
+        is taken back on a mark's word).  Deeds held back are looked at again once the
+        file, the mark or this reader's sync moved (``_held``)."""
+        st = st if st is not None else os.fstat(self._fd)
+        limit, self._held = self._committed_limit(ix.end, floor, st, settle=settle)
+        if limit < ix.end:
+            ix.truncate(max(0, bisect.bisect_right(ix.offsets, limit) - 1))
 
     # --- writing ---------------------------------------------------------------------------
 
@@ -523,6 +519,7 @@ class Book(SingleFileLog):
         if known:
             self._vstamp = FileStamp.of(os.fstat(fd))
         self._publish()
+        self._publish_mark()
         self._seen_size = off
         ix.note_growth(first_event, time.time_ns())
         self._index_dirty = True

@@ -27,6 +27,8 @@ from bookfs.formats.layout import (
     LMDB_PAGE_SIZES,
     MAGIC,
     MAX_PAYLOAD,
+    MIN_PAYLOAD,
+    PADDED_DEED_OVERHEAD,
     VERE_DEEDS_START,
     VERE_SLOT_BODY,
     VERE_SLOT_CRC,
@@ -206,3 +208,31 @@ def book_log_holds_events(path: str | os.PathLike) -> bool:
         return layout != "vere" or size > VERE_DEEDS_START
     finally:
         os.close(fd)
+
+
+def looks_padded(fd: int, size: int) -> bool:
+    """The January 2026 layout: deeds of len_d + 28 bytes (C structs with padding).
+
+    The first padded deed must frame (``let_d == len_d`` at ``len_d + 28``) and end the
+    file or be followed by a plausible second one.  One deed alone is not enough: a UIP
+    log whose first deed is damaged and whose second has the same length frames the
+    same way (the second deed's ``len_d`` sits where a padded ``let_d`` would)."""
+    if size < HEADER_SIZE + PADDED_DEED_OVERHEAD + MIN_PAYLOAD:
+        return False
+    (n,) = DEED_LEN.unpack(os.pread(fd, 8, HEADER_SIZE))
+    stop = HEADER_SIZE + n + PADDED_DEED_OVERHEAD
+    if not (MIN_PAYLOAD <= n <= MAX_PAYLOAD) or stop > size:
+        return False
+    (let,) = DEED_LEN.unpack(os.pread(fd, 8, stop - 8))
+    if let != n:
+        return False
+    if stop + 8 > size:
+        return stop == size
+    (n2,) = DEED_LEN.unpack(os.pread(fd, 8, stop))
+    if not (MIN_PAYLOAD <= n2 <= MAX_PAYLOAD):
+        return False
+    stop2 = stop + n2 + PADDED_DEED_OVERHEAD
+    if stop2 > size:
+        return True  # a torn second deed
+    (let2,) = DEED_LEN.unpack(os.pread(fd, 8, stop2 - 8))
+    return let2 == n2

@@ -160,3 +160,23 @@ VERE_DEED_OVERHEAD: Final = 16
 VERE_MIN_LEN: Final = 1
 #: What vere writes to meta.bin's ``version``: the pier's disk version, not the book's.
 VERE_META_VERSION: Final = 3
+
+
+# --- the commit mark (bookfs's own; engine in mark.py, rule in docs/reliability.md) -------
+#
+#   <lock dir>/.bookfs-mark : one 56-byte record at offset 0, rewritten in place
+#     4 B magic "BKMK" | u32 version 1 | u64 st_dev | u64 st_ino | u64 seq
+#     | u64 end | u64 last | u32 crc | 4 B zero
+#   crc  : crc32 of the record's first 48 bytes
+#   (st_dev, st_ino): the book.log the record speaks of; end: the byte just past its last
+#   committed deed; last: the last committed event (a vere log's las_d); seq: bumped by
+#   every update.  Its writer holds an OFD write lock on byte 0 while it lives.
+
+#: The commit mark lives beside the writer lock (``lock.lock_path_for``): ``book.lock``'s
+#: directory for a plain Book directory, the pier for every epoch of a pier.
+MARK_NAME: Final = ".bookfs-mark"
+MARK_MAGIC: Final = b"BKMK"
+MARK_VERSION: Final = 1
+MARK_BODY = struct.Struct("<4sIQQQQQ")
+MARK_CRC = struct.Struct("<I4x")
+MARK_SIZE: Final = MARK_BODY.size + MARK_CRC.size  # 56

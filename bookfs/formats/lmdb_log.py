@@ -12,9 +12,42 @@ environment at the top of ``.urb/log/`` (only ``META``); an epoch may also carry
 
 Contract
 --------
-* The environment is opened ``readonly=True, lock=False``: no file is created or changed,
-  not even ``lock.mdb``.  (Without the lock a concurrent writer may be seen mid-commit; the
-  pier layer refuses to mix bookfs with a running ship, and a finished epoch never changes.)
+* The environment is opened ``readonly=True, lock=False`` (``MDB_NOLOCK``): no file is
+  created or changed, not even ``lock.mdb``, and this reader is in no reader table.
+  **Why not join the reader table.**  vere >= 4.3 builds LMDB from its master line
+  (urbit/vere ``a5e42df``, "build: bump lmdb from 0.9.29 to master": ``ext/lmdb/
+  build.zig.zon`` pins LMDB ``40d3741``), whose lock region has format version 2
+  (``mdb.c``: ``MDB_LOCK_VERSION 2``, since LMDB ``58ba039``), while the binding's engine
+  for data format 1 is LMDB 0.9 (``MDB_LOCK_VERSION 1``).  ``mdb_env_setup_locks()``
+  refuses a region of another format with ``MDB_VERSION_MISMATCH``, and whoever opens the
+  lock file first *re-initialises* it in its own format: a reader that joined while no
+  ship ran would make the ship's next start fail.  A read-only mount must never do that.
+* **A read outside the reader table never returns a recycled page's bytes.**  The writer
+  reuses the pages a transaction T freed from transaction T + 2 on when no reader holds
+  an older snapshot (``mdb_find_oldest()`` is ``txnid - 1`` with an empty table;
+  ``mdb_page_alloc()`` takes freeDB records below it), so pages of snapshot S are safe
+  until transaction S + 3 writes, which begins only after S + 2's meta page is written
+  (one writer; ``mdb_txn_commit()`` writes data pages, syncs, then the meta page).  Every
+  read here copies the bytes it needs out of its transaction and then checks the newest
+  meta page's transaction id (``mdb_env_info()``, from the map): at most S + 1 means no
+  page of S was reused while it read, else the read is done again in a new transaction
+  (:meth:`LmdbLog._read`).  Walks check after every event.  ``iter_buffers`` hands out
+  the map's own bytes, so it is for an epoch no writer changes (``migrate`` holds the
+  pier's lock).
+* **Map growth.**  A writer that grows its map past this reader's makes
+  ``mdb_txn_begin()`` answer ``MDB_MAP_RESIZED`` (``mdb_txn_renew0()``); the documented
+  answer is ``mdb_env_set_mapsize(env, 0)``, which needs no transaction open in this
+  process: every transaction here is taken under a gate that the resize waits for alone.
+* **What is committed** (``committed.py``): a transaction is visible in the map once its
+  meta page is written; vere opens its environments with no sync flags
+  (``pkg/vere/db/lmdb.c``, ``u3_lmdb_init()``: ``mdb_env_open(env_u, pax_c, 0, 0664)``),
+  so its data pages are ``fdatasync``'d before the meta page is written (``O_DSYNC``),
+  and it acknowledges a batch only after that commit returned.  This reader publishes a
+  new transaction once its own ``fdatasync`` of ``data.mdb`` covered it (the meta page
+  as well), so a power cut cannot take back what it served.
+* **Replaced or rewritten.**  A ``data.mdb`` renamed over (another inode at the path), one
+  whose newest transaction went back, or whose ctime moved with nothing committed, is
+  another store: the environment is opened again and ``generation`` grows.
 * ``EVENTS`` is opened with ``integerkey=True``.  LMDB keeps the flag in the database, so a
   store written without ``MDB_INTEGERKEY`` sorts its keys as bytes; that is detected (by the
   flag and by the contiguity check) and refused, never read in the wrong order.
@@ -32,10 +65,14 @@ an epoch that is already open raises :class:`BookError` saying so.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import struct
+import threading
 from collections.abc import Iterable, Iterator
 
+from bookfs.formats.committed import CommittedReads
 from bookfs.formats.logbase import PublishedView
 from bookfs.errors import (
     BadMetaKey,
@@ -55,6 +92,47 @@ META_DB = b"META"
 KEY = struct.Struct("<Q")  # event number, 8 bytes little-endian (vere's native c3_d)
 
 _READ_ONLY_MSG = "LMDB epochs are read-only; migrate them with bookfs migrate"
+#: how often a read whose snapshot a writer may have recycled is tried again
+_READ_TRIES = 100
+
+log = logging.getLogger(__name__)
+
+
+class _Gate:
+    """Transactions of one environment (shared) and a map resize (alone): py-lmdb's
+    ``set_mapsize`` invalidates every open transaction and may move the map, so it waits
+    until none is open."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._alone = False
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._cond:
+            while self._alone:
+                self._cond.wait()
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self):
+        with self._cond:
+            while self._alone or self._shared:
+                self._cond.wait()
+            self._alone = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._alone = False
+                self._cond.notify_all()
 
 
 def is_lmdb_dir(directory: str) -> bool:
@@ -161,17 +239,22 @@ def read_meta_db(directory: str, env=None) -> dict[str, bytes] | None:
             env.close()
 
 
-class LmdbLog(PublishedView):
+class LmdbLog(CommittedReads, PublishedView):
     """An LMDB epoch, read-only.  Use :meth:`open`; close with :meth:`close` or ``with``."""
 
     writable = False
-    #: Published events never change in an LMDB epoch (bookfs never writes one).
-    generation = 0
 
     def __init__(self, directory: str, env, events_db, base: int | None,
                  meta: dict[str, bytes] | None, meta_source: str | None):
         self.directory = directory
-        self.data_path = os.path.join(directory, DATA_NAME)
+        self.data_path = self.log_path = os.path.join(directory, DATA_NAME)
+        #: grows when the store was replaced or rewritten under us (``eventlog.py``)
+        self.generation = 0
+        self._gate = _Gate()
+        self._fd = os.open(self.data_path, os.O_RDONLY | os.O_CLOEXEC)  # sync, identity
+        self._init_reads(None)  # bookfs never writes LMDB: no commit mark to obey
+        self._seen_ctime = os.fstat(self._fd).st_ctime_ns
+        self._txnid = 0  # the transaction the published view is of
         #: ``N`` of ``0i<N>`` (from the directory name), or ``None`` if the name says nothing.
         self.base = base
         self.meta_source = meta_source  # the data.mdb the meta came from, if any
@@ -251,45 +334,77 @@ class LmdbLog(PublishedView):
         return None, None
 
     def _scan(self) -> None:
-        """Read the first and last keys and the entry count; check they are contiguous."""
+        """Read the first and last keys and the entry count of the newest transaction;
+        check they are contiguous; publish them once durable (module docstring)."""
+        st = os.fstat(self._fd)
+        if self._db is None:  # a just-rolled epoch: has its first event created EVENTS?
+            with self._gate.shared():  # (a handle is opened outside a read's snapshot)
+                self._db = _events_db(self._env, self.directory)
+        view, txnid = self._read(self._scan_txn)
+        if view != self._view and txnid > self._txnid and not self._durable_or_wait(txnid):
+            return  # not durable yet: the caller syncs (wants_sync) and looks again
+        self._mtime_ns, self._size = st.st_mtime_ns, st.st_size
+        self._view, self._txnid = view, max(txnid, self._txnid)
+
+    def _scan_txn(self, txn) -> tuple[int, int]:
+        if self._db is None:
+            return (0, 0)
+        entries = txn.stat(self._db)["entries"]
+        cur = txn.cursor(db=self._db)
+        if not entries or not cur.first():
+            return (0, 0)
+        first = KEY.unpack(bytes(cur.key()))[0]
+        cur.last()
+        last = KEY.unpack(bytes(cur.key()))[0]
+        count = last - first + 1
+        if count != entries:
+            raise ContiguityError(
+                f"{self.data_path}: EVENTS holds {entries} entries but its keys run "
+                f"{first}..{last} ({count} events): the events are not contiguous")
+        if self.base is not None and first != self.base + 1:
+            raise ContiguityError(
+                f"{self.data_path}: epoch 0i{self.base} must start at event "
+                f"{self.base + 1}, but its first event is {first}")
+        return (first, count)
+
+    # --- transactions --------------------------------------------------------------------
+
+    def _newest_txnid(self) -> int:
+        """The newest meta page's transaction id, read from the map (``mdb_env_info()``
+        picks the meta without a lock, as this reader's transactions do)."""
+        return self._env.info()["last_txnid"]
+
+    def _read(self, use):
+        """``(use(txn), txnid)`` from a read transaction of this reader's, ``use``
+        copying out whatever it keeps: done again while a writer may have recycled the
+        snapshot's pages meanwhile (module docstring), and after a map resize."""
         import lmdb
 
-        try:
-            self._scan_txn()
-        except lmdb.MapResizedError:  # a writer grew the map since we opened it
-            self._env.set_mapsize(0)
-            self._scan_txn()
+        for _ in range(_READ_TRIES):
+            try:
+                with self._gate.shared():
+                    with self._env.begin(buffers=True) as txn:
+                        got, sid = use(txn), txn.id()
+                    if self._newest_txnid() <= sid + 1:
+                        return got, sid
+            except lmdb.MapResizedError:  # a writer grew the map past ours
+                self._resize()
+        raise BookError(f"{self.data_path}: a writer replaced the pages of every "
+                        f"snapshot before a read could finish, {_READ_TRIES} times")
 
-    def _scan_txn(self) -> None:
-        if self._db is None:  # a just-rolled epoch: has its first event created EVENTS?
-            self._db = _events_db(self._env, self.directory)
-        if self._db is None:
-            st = os.stat(self.data_path)
-            self._mtime_ns, self._size = st.st_mtime_ns, st.st_size
-            self._view = (0, 0)
-            return
-        with self._env.begin(db=self._db, buffers=True) as txn:
-            entries = txn.stat(self._db)["entries"]
-            cur = txn.cursor()
-            if not entries or not cur.first():
-                first = count = 0
-            else:
-                first = KEY.unpack(bytes(cur.key()))[0]
-                cur.last()
-                last = KEY.unpack(bytes(cur.key()))[0]
-                count = last - first + 1
-                if count != entries:
-                    raise ContiguityError(
-                        f"{self.data_path}: EVENTS holds {entries} entries but its keys run "
-                        f"{first}..{last} ({count} events): the events are not contiguous")
-                if self.base is not None and first != self.base + 1:
-                    raise ContiguityError(
-                        f"{self.data_path}: epoch 0i{self.base} must start at event "
-                        f"{self.base + 1}, but its first event is {first}")
-        st = os.stat(self.data_path)
-        self._mtime_ns = st.st_mtime_ns
-        self._size = st.st_size
-        self._view = (first, count)
+    def _resize(self) -> None:
+        """Adopt a writer's larger map (``mdb_env_set_mapsize(env, 0)``), with no
+        transaction of this environment open (the gate)."""
+        with self._gate.alone():
+            self._env.set_mapsize(0)
+
+    def _sync_fd(self) -> int:
+        return self._fd
+
+    def _durable_witness(self) -> tuple[int, bytes]:
+        """An ``fdatasync`` started now covers the newest transaction (its meta page is
+        in the page cache: it was written before it could be read from the map)."""
+        return self._newest_txnid(), b""
 
     # --- state ---------------------------------------------------------------------------
 
@@ -319,17 +434,17 @@ class LmdbLog(PublishedView):
                               f"(the epoch holds {first}..{last})")
 
     def _get(self, txn, event: int):
-        value = txn.get(KEY.pack(event))
+        value = txn.get(KEY.pack(event), db=self._db)
         if value is None:  # the store changed under us (never for a finished epoch)
             raise NoSuchEvent(f"{self.data_path}: event {event} is missing from EVENTS")
         return value
 
     def _with_value(self, event: int, use):
         """``use(value)`` for ``event``'s value, a buffer into the map that is valid only
-        inside the one read transaction this opens."""
+        inside the one read transaction this opens (``use`` copies what it keeps; the
+        read is checked against recycling: :meth:`_read`)."""
         self._check(event)
-        with self._env.begin(db=self._db, buffers=True) as txn:
-            return use(self._get(txn, event))
+        return self._read(lambda txn: use(self._get(txn, event)))[0]
 
     def payload_size(self, event: int) -> int:
         """Bytes of ``event``'s payload (the value's length; nothing is copied)."""
@@ -358,41 +473,108 @@ class LmdbLog(PublishedView):
     def walk(self, start: int | None = None, end: int | None = None
              ) -> Iterator[tuple[EventNum, bytes]]:
         """``(event, payload)`` for ``start..end`` inclusive (defaults: the whole epoch), in
-        event order, by one cursor pass."""
-        for event, value in self.iter_buffers(start, end):
-            yield event, bytes(value)
+        event order, by cursor passes: each value is copied and yielded only once the
+        snapshot it came from is known not to have been recycled while it was copied
+        (module docstring); else the pass goes on from there in a new transaction."""
+        import lmdb
+
+        walked = self._walk_range(start, end, self._check)
+        if walked is None:
+            return
+        expected, end = walked
+        tries = 0
+        while expected <= end:
+            batch: list[tuple[int, bytes]] = []
+            try:
+                with self._gate.shared():
+                    with self._env.begin(buffers=True) as txn:
+                        sid = txn.id()
+                        for event, value in self._cursor_from(txn, expected, end):
+                            batch.append((event, bytes(value)))
+                            if len(batch) >= 256:
+                                break
+            except lmdb.MapResizedError:
+                self._resize()
+                continue
+            if self._newest_txnid() > sid + 1:  # recycled meanwhile, maybe: read again
+                tries += 1
+                if tries >= _READ_TRIES:
+                    raise BookError(f"{self.data_path}: a writer replaced the pages of "
+                                    f"every snapshot before event {expected} was read")
+                continue
+            tries = 0
+            for event, data in batch:
+                yield EventNum(event), data
+            expected = batch[-1][0] + 1
+
+    def _cursor_from(self, txn, start: int, end: int):
+        """``(event, value)`` from ``start`` to ``end`` in ``txn``, checking that the keys
+        are contiguous."""
+        cur = txn.cursor(db=self._db)
+        if not cur.set_key(KEY.pack(start)):
+            raise NoSuchEvent(f"{self.data_path}: event {start} is missing from EVENTS")
+        expected = start
+        for key, value in cur:
+            (event,) = KEY.unpack(bytes(key))
+            if event != expected:
+                raise ContiguityError(f"{self.data_path}: expected event {expected}, "
+                                      f"found {event} (the events are not contiguous)")
+            yield event, value
+            if event == end:
+                return
+            expected += 1
+        raise NoSuchEvent(f"{self.data_path}: EVENTS ends before event {end}")
 
     def iter_buffers(self, start: int | None = None, end: int | None = None
                      ) -> Iterator[tuple[EventNum, memoryview]]:
         """Like :meth:`walk`, but zero-copy: each value is a ``memoryview`` into the map,
         valid only until the generator advances or is closed (one read transaction stays
-        open meanwhile).  Used by ``migrate`` to stream without copying."""
+        open meanwhile).  The map's own bytes are handed out, so only for an epoch no
+        writer changes: ``migrate``, which holds the pier's lock."""
         walked = self._walk_range(start, end, self._check)
         if walked is None:
             return
         start, end = walked
-        with self._env.begin(db=self._db, buffers=True) as txn:
-            cur = txn.cursor()
-            if not cur.set_key(KEY.pack(start)):
-                raise NoSuchEvent(f"{self.data_path}: event {start} is missing from EVENTS")
-            expected = start
-            for key, value in cur:
-                (event,) = KEY.unpack(bytes(key))
-                if event != expected:
-                    raise ContiguityError(f"{self.data_path}: expected event {expected}, "
-                                          f"found {event} (the events are not contiguous)")
-                yield EventNum(event), value
-                if event == end:
-                    return
-                expected += 1
-            raise NoSuchEvent(f"{self.data_path}: EVENTS ends before event {end}")
+        with self._gate.shared():
+            with self._env.begin(buffers=True) as txn:
+                for event, value in self._cursor_from(txn, start, end):
+                    yield EventNum(event), value
 
     def refresh(self) -> int:
-        """Re-read the first/last keys (a finished epoch never changes).  Returns how many
-        events were added."""
+        """Pick up transactions a writer committed, once durable (module docstring);
+        reopen a store that was replaced or rewritten (``generation`` grows).  Returns
+        how many events were added.  Cheap while nothing changed: a ``stat``, an
+        ``fstat`` and the newest transaction id from the map."""
         before = self.count
-        if os.stat(self.data_path).st_mtime_ns == self._mtime_ns:
+        try:
+            path_st = os.stat(self.data_path)
+        except OSError:
+            path_st = None
+        st = os.fstat(self._fd)
+        newest = self._newest_txnid()
+        if path_st is not None and (path_st.st_dev, path_st.st_ino) != (st.st_dev, st.st_ino):
+            return self._reopen("was replaced (another file at its path)", before)
+        unchanged = newest == self._txnid and st.st_size == self._size
+        if newest < self._txnid or self._rewritten_in_place(st, unchanged):
+            return self._reopen("was rewritten in place (its newest transaction went back, "
+                                "or its ctime moved with nothing committed)", before)
+        if newest == self._txnid and self._db is not None:
             return 0
+        self._scan()
+        return max(0, self.count - before)
+
+    def _reopen(self, why: str, before: int) -> int:
+        """Open the store at the path again, as a new one (``generation`` grows)."""
+        log.warning("%s %s; opening it again", self.data_path, why)
+        with self._gate.alone():
+            self._env.close()
+            os.close(self._fd)
+            self._env = _open_env(self.directory)
+            self._fd = os.open(self.data_path, os.O_RDONLY | os.O_CLOEXEC)
+            self._db = _events_db(self._env, self.directory)
+        self._view, self._txnid, self._synced = (0, 0), 0, (0, b"")
+        self.generation += 1
+        self._seen_ctime = os.fstat(self._fd).st_ctime_ns
         self._scan()
         return max(0, self.count - before)
 
@@ -404,7 +586,7 @@ class LmdbLog(PublishedView):
 
         expected = self.first
         try:
-            for event, value in self.iter_buffers():
+            for event, value in self.walk():
                 expected = event + 1
                 if progress is not None:
                     progress(len(value) + 8)
@@ -440,3 +622,4 @@ class LmdbLog(PublishedView):
         if self._env is not None:
             self._env.close()
             self._env = None
+            os.close(self._fd)

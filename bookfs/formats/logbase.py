@@ -44,6 +44,8 @@ from bookfs.formats.layout import (
     MIN_PAYLOAD,
 )
 from bookfs.formats.lock import WriterLock, lock_path_for
+from bookfs.formats.committed import CommittedReads
+from bookfs.formats.mark import MarkReader, MarkWriter
 from bookfs.types import EventNum
 
 log = logging.getLogger(__name__)
@@ -184,7 +186,7 @@ class PublishedView(LogMixin):
         return 0 <= event - self._view[0] < self._view[1]
 
 
-class SingleFileLog(PublishedView):
+class SingleFileLog(CommittedReads, PublishedView):
     """The engine base of a one-file Book log.  Subclasses set ``DEED_OVERHEAD`` (bytes a
     deed adds to its payload) and ``WHAT``, keep ``_index`` and ``recovery`` (a
     :class:`~bookfs.formats.recovery.RecoveryReport`), call ``_publish_view`` after the
@@ -211,6 +213,9 @@ class SingleFileLog(PublishedView):
         #: Grows whenever published events may have changed (see ``eventlog.py``).
         self.generation = 0
         self._retired_fds: list[int] = []
+        # the commit mark (``mark.py``): a writer's to publish, a reader's to obey
+        self._mark: MarkWriter | None = None
+        self._init_reads(None if writable else MarkReader(directory))
 
     @classmethod
     def _open_directory(cls, path: str | os.PathLike, writable: bool, create: bool,
@@ -247,6 +252,9 @@ class SingleFileLog(PublishedView):
         try:
             opened._check_meta_file()
             load(opened)
+            if writable:
+                opened._mark = MarkWriter.claim(directory, opened._fd, opened.log_bytes,
+                                                opened._mark_last())
         except BaseException:
             opened.close(save=False)
             raise
@@ -302,6 +310,26 @@ class SingleFileLog(PublishedView):
     def _publish_view(self, end: int, *extra) -> None:
         ix = self._index
         self._view = (ix.first, ix.count, end, *extra)
+
+    # --- the commit mark (mark.py; what readers obey: committed.py) -----------------------
+
+    def _mark_last(self) -> int:
+        """The last committed event, as the mark states it."""
+        return self.last
+
+    def _publish_mark(self) -> None:
+        """A writer's save returned: tell readers in other processes (``mark.py``)."""
+        if self._mark is not None:
+            self._mark.publish(self._view[2], self._mark_last())
+
+    def _header_witness(self) -> bytes:
+        """The header bytes a reader's durability proof must have seen (a format that
+        rewrites its header in place says which; the UIP's header never changes once
+        ``fir_d`` is set, and a change is a rewrite that ``refresh`` catches)."""
+        return b""
+
+    def _sync_fd(self) -> int:
+        return self._fd
 
     # --- recovery on open ----------------------------------------------------------------
 
@@ -487,6 +515,10 @@ class SingleFileLog(PublishedView):
 
     def _close_files(self) -> None:
         """Close the files and release the lock (idempotent)."""
+        if self._mark is not None:
+            self._mark.release()
+        if self._marks is not None:
+            self._marks.close()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

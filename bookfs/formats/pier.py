@@ -282,6 +282,7 @@ class Pier(LogMixin):
         self._log_dir_mtime: int | None = None  # .urb/log as of the last look for a roll
         self._roll_pending = False  # a new epoch seen but not taken yet (half made)
         self._roll_said: str | None = None  # the last reason a new epoch waits (logged once)
+        self._inline_sync = True  # logbase.SingleFileLog.inline_sync, for every epoch
 
     @classmethod
     def open(cls, path: str | os.PathLike, writable: bool = False, *,
@@ -494,6 +495,8 @@ class Pier(LogMixin):
                     _log.info("%s: new epoch %s not followed yet: %s", self.log_dir, name, why)
                     self._roll_said = why
                 break
+            if hasattr(log, "inline_sync"):
+                log.inline_sync = self._inline_sync
             self.epochs.append(Epoch(name, base, log))
             self._bases.append(base)
             gained += log.count
@@ -508,6 +511,40 @@ class Pier(LogMixin):
         if kind == "lmdb":
             return self._open_lmdb(directory)
         return open_book_dir(directory, False)
+
+    # --- what a reader may publish (logbase.py: the commit mark, a reader's own sync) ----
+
+    @property
+    def inline_sync(self) -> bool:
+        return self._inline_sync
+
+    @inline_sync.setter
+    def inline_sync(self, value: bool) -> None:
+        """Every epoch's (and every epoch a roll adds later)."""
+        self._inline_sync = value
+        for e in self.epochs:
+            if hasattr(e.log, "inline_sync"):
+                e.log.inline_sync = value
+
+    @property
+    def wants_sync(self) -> bool:
+        """Some epoch holds back bytes until this reader has made them durable."""
+        return any(getattr(e.log, "wants_sync", False) for e in self.epochs)
+
+    @wants_sync.setter
+    def wants_sync(self, value: bool) -> None:
+        for e in self.epochs:
+            if hasattr(e.log, "wants_sync"):
+                e.log.wants_sync = value
+
+    def make_durable(self) -> bool:
+        """Each epoch's that holds bytes back (``logbase.SingleFileLog.make_durable``)."""
+        ok = True
+        for e in self.epochs:
+            if getattr(e.log, "wants_sync", False) or e is self.epochs[-1]:
+                if hasattr(e.log, "make_durable"):
+                    ok = e.log.make_durable() and ok
+        return ok
 
     @property
     def generation(self) -> int:

@@ -16,9 +16,10 @@ is the commit point: deeds past the newest valid header's ``las_d`` are not comm
 This module is the engine, :class:`VereBook`; beside it are ``vere_header.py`` (the slots),
 ``vere_deeds.py`` (framing scans, batch CRCs), ``vere_recovery.py`` (``bookfs fsck``) and
 ``detect.py`` (telling this layout from the UIP's); what both Book layouts share is in
-``logbase.py``.  It is a little over 600 lines because the contract below is stated here
-in full, and the open-time recovery rule, ``refresh`` and ``save`` all read and replace
-the same header state (``_slots``, ``_active``, ``_seen``), so they stay one class.
+``logbase.py``.  It is about 700 lines, over the 600 lines a module should keep to, because the
+contract below is stated here in full, and the open-time recovery rule, ``refresh`` (with
+what a reader may publish of it) and ``save`` all read and replace the same header state
+(``_slots``, ``_active``, ``_seen``), so they stay one class.
 This module knows nothing of FUSE, trio or Spark.
 
 Contract (the same as :class:`bookfs.formats.book.Book`'s, where the format allows)
@@ -83,14 +84,20 @@ from bookfs.formats.layout import (
     VERE_DEEDS_START,
     VERE_SLOT_OFFSETS,
     VERE_SLOT_SIZE,
-    crc32,
     epoch_of_directory,
 )
 from bookfs.formats.lock import WriterLock
 from bookfs.formats.logbase import SingleFileLog
-from bookfs.formats.vere_deeds import crc_range, is_torn_vere_tail, scan_vere_framing
+from bookfs.formats.mark import UNSURE, Mark
+from bookfs.formats.vere_deeds import (
+    crc_range,
+    is_torn_vere_tail,
+    scan_vere_framing,
+    write_vere_deeds,
+)
 from bookfs.formats.vere_header import (
     Slot,
+    durable_slots,
     initial_log_bytes,
     parse_slot,
     read_header,
@@ -137,6 +144,9 @@ class VereBook(SingleFileLog):
         self._slots: list[Slot | None] = [None, None]
         self._active: Slot | None = None  # the slot describing the committed state
         self._seen: tuple[int, bytes] | None = None  # (size, both slots' bytes) last settled
+        #: a reader's newer header states held back as not yet committed: what must
+        #: change before they are worth looking at again; None when none is held back
+        self._held: tuple | None = None
         self.recovery = recovery.VereRecoveryReport()
 
     # --- opening -----------------------------------------------------------------------
@@ -188,7 +198,8 @@ class VereBook(SingleFileLog):
     def _load(self, progress: Progress | None) -> None:
         fd = self._fd
         report = self.recovery
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        size, self._seen_ctime = st.st_size, st.st_ctime_ns
         slots, cands, why = read_header(fd, self.log_path, size)
         best = cands[0]
         if self.writable and size < VERE_DEEDS_START:
@@ -206,6 +217,15 @@ class VereBook(SingleFileLog):
         index.times.append((fir + 1, os.fstat(fd).st_mtime_ns))
         scan_vere_framing(fd, index, size, max(c.las - fir for c in cands), progress=progress)
 
+        held = False
+        if not self.writable:  # a reader: only the states a writer committed
+            gate = self._reader_gate(st, settle=True)
+            allowed = [c for c in cands if gate(c, index)]
+            if not allowed:  # an unreadable live mark, or a failed sync: rare, passing
+                raise BookError(f"{self.log_path}: no header state can be read as committed "
+                                "yet (its writer's mark is unreadable, or a sync failed)")
+            held, cands, best = len(allowed) < len(cands), allowed, allowed[0]
+
         k, chosen = self._committed_count(index, best, cands)
         if chosen is not None:
             batch = (k - chosen.bat, chosen.sum)
@@ -219,7 +239,7 @@ class VereBook(SingleFileLog):
         index.truncate(k)
         self._index = index
         end = index.end if index.count else VERE_DEEDS_START
-        if end < size:
+        if end < size and not held:  # (held back: a writer's save not committed yet)
             self._handle_bad_region(end, size, claimed=k < best.las - fir)
         if self.writable and chosen is not best:
             chosen = self._repair_header(index, best, chosen)
@@ -229,7 +249,7 @@ class VereBook(SingleFileLog):
         self._active = chosen
         if self.writable:
             index.verified_end = index.end
-        self._seen = (os.fstat(fd).st_size, b"".join(read_slots(self._fd)))
+        self._seen = None if held else (os.fstat(fd).st_size, b"".join(read_slots(self._fd)))
         self._publish(batch)
 
     def _committed_count(self, index: OffsetIndex, best: Slot, cands: list[Slot]
@@ -374,6 +394,30 @@ class VereBook(SingleFileLog):
     def format(self) -> str:
         return "vere-book (two-slot layout)"
 
+    # --- what a reader may publish (docs/reliability.md, "What a reader sees") ----------
+
+    def _mark_last(self) -> int:
+        return self.las_d
+
+    def _header_witness(self) -> bytes:  # vere rewrites its slots in place
+        return b"".join(read_slots(self._fd))
+
+    def _reader_gate(self, st: os.stat_result, *, settle: bool = False):
+        """Which header states a reader may publish, as ``gate(slot, index) -> bool``:
+        with a live commit mark (``mark.py``), those up to its last event; with none
+        (vere itself writes the log, or no one does), those whose slot and deeds this
+        reader has made durable itself (:meth:`make_durable`): vere writes the header
+        slot before the same ``fdatasync`` as the deeds, so the slot alone says nothing
+        of durability (``docs/reliability.md``)."""
+        mark = self._look_mark_settled(st) if settle else self.look_mark(st)
+        if isinstance(mark, Mark):
+            return lambda c, ix: c.las <= mark.last
+        if mark is UNSURE:
+            published = self.las_d
+            return lambda c, ix: c.las <= published
+        self._durable_or_wait(st.st_size, self._header_witness())
+        return durable_slots(self._fir, *self._synced)
+
     # --- reading ---------------------------------------------------------------------------
 
     def read(self, event: int) -> bytes:
@@ -447,16 +491,32 @@ class VereBook(SingleFileLog):
             log.warning("%s was replaced (a new file at its path); re-indexing", self.log_path)
             return self._reindex()
         fd = self._fd
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        size = st.st_size
         raw = read_slots(self._fd)
-        if self._seen == (size, b"".join(raw)):
+        unchanged = self._seen == (size, b"".join(raw))
+        if self._rewritten_in_place(st, unchanged):
+            log.warning("%s was rewritten in place (its ctime moved, its size and header "
+                        "did not); re-indexing", self.log_path)
+            return self._reindex()
+        if unchanged:
             return 0
+        ix = self._index
+        if size < ix.end:
+            log.warning("%s: shrank from %d to %d bytes; re-indexing", self.log_path,
+                        ix.end, size)
+            return self._reindex()
         slots = [parse_slot(r, w)[0] for w, r in enumerate(raw)]
         cands = sorted((s for s in slots if s and s.fir == self._fir),
                        key=lambda s: (-s.seq, s.which))
         if not cands:
             return 0  # a header being rewritten under us, or damage: look again later
-        ix = self._index
+        gate = None
+        if not self.writable:  # a reader: only the states a writer committed
+            held_key = (b"".join(raw), self._held_key(st))
+            if held_key == self._held:
+                return 0  # held back, and neither the file nor the mark moved since
+            gate = self._reader_gate(st)
         before = ix.count
         best = cands[0]
         if best.las - self._fir < before or size < ix.end:
@@ -472,6 +532,17 @@ class VereBook(SingleFileLog):
                         self.log_path, best.name, best.seq, best.las - best.bat + 1)
             return self._reindex()
         scan_vere_framing(fd, ix, size, max(c.las - self._fir for c in cands))
+        if gate is not None:
+            allowed = [c for c in cands if gate(c, ix)]
+            if len(allowed) < len(cands):
+                self._held = held_key
+                if not allowed or allowed[0].las - self._fir < before:
+                    ix.truncate(before)  # nothing newer committed yet: look again later
+                    return 0
+                cands = allowed
+                best = cands[0]
+            else:
+                self._held = None
         for c in cands:
             if c.las - self._fir >= before and self._batch_ok(ix, c):
                 chosen = c
@@ -493,7 +564,7 @@ class VereBook(SingleFileLog):
         ix.truncate(k)
         self._slots = slots
         self._active = chosen
-        if chosen is best:
+        if chosen is best and self._held is None:
             self._seen = (size, b"".join(raw))
         added = k - before
         if added:
@@ -548,7 +619,7 @@ class VereBook(SingleFileLog):
         old_slot = os.pread(fd, VERE_SLOT_SIZE, VERE_SLOT_OFFSETS[target])
         seq = max(s.seq for s in self._slots if s) + 1
         try:
-            sizes, sm = self._write_deeds(payloads, start)
+            sizes, sm = write_vere_deeds(self._fd, payloads, start)
             new = Slot(target, fir, las + len(payloads), seq, len(payloads), sm)
             if os.pwrite(fd, new.pack(), new.offset) != VERE_SLOT_SIZE:
                 raise OSError(errno.EIO, "short header write")
@@ -566,40 +637,9 @@ class VereBook(SingleFileLog):
         self._slots[target] = new
         self._active = new
         self._publish((b0, sm))
+        self._publish_mark()
         self._seen = (os.fstat(fd).st_size, b"".join(read_slots(self._fd)))
         ix.note_growth(first_event, time.time_ns())
-
-    def _write_deeds(self, payloads: list, start: int) -> tuple[list[int], int]:
-        """Write the deeds for ``payloads`` at ``start``: one ``pwritev`` for a batch of
-        in-memory payloads; a :class:`Blob` is streamed once, in bounded chunks.  Returns
-        the payload sizes and the crc32 of all deed bytes written (the batch ``sum``)."""
-        bufs: list = []
-        sizes = []
-        crc = 0
-        off = start
-        for p in payloads:
-            n = len(p)
-            sizes.append(n)
-            frame = DEED_LEN.pack(n)
-            if isinstance(p, (bytes, bytearray, memoryview)):
-                bufs += (frame, p, frame)
-                crc = crc32(frame, crc32(p, crc32(frame, crc)))
-                continue
-            off = self._pwritev_all(bufs, off)
-            bufs = []
-            crc = crc32(frame, crc)
-            off = self._pwritev_all([frame], off)
-            got = 0
-            for chunk in p.chunks():
-                crc = crc32(chunk, crc)
-                got += len(chunk)
-                off = self._pwritev_all([chunk], off)
-            if got != n:
-                raise OSError(errno.EIO, f"payload changed size while written ({n} -> {got})")
-            crc = crc32(frame, crc)
-            off = self._pwritev_all([frame], off)
-        self._pwritev_all(bufs, off)
-        return sizes, crc
 
     def _undo(self, start: int, size_before: int, target: int, old_slot: bytes) -> None:
         try:

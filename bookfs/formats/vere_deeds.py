@@ -7,11 +7,13 @@ these; its ``fsck`` (``vere_recovery.py``) too.
 
 from __future__ import annotations
 
+import errno
 import os
 
 from bookfs.formats.fileio import pread_into
 from bookfs.formats.framing import scan_deeds
 from bookfs.formats.index import OffsetIndex
+from bookfs.formats.logbase import pwritev_all
 from bookfs.formats.layout import (
     DEED_LEN,
     MAX_PAYLOAD,
@@ -90,3 +92,37 @@ def is_torn_vere_tail(fd: int, off: int, size: int) -> bool:
         if not (VERE_MIN_LEN <= n <= MAX_PAYLOAD) or off + n + VERE_DEED_OVERHEAD <= size:
             return False  # announces no deed, or a whole deed that was never committed
     return find_framed_deed(fd, off + 1, size) is None
+
+
+def write_vere_deeds(fd: int, payloads: list, start: int) -> tuple[list[int], int]:
+    """Write the deeds for ``payloads`` at ``start`` of the log ``fd`` (a save of
+    ``vere.py``): one ``pwritev`` for a batch of
+    in-memory payloads; a ``Blob`` (``book.py``) is streamed once, in bounded chunks.  Returns
+    the payload sizes and the crc32 of all deed bytes written (the batch ``sum``)."""
+    bufs: list = []
+    sizes = []
+    crc = 0
+    off = start
+    for p in payloads:
+        n = len(p)
+        sizes.append(n)
+        frame = DEED_LEN.pack(n)
+        if isinstance(p, (bytes, bytearray, memoryview)):
+            bufs += (frame, p, frame)
+            crc = crc32(frame, crc32(p, crc32(frame, crc)))
+            continue
+        off = pwritev_all(fd, bufs, off)
+        bufs = []
+        crc = crc32(frame, crc)
+        off = pwritev_all(fd, [frame], off)
+        got = 0
+        for chunk in p.chunks():
+            crc = crc32(chunk, crc)
+            got += len(chunk)
+            off = pwritev_all(fd, [chunk], off)
+        if got != n:
+            raise OSError(errno.EIO, f"payload changed size while written ({n} -> {got})")
+        crc = crc32(frame, crc)
+        off = pwritev_all(fd, [frame], off)
+    pwritev_all(fd, bufs, off)
+    return sizes, crc

@@ -133,3 +133,20 @@ def _refuse_unreadable(path: str, size: int, raw: tuple[bytes, bytes], why: list
             "UIP layout (16-byte header), open it with bookfs.formats.book.Book")
     raise FormatError(f"{path}: neither vere header slot is valid "
                       f"({'; '.join(why)}); refusing to guess the committed state")
+
+
+def durable_slots(fir: int, size: int, witness: bytes):
+    """``gate(slot, index) -> bool``: whether a reader made the state ``slot`` describes
+    durable itself, by an ``fdatasync`` started when the log had ``size`` bytes and its
+    two slots were ``witness`` (``committed.py``).  vere writes the header slot before the
+    same ``fdatasync`` as the deeds (``pkg/vere/db/book.c``, ``u3_book_save()``), so a
+    slot seen in the file says nothing of durability; one seen *before* a sync that then
+    returned, with all its deeds below ``size``, is durable."""
+
+    def durable(c: Slot, ix) -> bool:
+        k = min(c.las - fir, ix.count)  # of its deeds, those there (recovery judges them)
+        end = ix.offsets[k] if k < ix.count else ix.end
+        mine = witness[c.which * VERE_SLOT_SIZE : (c.which + 1) * VERE_SLOT_SIZE]
+        return (k == 0 or end <= size) and mine == c.pack()
+
+    return durable

@@ -62,6 +62,7 @@ class Follower:
         self.slot: int | None = 0
         self.slot_refs = [0] * I.SLOTS
         self.known = fs.book.gulf()  # the range the kernel may have cached
+        self._syncing = False  # a worker is making the log's new bytes durable
 
     # --- generation slots (inodes.py; issue 19, item 1) ----------------------------------
 
@@ -117,13 +118,27 @@ class Follower:
 
     # --- following the writer ------------------------------------------------------------
 
-    def follow(self) -> None:
+    def follow(self, *, inline_sync: bool = True) -> None:
         """On a read-only mount, pick up events another process committed; if the log
-        shrank or was replaced under us, drop every cache (ours and the kernel's)."""
+        shrank or was replaced under us, drop every cache (ours and the kernel's).
+
+        What is committed (``formats/mark.py``, docs/reliability.md): what a live bookfs
+        writer's mark says; with none (vere writes the log, or nobody), what the format
+        commits once this reader has made it durable with its own ``fdatasync``.  A
+        handler that must answer now (a lookup of an event not seen yet) syncs here
+        (``inline_sync``: about 40 us when the writer has synced already); the periodic
+        look does it in a worker thread (:meth:`_sync_then_follow`) and looks again."""
         fs = self.fs
         if not fs.readonly:
             return
-        self.book.refresh()
+        book = self.book
+        if hasattr(book, "inline_sync"):
+            book.inline_sync = inline_sync
+        book.refresh()
+        if getattr(book, "wants_sync", False) and not self._syncing:
+            self.book.wants_sync = False
+            self._syncing = True
+            trio.lowlevel.spawn_system_task(self._sync_then_follow)
         gen = getattr(self.book, "generation", 0)
         old = self.known
         self.known = self.book.gulf()
@@ -146,6 +161,22 @@ class Follower:
             segments, fs.segment_files.names = fs.segment_files.names, {}
             trio.lowlevel.spawn_system_task(self._invalidate_kernel, old, self.known,
                                             segments, old_slot)
+
+    async def _sync_then_follow(self) -> None:
+        """The log grew and no live commit mark speaks for it (no bookfs writer: vere,
+        or none): make the new bytes durable (``fdatasync`` of this reader's own
+        descriptor, in a worker thread: a disk may be slow, and the loop serves on
+        meanwhile), then look again, which publishes what the sync covered."""
+        try:
+            await trio.to_thread.run_sync(self.book.make_durable)
+        except Exception:  # never let a system task kill the mount
+            log.exception("making the log's new bytes durable failed; trying again later")
+        finally:
+            self._syncing = False
+        try:
+            self.follow(inline_sync=False)
+        except Exception:
+            log.exception("following the log failed; trying again")
 
     def read_then_recheck(self, inode: int | None, what: str, read, *args) -> bytes:
         """``read(*args)``: bytes straight from the log file, served only if the log is
@@ -178,7 +209,7 @@ class Follower:
                 with trio.move_on_after(FOLLOW_EVERY):
                     await tail.arrived.wait()
             try:
-                self.follow()
+                self.follow(inline_sync=False)
             except Exception:
                 log.exception("following the log failed; trying again")
 
