@@ -40,13 +40,17 @@ FLEET_FSNAME_PREFIX = "bookfs-fleet:"
 @dataclass
 class Ship:
     """One entry of the fleet directory: ``entry`` (its directory name), ``path``,
-    ``name`` (what the mount shows: the @p, else ``entry``), ``sid`` (the ship id)."""
+    ``name`` (what the mount shows: the @p, else ``entry``), ``sid`` (the ship id),
+    ``ino`` (the directory's inode: a directory renamed into its place is another
+    ship, whatever its name; the old one, which the fleet still holds open while it is
+    in use, keeps its number, so the two are never the same inode at once)."""
 
     entry: str
     path: str
     name: str
     sid: int
     who: int | None = None
+    ino: int = 0
 
 
 def who_of(path: str) -> int | None:
@@ -131,6 +135,8 @@ class FleetDir:
         ships: dict[str, Ship] = {}
         for e in entries:
             old = self._known.get(e.name)
+            if old is not None and old.ino != e.inode():
+                old = None  # another directory under the same name: another ship
             who = old.who if old is not None else who_of(e.path)
             name = e.name
             if who is not None:
@@ -141,13 +147,13 @@ class FleetDir:
                 name = e.name
             if name in ships:
                 continue  # an entry named like another's @p: the @p wins
-            ship = Ship(e.name, e.path, name, self._sid(name), who)
+            ship = Ship(e.name, e.path, name, self._sid(name), who, e.inode())
             self._known[e.name] = ship
             ships[name] = ship
         changed = ships.keys() != self.ships.keys() or any(
-            ships[n].path != self.ships[n].path for n in ships)
+            _place(ships[n]) != _place(self.ships[n]) for n in ships)
         for name, old_ship in self.ships.items():
-            if name not in ships or ships[name].path != old_ship.path:
+            if name not in ships or _place(ships[name]) != _place(old_ship):
                 # gone (or now another directory): a ship shown under this name later is
                 # another log, so it gets another id, and none of its inodes can be one
                 # the kernel still holds of this one
@@ -163,6 +169,11 @@ class FleetDir:
         """Read ``entry``'s meta again at the next scan (it may have been replaced)."""
         self._known.pop(entry, None)
         self._mtime = None
+
+
+def _place(ship: Ship) -> tuple[str, int]:
+    """Where a ship is: its path and its directory's inode."""
+    return ship.path, ship.ino
 
 
 def _plain(name: str) -> bool:

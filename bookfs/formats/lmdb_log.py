@@ -22,22 +22,11 @@ Contract
   refuses a region of another format with ``MDB_VERSION_MISMATCH``, and whoever opens the
   lock file first *re-initialises* it in its own format: a reader that joined while no
   ship ran would make the ship's next start fail.  A read-only mount must never do that.
-* **A read outside the reader table never returns a recycled page's bytes.**  The writer
-  reuses the pages a transaction T freed from transaction T + 2 on when no reader holds
-  an older snapshot (``mdb_find_oldest()`` is ``txnid - 1`` with an empty table;
-  ``mdb_page_alloc()`` takes freeDB records below it), so pages of snapshot S are safe
-  until transaction S + 3 writes, which begins only after S + 2's meta page is written
-  (one writer; ``mdb_txn_commit()`` writes data pages, syncs, then the meta page).  Every
-  read here copies the bytes it needs out of its transaction and then checks the newest
-  meta page's transaction id (``mdb_env_info()``, from the map): at most S + 1 means no
-  page of S was reused while it read, else the read is done again in a new transaction
-  (:meth:`LmdbLog._read`).  Walks check after every event.  ``iter_buffers`` hands out
-  the map's own bytes, so it is for an epoch no writer changes (``migrate`` holds the
-  pier's lock).
-* **Map growth.**  A writer that grows its map past this reader's makes
-  ``mdb_txn_begin()`` answer ``MDB_MAP_RESIZED`` (``mdb_txn_renew0()``); the documented
-  answer is ``mdb_env_set_mapsize(env, 0)``, which needs no transaction open in this
-  process: every transaction here is taken under a gate that the resize waits for alone.
+* **A read outside the reader table never returns a recycled page's bytes**, and a map
+  a writer grew is adopted (``MDB_MAP_RESIZED``): ``lmdb_snapshots.py`` says how, with
+  LMDB's source.  Every read copies what it keeps out of its transaction and is checked
+  after; walks check every 256 events.  ``iter_buffers`` hands out the map's own bytes,
+  so it is for an epoch no writer changes (``migrate`` holds the pier's lock).
 * **What is committed** (``committed.py``): a transaction is visible in the map once its
   meta page is written; vere opens its environments with no sync flags
   (``pkg/vere/db/lmdb.c``, ``u3_lmdb_init()``: ``mdb_env_open(env_u, pax_c, 0, 0664)``),
@@ -65,14 +54,14 @@ an epoch that is already open raises :class:`BookError` saying so.
 
 from __future__ import annotations
 
-import contextlib
+import itertools
 import logging
 import os
 import struct
-import threading
 from collections.abc import Iterable, Iterator
 
 from bookfs.formats.committed import CommittedReads
+from bookfs.formats.lmdb_snapshots import Snapshots
 from bookfs.formats.logbase import PublishedView
 from bookfs.errors import (
     BadMetaKey,
@@ -92,47 +81,7 @@ META_DB = b"META"
 KEY = struct.Struct("<Q")  # event number, 8 bytes little-endian (vere's native c3_d)
 
 _READ_ONLY_MSG = "LMDB epochs are read-only; migrate them with bookfs migrate"
-#: how often a read whose snapshot a writer may have recycled is tried again
-_READ_TRIES = 100
-
 log = logging.getLogger(__name__)
-
-
-class _Gate:
-    """Transactions of one environment (shared) and a map resize (alone): py-lmdb's
-    ``set_mapsize`` invalidates every open transaction and may move the map, so it waits
-    until none is open."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._shared = 0
-        self._alone = False
-
-    @contextlib.contextmanager
-    def shared(self):
-        with self._cond:
-            while self._alone:
-                self._cond.wait()
-            self._shared += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._shared -= 1
-                self._cond.notify_all()
-
-    @contextlib.contextmanager
-    def alone(self):
-        with self._cond:
-            while self._alone or self._shared:
-                self._cond.wait()
-            self._alone = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._alone = False
-                self._cond.notify_all()
 
 
 def is_lmdb_dir(directory: str) -> bool:
@@ -250,7 +199,7 @@ class LmdbLog(CommittedReads, PublishedView):
         self.data_path = self.log_path = os.path.join(directory, DATA_NAME)
         #: grows when the store was replaced or rewritten under us (``eventlog.py``)
         self.generation = 0
-        self._gate = _Gate()
+        self._snaps = Snapshots(lambda: self._env, self.data_path)
         self._fd = os.open(self.data_path, os.O_RDONLY | os.O_CLOEXEC)  # sync, identity
         self._init_reads(None)  # bookfs never writes LMDB: no commit mark to obey
         self._seen_ctime = os.fstat(self._fd).st_ctime_ns
@@ -338,7 +287,7 @@ class LmdbLog(CommittedReads, PublishedView):
         check they are contiguous; publish them once durable (module docstring)."""
         st = os.fstat(self._fd)
         if self._db is None:  # a just-rolled epoch: has its first event created EVENTS?
-            with self._gate.shared():  # (a handle is opened outside a read's snapshot)
+            with self._snaps.shared():  # (a handle is opened outside a read's snapshot)
                 self._db = _events_db(self._env, self.directory)
         view, txnid = self._read(self._scan_txn)
         if view != self._view and txnid > self._txnid and not self._durable_or_wait(txnid):
@@ -367,39 +316,33 @@ class LmdbLog(CommittedReads, PublishedView):
                 f"{self.base + 1}, but its first event is {first}")
         return (first, count)
 
-    # --- transactions --------------------------------------------------------------------
+    # --- transactions (lmdb_snapshots.py) ------------------------------------------------
 
     def _newest_txnid(self) -> int:
-        """The newest meta page's transaction id, read from the map (``mdb_env_info()``
-        picks the meta without a lock, as this reader's transactions do)."""
-        return self._env.info()["last_txnid"]
+        return self._snaps.newest()
 
     def _read(self, use):
-        """``(use(txn), txnid)`` from a read transaction of this reader's, ``use``
-        copying out whatever it keeps: done again while a writer may have recycled the
-        snapshot's pages meanwhile (module docstring), and after a map resize."""
-        import lmdb
-
-        for _ in range(_READ_TRIES):
-            try:
-                with self._gate.shared():
-                    with self._env.begin(buffers=True) as txn:
-                        got, sid = use(txn), txn.id()
-                    if self._newest_txnid() <= sid + 1:
-                        return got, sid
-            except lmdb.MapResizedError:  # a writer grew the map past ours
-                self._resize()
-        raise BookError(f"{self.data_path}: a writer replaced the pages of every "
-                        f"snapshot before a read could finish, {_READ_TRIES} times")
-
-    def _resize(self) -> None:
-        """Adopt a writer's larger map (``mdb_env_set_mapsize(env, 0)``), with no
-        transaction of this environment open (the gate)."""
-        with self._gate.alone():
-            self._env.set_mapsize(0)
+        return self._snaps.read(use)
 
     def _sync_fd(self) -> int:
         return self._fd
+
+    def identity(self) -> tuple:
+        """A token naming this store as published now (``logbase.SingleFileLog``'s)."""
+        st = os.fstat(self._fd)
+        return (st.st_dev, st.st_ino, st.st_ctime_ns, self._txnid)
+
+    def continues(self, token: tuple) -> bool:
+        """The same file, untouched since (ctime) or with a newer transaction on top."""
+        dev, ino, ctime, txnid = token
+        st = os.fstat(self._fd)
+        return (st.st_dev, st.st_ino) == (dev, ino) and (
+            st.st_ctime_ns == ctime or self._txnid >= txnid)
+
+    def watch_paths(self) -> list[tuple[str, bool]]:
+        """What a follower watches (inotify): ``data.mdb`` (a writer's meta page write)
+        and its directory (a rename over it)."""
+        return [(self.data_path, False), (self.directory, True)]
 
     def _durable_witness(self) -> tuple[int, bytes]:
         """An ``fdatasync`` started now covers the newest transaction (its meta page is
@@ -473,36 +416,16 @@ class LmdbLog(CommittedReads, PublishedView):
     def walk(self, start: int | None = None, end: int | None = None
              ) -> Iterator[tuple[EventNum, bytes]]:
         """``(event, payload)`` for ``start..end`` inclusive (defaults: the whole epoch), in
-        event order, by cursor passes: each value is copied and yielded only once the
-        snapshot it came from is known not to have been recycled while it was copied
-        (module docstring); else the pass goes on from there in a new transaction."""
-        import lmdb
-
+        event order, by cursor passes of up to 256 events, each copied out of a snapshot
+        known not to have been recycled while it was read (``lmdb_snapshots.py``)."""
         walked = self._walk_range(start, end, self._check)
         if walked is None:
             return
         expected, end = walked
-        tries = 0
         while expected <= end:
-            batch: list[tuple[int, bytes]] = []
-            try:
-                with self._gate.shared():
-                    with self._env.begin(buffers=True) as txn:
-                        sid = txn.id()
-                        for event, value in self._cursor_from(txn, expected, end):
-                            batch.append((event, bytes(value)))
-                            if len(batch) >= 256:
-                                break
-            except lmdb.MapResizedError:
-                self._resize()
-                continue
-            if self._newest_txnid() > sid + 1:  # recycled meanwhile, maybe: read again
-                tries += 1
-                if tries >= _READ_TRIES:
-                    raise BookError(f"{self.data_path}: a writer replaced the pages of "
-                                    f"every snapshot before event {expected} was read")
-                continue
-            tries = 0
+            batch, _ = self._read(lambda txn: [
+                (e, bytes(v)) for e, v in itertools.islice(
+                    self._cursor_from(txn, expected, end), 256)])
             for event, data in batch:
                 yield EventNum(event), data
             expected = batch[-1][0] + 1
@@ -535,7 +458,7 @@ class LmdbLog(CommittedReads, PublishedView):
         if walked is None:
             return
         start, end = walked
-        with self._gate.shared():
+        with self._snaps.shared():
             with self._env.begin(buffers=True) as txn:
                 for event, value in self._cursor_from(txn, start, end):
                     yield EventNum(event), value
@@ -566,7 +489,7 @@ class LmdbLog(CommittedReads, PublishedView):
     def _reopen(self, why: str, before: int) -> int:
         """Open the store at the path again, as a new one (``generation`` grows)."""
         log.warning("%s %s; opening it again", self.data_path, why)
-        with self._gate.alone():
+        with self._snaps.alone():
             self._env.close()
             os.close(self._fd)
             self._env = _open_env(self.directory)

@@ -331,6 +331,40 @@ class SingleFileLog(CommittedReads, PublishedView):
     def _sync_fd(self) -> int:
         return self._fd
 
+    def identity(self) -> tuple:
+        """A token naming this log as it is published now, for :meth:`continues`: its
+        file (device, inode), ctime, published end, and the bytes that end it (a fleet
+        keeps it while the log is closed)."""
+        st = os.fstat(self._fd)
+        end = self._view[2]
+        return (st.st_dev, st.st_ino, st.st_ctime_ns, end, self._end_witness(end))
+
+    def continues(self, token: tuple) -> bool:
+        """Whether this log is the one ``token`` (:meth:`identity`) named, unchanged or
+        grown by appends: the same file, and either untouched since (ctime) or still
+        holding the bytes that ended it then.  False for anything else (a rename over
+        it, a rewrite in place, a cut): every cached byte or size of it is stale."""
+        dev, ino, ctime, end, witness = token
+        st = os.fstat(self._fd)
+        if (st.st_dev, st.st_ino) != (dev, ino):
+            return False
+        if st.st_ctime_ns == ctime:
+            return True
+        return self._view[2] >= end and self._end_witness(end) == witness
+
+    def _end_witness(self, end: int) -> bytes:
+        """The header and the 16 bytes before ``end`` (a deed's last fields)."""
+        return os.pread(self._fd, 16, 0) + os.pread(self._fd, 16, max(0, end - 16))
+
+    def watch_paths(self) -> list[tuple[str, bool]]:
+        """What a follower watches (inotify) to hear of a commit at once: ``(path,
+        is_directory)`` for the log, its directory (a rename over the log) and the commit
+        mark with its directory (where a writer publishes, and creates it)."""
+        paths = [(self.log_path, False), (self.directory, True)]
+        if self._marks is not None:
+            paths += [(self._marks.path, False), (os.path.dirname(self._marks.path), True)]
+        return paths
+
     # --- recovery on open ----------------------------------------------------------------
 
     def _is_torn_tail(self, off: int, size: int) -> bool:

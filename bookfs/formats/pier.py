@@ -512,39 +512,49 @@ class Pier(LogMixin):
             return self._open_lmdb(directory)
         return open_book_dir(directory, False)
 
-    # --- what a reader may publish (logbase.py: the commit mark, a reader's own sync) ----
+    # --- what a reader may publish (committed.py), for every epoch --------------------
+
+    def _logs(self, attr: str):
+        return [e.log for e in self.epochs if hasattr(e.log, attr)]
 
     @property
     def inline_sync(self) -> bool:
         return self._inline_sync
 
     @inline_sync.setter
-    def inline_sync(self, value: bool) -> None:
-        """Every epoch's (and every epoch a roll adds later)."""
+    def inline_sync(self, value: bool) -> None:  # every epoch's, and a roll's later
         self._inline_sync = value
-        for e in self.epochs:
-            if hasattr(e.log, "inline_sync"):
-                e.log.inline_sync = value
+        for log in self._logs("inline_sync"):
+            log.inline_sync = value
 
     @property
     def wants_sync(self) -> bool:
-        """Some epoch holds back bytes until this reader has made them durable."""
-        return any(getattr(e.log, "wants_sync", False) for e in self.epochs)
+        return any(log.wants_sync for log in self._logs("wants_sync"))
 
     @wants_sync.setter
     def wants_sync(self, value: bool) -> None:
-        for e in self.epochs:
-            if hasattr(e.log, "wants_sync"):
-                e.log.wants_sync = value
+        for log in self._logs("wants_sync"):
+            log.wants_sync = value
 
     def make_durable(self) -> bool:
-        """Each epoch's that holds bytes back (``logbase.SingleFileLog.make_durable``)."""
-        ok = True
-        for e in self.epochs:
-            if getattr(e.log, "wants_sync", False) or e is self.epochs[-1]:
-                if hasattr(e.log, "make_durable"):
-                    ok = e.log.make_durable() and ok
-        return ok
+        """Every epoch's own sync (``committed.py``)."""
+        return all([log.make_durable() for log in self._logs("make_durable")])
+
+    def identity(self) -> tuple:
+        """A token naming the pier as published now: each epoch's name and token."""
+        return tuple((e.name, e.log.identity()) for e in self.epochs)
+
+    def continues(self, token: tuple) -> bool:
+        """Every epoch the token names is still here, by name, and continues its own
+        token (epochs rolled since are new, which changes nothing published)."""
+        mine = {e.name: e.log for e in self.epochs}
+        return all(name in mine and mine[name].continues(t) for name, t in token)
+
+    def watch_paths(self) -> list[tuple[str, bool]]:
+        """What a follower watches (inotify): ``.urb/log`` (a roll adds an epoch) and
+        what the newest epoch's log says of itself."""
+        newest = getattr(self.newest.log, "watch_paths", lambda: [])()
+        return [(self.log_dir, True)] + newest
 
     @property
     def generation(self) -> int:

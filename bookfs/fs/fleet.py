@@ -107,6 +107,8 @@ class FleetOperations(pyfuse3.Operations):
         self.errors: dict[int, tuple[str, float]] = {}  # sid -> (why, when)
         self._opening: dict[int, trio.Event] = {}
         self._by_sid: dict[int, Ship] = {}
+        #: sid -> what a closed ship's next open compares with (``_close``): ~200 bytes
+        self._closed: dict[int, tuple] = {}
         self._handles: dict[int, tuple] = {}
         self._next_fh = 1
         self.no_open = "read_inode" in FEATURES
@@ -132,10 +134,12 @@ class FleetOperations(pyfuse3.Operations):
             if sid not in before and ship.who is None and sid not in self.errors:
                 self._check_kind(ship)
         gone = [s for sid, s in before.items()
-                if sid not in self._by_sid or self._by_sid[sid].path != s.path]
+                if sid not in self._by_sid or (self._by_sid[sid].path, self._by_sid[sid].ino)
+                != (s.path, s.ino)]
         for s in gone:
             self.errors.pop(s.sid, None)
             self.faces.forget(s.sid)
+            self._closed.pop(s.sid, None)
             ops = self.open_ships.get(s.sid)
             if ops is not None and not ops.in_use:
                 self._close(s.sid)
@@ -189,6 +193,9 @@ class FleetOperations(pyfuse3.Operations):
             except BaseException:
                 book.close()
                 raise
+            closed = self._closed.pop(sid, None)
+            if closed is not None:  # what the kernel may still cache of its last open
+                ops.follower.resume(*closed)
             self.open_ships[sid] = ops
             self.opened += 1
             log.info("%s: opened %s (events %s)", ship.name, ship.path, book.gulf())
@@ -206,8 +213,16 @@ class FleetOperations(pyfuse3.Operations):
                 self._close(sid)
 
     def _close(self, sid: int) -> None:
+        """Close ship ``sid``'s log, keeping what its next open needs to tell whether
+        the kernel's cached pages and names of it are still its log's: the log's token
+        (``identity()``), the events published and the inode slots in use (``follow.py``,
+        :meth:`~bookfs.fs.follow.Follower.resume`)."""
         ops = self.open_ships.pop(sid)
         self.closed += 1
+        if sid in self._by_sid:  # (a ship gone from the directory is not opened again)
+            f = ops.follower
+            with contextlib.suppress(Exception):
+                self._closed[sid] = (ops.book.identity(), f.known, f.slot, f.slot_refs)
         try:
             ops.close_log()
         except Exception:
@@ -260,7 +275,7 @@ class FleetOperations(pyfuse3.Operations):
                     self._close(sid)
                     continue
                 try:
-                    ops.follower.follow()
+                    ops.follower.follow(inline_sync=False)
                 except Exception as e:  # one ship's trouble never stops the others
                     log.warning("%s: following its log failed: %s", ops.ship.name, e)
 

@@ -106,6 +106,16 @@ class ShipOperations(BookOperations):
         name this log's objects): the log is not closed then."""
         return bool(self.busy or self._handles)
 
+    def source_here(self) -> bool:
+        """The ship's directory is still the one the fleet found (a directory renamed
+        into its place is another ship, with another id: ``formats/fleet.py``)."""
+        if not self.ship.ino:
+            return True
+        try:
+            return os.stat(self.ship.path).st_ino == self.ship.ino
+        except OSError:
+            return False
+
     def close_log(self) -> None:
         self.tail.close("the fleet closed this ship's log")
         self.event_files.cache.clear()

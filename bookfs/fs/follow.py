@@ -63,6 +63,7 @@ class Follower:
         self.slot_refs = [0] * I.SLOTS
         self.known = fs.book.gulf()  # the range the kernel may have cached
         self._syncing = False  # a worker is making the log's new bytes durable
+        self.watching = False  # inotify wakes the loop (watch()); else it polls
 
     # --- generation slots (inodes.py; issue 19, item 1) ----------------------------------
 
@@ -131,6 +132,9 @@ class Follower:
         fs = self.fs
         if not fs.readonly:
             return
+        if not fs.source_here():  # a fleet's ship whose directory was replaced
+            raise refuse(errno.ESTALE, f"{fs.mountpoint}: the ship's directory was "
+                                       "replaced by another; look its name up again")
         book = self.book
         if hasattr(book, "inline_sync"):
             book.inline_sync = inline_sync
@@ -161,6 +165,28 @@ class Follower:
             segments, fs.segment_files.names = fs.segment_files.names, {}
             trio.lowlevel.spawn_system_task(self._invalidate_kernel, old, self.known,
                                             segments, old_slot)
+
+    def resume(self, token: tuple, known: tuple[int, int], slot: int | None,
+               slot_refs: list[int]) -> None:
+        """A fleet's ship opened again (``fs/fleet.py``): take over what the kernel may
+        still hold of its last open (the slot in use and the lookups of each slot not
+        forgotten yet); when its log is not the one ``token`` named then (replaced or
+        rewritten while closed: the engine's ``continues()``; an engine that cannot
+        say is taken as changed), move to another slot and drop the kernel's names and
+        pages of every event it had, as a new generation does, so nothing cached of
+        the old log is served."""
+        self.slot_refs = list(slot_refs)
+        self.slot = slot
+        try:
+            if self.book.continues(token):
+                return
+        except Exception:  # cannot tell: take it as another log
+            pass
+        old_slot, self.slot = self.slot, self._free_slot(self.slot)
+        log.warning("%s: the log changed while it was closed (replaced or rewritten): "
+                    "events %s..%s are read from disk again", self.fs.mountpoint, *known)
+        trio.lowlevel.spawn_system_task(self._invalidate_kernel, known, self.known, {},
+                                        old_slot)
 
     async def _sync_then_follow(self) -> None:
         """The log grew and no live commit mark speaks for it (no bookfs writer: vere,
@@ -195,23 +221,67 @@ class Follower:
         return data
 
     async def loop(self) -> None:
-        """Run by the daemon of a read-only mount: check the log every ``FOLLOW_EVERY``
-        seconds, so a recovery or replacement by the writer is noticed even while the
-        kernel serves every read from its cache; while a lookup under ``follow/`` waits,
-        every ``WAITING_EVERY`` seconds (one ``fstat`` while nothing changed), and at
-        once when a wait begins (``tail.py``)."""
+        """Run by the daemon of a read-only mount: look at the log whenever the kernel
+        says one of its files changed (:meth:`watch`: a writer's commit mark, the log, a
+        rename over it, a roll), at once when a wait under ``follow/`` begins
+        (``tail.py``), and every ``FOLLOW_EVERY`` seconds besides, so a change inotify
+        does not report (a network filesystem) is noticed too; without inotify, every
+        ``WAITING_EVERY`` seconds while a lookup waits."""
         tail = self.fs.tail
-        while True:
-            if tail.waiting:
-                await trio.sleep(WAITING_EVERY)
-            else:
-                tail.arrived = trio.Event()
-                with trio.move_on_after(FOLLOW_EVERY):
-                    await tail.arrived.wait()
-            try:
-                self.follow(inline_sync=False)
-            except Exception:
-                log.exception("following the log failed; trying again")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.watch)
+            while True:
+                if tail.waiting and not self.watching:
+                    await trio.sleep(WAITING_EVERY)
+                else:
+                    tail.arrived = trio.Event()
+                    with trio.move_on_after(FOLLOW_EVERY):
+                        await tail.arrived.wait()
+                try:
+                    self.follow(inline_sync=False)
+                except Exception:
+                    log.exception("following the log failed; trying again")
+
+    async def watch(self) -> None:
+        """Wake the loop whenever the kernel reports a change to a file the log names
+        (``watch_paths()`` of the engine: the log file, its directory, the commit mark
+        and its directory; a pier's ``.urb/log``): one ``inotify`` descriptor, read
+        when the kernel says it is readable, so a commit reaches waiting readers in
+        well under a millisecond more than the writer's own publish.  The watches are
+        placed again by path after every wake, so a file renamed over the log, or a new
+        epoch, is watched from then on (a watch follows an inode).  Without inotify
+        (the limit of watches reached, say) the loop polls instead."""
+        try:
+            from inotify_simple import INotify, flags
+        except ImportError:  # pragma: no cover - a dependency
+            return
+        paths = getattr(self.book, "watch_paths", None)
+        if paths is None:
+            return
+        file_mask = (flags.MODIFY | flags.ATTRIB | flags.CLOSE_WRITE | flags.MOVE_SELF
+                     | flags.DELETE_SELF)
+        dir_mask = flags.CREATE | flags.MOVED_TO | flags.MOVED_FROM | flags.DELETE
+        try:
+            ino = INotify(nonblocking=True)
+        except OSError as e:
+            log.info("no inotify (%s): following the log by polling", e)
+            return
+        try:
+            while True:
+                placed = 0
+                for path, is_dir in paths():
+                    try:
+                        ino.add_watch(path, dir_mask if is_dir else file_mask)
+                        placed += 1
+                    except OSError:  # not there (yet): its directory's watch says when
+                        pass
+                self.watching = placed > 0
+                await trio.lowlevel.wait_readable(ino.fileno())
+                ino.read(timeout=0)  # drain: one wake for every change so far
+                self.fs.tail.arrived.set()
+        finally:
+            self.watching = False
+            ino.close()
 
     # --- the kernel's caches -------------------------------------------------------------
 

@@ -270,6 +270,11 @@ class BookOperations(pyfuse3.Operations):
     async def forget(self, inode_list):
         self.follower.forget(inode_list)
 
+    def source_here(self) -> bool:
+        """Whether the log's source is still where this mount found it (a fleet's ship
+        checks its directory: ``fleet_ship.py``); a single mount follows its path."""
+        return True
+
     async def follow_loop(self) -> None:
         """Run by the daemon of a read-only mount (:meth:`Follower.loop`)."""
         await self.follower.loop()
