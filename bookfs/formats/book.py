@@ -429,7 +429,7 @@ class Book(SingleFileLog):
         if self._rewritten_in_place(st, size == self._seen_size):
             return self._rebuild("was rewritten in place (its ctime moved, its size did not)")
         if size == self._seen_size and (self._held is None
-                                        or self._held == self._held_key(st)):
+                                        or self._still_held(self._held, st)):
             return 0
         if not ix.offsets:
             (_, _, fir) = HEADER.unpack(os.pread(self._fd, HEADER_SIZE, 0))

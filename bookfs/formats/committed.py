@@ -153,6 +153,18 @@ class CommittedReads:
         limit = max(limit, floor)
         return limit, (None if limit >= end else self._held_key(st, mark))
 
+    def _still_held(self, held: tuple | None, st: os.stat_result, extra=None) -> bool:
+        """Whether bytes held back (``held``: their :meth:`_held_key`, paired with
+        ``extra`` if given) need no new look: nothing moved, and this caller cannot make
+        them durable now (one that syncs inline can, where no live mark holds them)."""
+        if held is None:
+            return False
+        mark = self.look_mark(st)
+        if mark is None and self.inline_sync:
+            return False
+        key = self._held_key(st, mark)
+        return held == (key if extra is None else (extra, key))
+
     def _held_key(self, st: os.stat_result, mark=False) -> tuple:
         """What must change before held-back bytes are worth looking at again: the
         file's size, the mark's ``seq`` (or that it is gone), or this reader's sync."""

@@ -513,9 +513,9 @@ class VereBook(SingleFileLog):
             return 0  # a header being rewritten under us, or damage: look again later
         gate = None
         if not self.writable:  # a reader: only the states a writer committed
-            held_key = (b"".join(raw), self._held_key(st))
-            if held_key == self._held:
+            if self._still_held(self._held, st, b"".join(raw)):
                 return 0  # held back, and neither the file nor the mark moved since
+            held_key = (b"".join(raw), self._held_key(st))
             gate = self._reader_gate(st)
         before = ix.count
         best = cands[0]
