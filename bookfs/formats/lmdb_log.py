@@ -204,6 +204,8 @@ class LmdbLog(CommittedReads, PublishedView):
         self._init_reads(None)  # bookfs never writes LMDB: no commit mark to obey
         self._seen_ctime = os.fstat(self._fd).st_ctime_ns
         self._txnid = 0  # the transaction the published view is of
+        self._psize = env.stat()["psize"]
+        self._metas_seen = b""  # _metas() when the view was published
         #: ``N`` of ``0i<N>`` (from the directory name), or ``None`` if the name says nothing.
         self.base = base
         self.meta_source = meta_source  # the data.mdb the meta came from, if any
@@ -294,6 +296,7 @@ class LmdbLog(CommittedReads, PublishedView):
             return  # not durable yet: the caller syncs (wants_sync) and looks again
         self._mtime_ns, self._size = st.st_mtime_ns, st.st_size
         self._view, self._txnid = view, max(txnid, self._txnid)
+        self._metas_seen = self._metas()
 
     def _scan_txn(self, txn) -> tuple[int, int]:
         if self._db is None:
@@ -323,6 +326,15 @@ class LmdbLog(CommittedReads, PublishedView):
 
     def _read(self, use):
         return self._snaps.read(use)
+
+    def _metas(self) -> bytes:
+        """The head of both meta pages (``MDB_meta`` follows a 16-byte page header):
+        a writer rewrites one only when it commits a transaction with a new id, so
+        equal ids with other meta bytes mean another store was written over this one.
+        (A live writer moves the ctime before its commit, writing data pages first: the
+        ctime alone says nothing here.)"""
+        psize = self._psize
+        return os.pread(self._fd, 256, 0) + os.pread(self._fd, 256, psize)
 
     def _sync_fd(self) -> int:
         return self._fd
@@ -477,10 +489,11 @@ class LmdbLog(CommittedReads, PublishedView):
         newest = self._newest_txnid()
         if path_st is not None and (path_st.st_dev, path_st.st_ino) != (st.st_dev, st.st_ino):
             return self._reopen("was replaced (another file at its path)", before)
-        unchanged = newest == self._txnid and st.st_size == self._size
-        if newest < self._txnid or self._rewritten_in_place(st, unchanged):
+        if newest < self._txnid or (st.st_ctime_ns != self._seen_ctime and newest ==
+                                    self._txnid and self._metas() != self._metas_seen):
             return self._reopen("was rewritten in place (its newest transaction went back, "
-                                "or its ctime moved with nothing committed)", before)
+                                "or its meta pages changed without a new one)", before)
+        self._seen_ctime = st.st_ctime_ns
         if newest == self._txnid and self._db is not None:
             return 0
         self._scan()
@@ -495,6 +508,7 @@ class LmdbLog(CommittedReads, PublishedView):
             self._env = _open_env(self.directory)
             self._fd = os.open(self.data_path, os.O_RDONLY | os.O_CLOEXEC)
             self._db = _events_db(self._env, self.directory)
+            self._psize = self._env.stat()["psize"]
         self._view, self._txnid, self._synced = (0, 0), 0, (0, b"")
         self.generation += 1
         self._seen_ctime = os.fstat(self._fd).st_ctime_ns
