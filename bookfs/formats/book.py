@@ -262,14 +262,15 @@ class Book(SingleFileLog):
         ``generation``.  Returns how many more events than before there are (0 or more)."""
         log.warning("%s %s; re-indexing it from scratch", self.log_path, why)
         before = self.count
-        old = self._index
+        old, synced = self._index, self._synced
         self._index = OffsetIndex()
         self._seen_size = 0
+        self._synced = (0, b"")  # another log: nothing of it is known durable yet
         self.recovery = recovery.RecoveryReport()
         try:
             self._load(None, use_cache=False)
         except BookError:
-            self._index = old
+            self._index, self._synced = old, synced
             raise
         finally:
             self.generation += 1

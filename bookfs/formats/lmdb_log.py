@@ -54,7 +54,6 @@ an epoch that is already open raises :class:`BookError` saying so.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import struct
@@ -81,6 +80,7 @@ META_DB = b"META"
 KEY = struct.Struct("<Q")  # event number, 8 bytes little-endian (vere's native c3_d)
 
 _READ_ONLY_MSG = "LMDB epochs are read-only; migrate them with bookfs migrate"
+_CHUNK = 1 << 20  # values over this are read in slices (LmdbLog.read)
 log = logging.getLogger(__name__)
 
 
@@ -413,8 +413,15 @@ class LmdbLog(CommittedReads, PublishedView):
     # --- reading ---------------------------------------------------------------------------
 
     def read(self, event: int) -> bytes:
-        """The payload of ``event`` (mug ++ jam): the value bytes as LMDB stores them."""
-        return self._with_value(event, bytes)
+        """The payload of ``event`` (mug ++ jam): the value bytes as LMDB stores them.  A
+        value over ``_CHUNK`` is read in slices, each in a transaction of its own, so a
+        busy writer cannot recycle a snapshot under a long copy again and again (vere
+        puts events with ``MDB_NOOVERWRITE``: a key's value is the same in every
+        snapshot that has it)."""
+        got = self._with_value(event, lambda v: bytes(v) if len(v) <= _CHUNK else len(v))
+        if isinstance(got, bytes):
+            return got
+        return b"".join(self.read_slice(event, off, _CHUNK) for off in range(0, got, _CHUNK))
 
     def verify_event(self, event: int) -> None:
         """LMDB checks its own pages; this only checks that ``event`` exists."""
@@ -428,19 +435,30 @@ class LmdbLog(CommittedReads, PublishedView):
     def walk(self, start: int | None = None, end: int | None = None
              ) -> Iterator[tuple[EventNum, bytes]]:
         """``(event, payload)`` for ``start..end`` inclusive (defaults: the whole epoch), in
-        event order, by cursor passes of up to 256 events, each copied out of a snapshot
+        event order, by cursor passes of up to 256 events (1 MiB), each copied out of a snapshot
         known not to have been recycled while it was read (``lmdb_snapshots.py``)."""
         walked = self._walk_range(start, end, self._check)
         if walked is None:
             return
         expected, end = walked
         while expected <= end:
-            batch, _ = self._read(lambda txn: [
-                (e, bytes(v)) for e, v in itertools.islice(
-                    self._cursor_from(txn, expected, end), 256)])
+            batch, _ = self._read(lambda txn: self._batch(txn, expected, end))
             for event, data in batch:
-                yield EventNum(event), data
+                yield EventNum(event), data if data is not None else self.read(event)
             expected = batch[-1][0] + 1
+
+    def _batch(self, txn, start: int, end: int) -> list[tuple[int, bytes | None]]:
+        """The values from ``start`` on, copied, up to 256 events or ``_CHUNK`` bytes; a
+        value over ``_CHUNK`` alone, as ``None`` (:meth:`read` takes it in slices)."""
+        out, total = [], 0
+        for event, value in self._cursor_from(txn, start, end):
+            if len(value) > _CHUNK:
+                return out or [(event, None)]
+            out.append((event, bytes(value)))
+            total += len(value)
+            if total >= _CHUNK or len(out) >= 256:
+                break
+        return out
 
     def _cursor_from(self, txn, start: int, end: int):
         """``(event, value)`` from ``start`` to ``end`` in ``txn``, checking that the keys
@@ -490,7 +508,9 @@ class LmdbLog(CommittedReads, PublishedView):
         if path_st is not None and (path_st.st_dev, path_st.st_ino) != (st.st_dev, st.st_ino):
             return self._reopen("was replaced (another file at its path)", before)
         if newest < self._txnid or (st.st_ctime_ns != self._seen_ctime and newest ==
-                                    self._txnid and self._metas() != self._metas_seen):
+                                    self._txnid and self._metas() != self._metas_seen
+                                    and self._newest_txnid() == self._txnid):  # (a commit
+            # landing between the two looks changed the metas with a new transaction)
             return self._reopen("was rewritten in place (its newest transaction went back, "
                                 "or its meta pages changed without a new one)", before)
         self._seen_ctime = st.st_ctime_ns

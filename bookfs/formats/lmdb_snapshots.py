@@ -95,7 +95,15 @@ class Snapshots(Gate):
             try:
                 with self.shared():
                     with self._env().begin(buffers=True) as txn:
-                        got, sid = use(txn), txn.id()
+                        sid = txn.id()
+                        try:
+                            got = use(txn)
+                        except lmdb.MapResizedError:
+                            raise
+                        except Exception:  # a recycled page read as garbage: again
+                            if self.newest() > sid + 1:
+                                continue
+                            raise
                     if self.newest() <= sid + 1:
                         return got, sid
             except lmdb.MapResizedError:  # a writer grew the map past ours

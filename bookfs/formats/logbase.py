@@ -350,7 +350,10 @@ class SingleFileLog(CommittedReads, PublishedView):
             return False
         if st.st_ctime_ns == ctime:
             return True
-        return self._view[2] >= end and self._end_witness(end) == witness
+        # written since: an append grew it and left what ended it; the same size with a
+        # moved ctime is a rewrite in place (a rewrite that also grew and kept the end
+        # bytes cannot be told without reading it all: committed.py's stamp rules)
+        return self._view[2] > end and self._end_witness(end) == witness
 
     def _end_witness(self, end: int) -> bytes:
         """The header and the 16 bytes before ``end`` (a deed's last fields)."""

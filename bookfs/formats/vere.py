@@ -574,12 +574,15 @@ class VereBook(SingleFileLog):
 
     def _reindex(self) -> int:
         before = self.count
-        old = (self._index, self._view, self._slots, self._active, self.recovery)
+        old = (self._index, self._view, self._slots, self._active, self.recovery,
+               self._synced)
         self.recovery = recovery.VereRecoveryReport()
+        self._synced = (0, b"")  # another log: nothing of it is known durable yet
         try:
             self._load(None)
         except BookError:
-            self._index, self._view, self._slots, self._active, self.recovery = old
+            (self._index, self._view, self._slots, self._active, self.recovery,
+             self._synced) = old
             raise
         finally:
             self.generation += 1  # published events may have changed
