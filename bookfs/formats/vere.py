@@ -89,20 +89,10 @@ from bookfs.formats.layout import (
 from bookfs.formats.lock import WriterLock
 from bookfs.formats.logbase import SingleFileLog
 from bookfs.formats.mark import UNSURE, Mark
-from bookfs.formats.vere_deeds import (
-    crc_range,
-    is_torn_vere_tail,
-    scan_vere_framing,
-    write_vere_deeds,
-)
-from bookfs.formats.vere_header import (
-    Slot,
-    durable_slots,
-    initial_log_bytes,
-    parse_slot,
-    read_header,
-    read_slots,
-)
+from bookfs.formats.vere_deeds import (crc_range, is_torn_vere_tail, scan_vere_framing,
+                                        write_vere_deeds)
+from bookfs.formats.vere_header import (Slot, durable_slots, initial_log_bytes, parse_slot,
+                                         read_header, read_slots)
 from bookfs.types import Progress
 
 log = logging.getLogger(__name__)
@@ -525,9 +515,11 @@ class VereBook(SingleFileLog):
             return self._reindex()
         active_seq = self._active.seq if self._active is not None else -1
         if before and (best.seq < active_seq or (
-                best.seq > active_seq and best.las - best.bat - self._fir < before)):
+                best.seq > active_seq and best.las - best.bat - self._fir < before) or any(
+                c.seq == active_seq and c != self._active for c in cands)):
             # a newer header whose batch covers events we already published (an append only
-            # ever adds batches after them), or a header older than ours: rewritten
+            # ever adds batches after them), a header older than ours, or the active state
+            # changed in place (a writer writes the other slot; an undo restores it)
             log.warning("%s: header slot %s (seq %d) rewrote events from %d on; re-indexing",
                         self.log_path, best.name, best.seq, best.las - best.bat + 1)
             return self._reindex()
