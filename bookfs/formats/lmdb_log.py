@@ -328,13 +328,14 @@ class LmdbLog(CommittedReads, PublishedView):
         return self._snaps.read(use)
 
     def _metas(self) -> bytes:
-        """The head of both meta pages (``MDB_meta`` follows a 16-byte page header):
-        a writer rewrites one only when it commits a transaction with a new id, so
-        equal ids with other meta bytes mean another store was written over this one.
-        (A live writer moves the ctime before its commit, writing data pages first: the
-        ctime alone says nothing here.)"""
-        psize = self._psize
-        return os.pread(self._fd, 256, 0) + os.pread(self._fd, 256, psize)
+        """The head of the meta page of the published transaction (``MDB_meta`` follows
+        a 16-byte page header; transaction T's meta is page ``T & 1``).  A writer writes
+        the *other* page when it commits T + 1 (``mdb_env_write_meta()``: ``toggle =
+        txnid & 1``), so while T is the newest this page never changes: other bytes mean
+        another store was written over this one, and a read can never catch it half
+        written.  (A live writer moves the ctime before its commit, writing data pages
+        first: the ctime alone says nothing here.)"""
+        return os.pread(self._fd, 256, (self._txnid & 1) * self._psize)
 
     def _sync_fd(self) -> int:
         return self._fd
@@ -508,11 +509,9 @@ class LmdbLog(CommittedReads, PublishedView):
         if path_st is not None and (path_st.st_dev, path_st.st_ino) != (st.st_dev, st.st_ino):
             return self._reopen("was replaced (another file at its path)", before)
         if newest < self._txnid or (st.st_ctime_ns != self._seen_ctime and newest ==
-                                    self._txnid and self._metas() != self._metas_seen
-                                    and self._newest_txnid() == self._txnid):  # (a commit
-            # landing between the two looks changed the metas with a new transaction)
+                                    self._txnid and self._metas() != self._metas_seen):
             return self._reopen("was rewritten in place (its newest transaction went back, "
-                                "or its meta pages changed without a new one)", before)
+                                "or its meta page changed without a new one)", before)
         self._seen_ctime = st.st_ctime_ns
         if newest == self._txnid and self._db is not None:
             return 0
