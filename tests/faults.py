@@ -512,3 +512,37 @@ def copy_image(image: str | os.PathLike, dest: str | os.PathLike) -> None:
     wrote (the host's page cache of the file); nothing still dirty in the page cache of
     the file system on it."""
     run("cp", "--sparse=always", os.fspath(image), os.fspath(dest))
+
+
+def build_log(where: Path, layout: str, sizes, *, batches: int = 1) -> Path:
+    """A log of ``len(sizes)`` events (event ``n`` of ``sizes[n - 1]`` bytes, the
+    deterministic ``mount_fixtures.payload``) in ``where``: a UIP Book ``where/log``
+    saved in ``batches`` saves, or a vere-layout epoch ``where/0i0``."""
+    from lmdb_fixtures import make_vere_epoch, meta_values
+    from mount_fixtures import payload
+
+    from bookfs.cli.sample import sample_meta
+    from bookfs.formats.book import Book
+
+    events = [payload(n, size) for n, size in enumerate(sizes, 1)]
+    if layout != "uip":
+        return make_vere_epoch(where / "0i0", 0, events, meta=meta_values())
+    src = where / "log"
+    with Book.open(src, writable=True, create=True) as book:
+        for key, value in sample_meta(0).items():
+            book.save_meta(key, value)
+        step = -(-len(events) // batches)
+        for i in range(0, len(events), step):
+            book.save(i + 1, events[i : i + step])
+    return src
+
+
+def append(root: str, n: int, data: bytes, out: dict) -> None:
+    """Append event ``n`` through ``root/new/``: ``out[n]`` is None once the close
+    returned 0, else the OSError."""
+    try:
+        with open(f"{root}/new/{n}", "wb") as f:
+            f.write(data)
+        out[n] = None
+    except OSError as e:
+        out[n] = e

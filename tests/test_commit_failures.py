@@ -36,23 +36,22 @@ import threading
 import time
 from pathlib import Path
 
+import faults
 import pytest
-
-from bookfs.cli.sample import sample_meta
-from bookfs.formats.book import Book
-from bookfs.formats.pier import open_source
 from faults import (
     Readers,
     Served,
     Strace,
     add_mount_readers,
+    append,
     env_number,
     skip_reason,
     wait_held,
 )
-from lmdb_fixtures import make_vere_epoch, meta_values
 from mount_fixtures import payload, wait_for
 from mounting import daemon_pid, mounted
+
+from bookfs.formats.pier import open_source
 
 pytestmark = [
     pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason())),
@@ -70,26 +69,9 @@ def size_of(n: int) -> int:
 
 
 def build_log(where: Path, layout: str) -> Path:
-    events = [payload(n, size_of(n)) for n in range(1, START + 1)]
-    if layout == "uip":
-        src = where / "log"
-        with Book.open(src, writable=True, create=True) as book:
-            for key, value in sample_meta(0).items():
-                book.save_meta(key, value)
-            book.save(1, events)
-        return src
-    return make_vere_epoch(where / "0i0", 0, events, meta=meta_values())
-
-
-def append(root: str, n: int, data: bytes, out: dict) -> None:
-    """Append event ``n`` through ``root/new/``: ``out[n]`` is None once the close
-    returned 0, else the OSError."""
-    try:
-        with open(f"{root}/new/{n}", "wb") as f:
-            f.write(data)
-        out[n] = None
-    except OSError as e:
-        out[n] = e
+    """A small log of :data:`START` events in ``layout`` (``faults.build_log``)."""
+    return faults.build_log(where, layout, [size_of(n) for n in range(1, START + 1)],
+                            batches=1)
 
 
 def read(path: str) -> bytes | None:

@@ -31,7 +31,7 @@ checking for recycled pages.  (After it, before ``26c4f9c``, a commit landing be
 looks of ``LmdbLog.refresh`` was taken for a store rewritten in place: ESTALE, then EIO
 for files of older generations; ``test_lmdb_snapshots.py`` holds that race alone.)
 
-Duration: :data:`SECONDS` of writing (``BOOKFS_LIVE_LMDB_SECONDS``, default 20 for the FUSE
+Duration: :data:`SECONDS` of writing (``BOOKFS_LIVE_LMDB_SECONDS``, default 8 for the FUSE
 readers, :data:`STREAM_SECONDS` with the stream; the issue's long run is
 ``BOOKFS_LIVE_LMDB_SECONDS=300``); seed ``BOOKFS_LIVE_LMDB_SEED`` (default 32), so a run
 writes the same events, batches, growths and rolls again (how many fit in the time is
@@ -59,8 +59,8 @@ from mounting import mounted
 from vere_like_writer import payload
 
 LONG = os.environ.get("BOOKFS_LIVE_LMDB_SECONDS")
-SECONDS = float(LONG or 20)
-STREAM_SECONDS = float(LONG or 10)
+SECONDS = float(LONG or 8)
+STREAM_SECONDS = float(LONG or 6)
 SEED = int(os.environ.get("BOOKFS_LIVE_LMDB_SEED", "32"))
 INITIAL = 300  # events in the pier's first epoch before the writer starts
 #: Events per epoch: each epoch's data.mdb grows past 10 MiB (the map a reader opens an

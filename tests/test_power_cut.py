@@ -32,17 +32,14 @@ import threading
 import time
 from pathlib import Path
 
+import faults
 import pytest
-
-from bookfs.cli.sample import sample_meta
-from bookfs.formats import index as index_mod
-from bookfs.formats.book import Book
-from bookfs.formats.pier import open_source
 from faults import (
     Readers,
     Served,
     Strace,
     add_mount_readers,
+    append,
     attached_image,
     copy_image,
     env_number,
@@ -51,9 +48,11 @@ from faults import (
     skip_reason,
     wait_held,
 )
-from lmdb_fixtures import make_vere_epoch, meta_values
 from mount_fixtures import payload
 from mounting import daemon_pid, mounted
+
+from bookfs.formats import index as index_mod
+from bookfs.formats.pier import open_source
 
 pytestmark = [
     pytest.mark.skipif(skip_reason(loop=True) is not None,
@@ -70,29 +69,10 @@ def size_of(n: int) -> int:
     return 20 + (n * 37) % 300
 
 
-def build_log(disk: Path, layout: str) -> Path:
-    """A small log of :data:`START` events on the loop file system, in ``layout``."""
-    events = [payload(n, size_of(n)) for n in range(1, START + 1)]
-    if layout == "uip":
-        src = disk / "log"
-        with Book.open(src, writable=True, create=True) as book:
-            for key, value in sample_meta(0).items():
-                book.save_meta(key, value)
-            book.save(1, events[:100])
-            book.save(101, events[100:])
-        return src
-    return make_vere_epoch(disk / "0i0", 0, events, meta=meta_values())
-
-
-def append(root: str, n: int, data: bytes, out: dict) -> None:
-    """Append event ``n`` through ``root/new/``: ``out[n]`` is None once the close
-    returned 0, else the error."""
-    try:
-        with open(f"{root}/new/{n}", "wb") as f:
-            f.write(data)
-        out[n] = None
-    except OSError as e:
-        out[n] = e
+def build_log(where: Path, layout: str) -> Path:
+    """A small log of :data:`START` events in ``layout`` (``faults.build_log``)."""
+    return faults.build_log(where, layout, [size_of(n) for n in range(1, START + 1)],
+                            batches=3)
 
 
 def image_problems(copy: Path, where: Path, name: str, snap: dict, expected: dict

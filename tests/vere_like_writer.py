@@ -54,6 +54,8 @@ import time
 
 import lmdb
 
+from bookfs.formats.fileio import fsync_dir
+
 KEY = struct.Struct("<Q")
 EPOCH_NAME = re.compile(r"0i(\d+)")
 #: META as vere writes it in a new epoch (``u3_disk_save_meta``: version, who, fake, life)
@@ -104,12 +106,6 @@ def newest_epoch(log_dir: str) -> tuple[int, str]:
     return epochs[-1]
 
 
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_file(directory: str, name: str, text: str) -> None:
