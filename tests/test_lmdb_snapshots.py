@@ -100,13 +100,19 @@ class Syncs:
         return self.by_ino.get(os.stat(path).st_ino, 0)
 
 
-GROWER = """
-    import lmdb, sys
-    d, target = sys.argv[1], int(sys.argv[2])
-    env = lmdb.open(d, map_size=1 << 20, max_dbs=2)
+#: a writer script's start: the store ``d`` (``sys.argv[1]``) open with a map of MAP, and
+#: ``e``, the next event to put
+OPEN_STORE = """
+    import lmdb, random, sys, time
+    d = sys.argv[1]
+    env = lmdb.open(d, map_size=MAP, max_dbs=2)
     db = env.open_db(b"EVENTS", integerkey=True)
     with env.begin() as t:
         e = t.stat(db)["entries"] + 1
+"""
+
+GROWER = OPEN_STORE.replace("MAP", "1 << 20") + """
+    target = int(sys.argv[2])
     grown = 0
     while env.info()["last_pgno"] * 4096 < target:
         try:
@@ -243,13 +249,8 @@ def test_a_failure_inside_a_recycled_snapshot_is_read_again(tmp_path, monkeypatc
             log.read(7)
 
 
-APPENDER = """
-    import lmdb, random, sys, time
-    d, last = sys.argv[1], int(sys.argv[2])
-    env = lmdb.open(d, map_size=1 << 30, max_dbs=2)
-    db = env.open_db(b"EVENTS", integerkey=True)
-    with env.begin() as t:
-        e = t.stat(db)["entries"] + 1
+APPENDER = OPEN_STORE.replace("MAP", "1 << 30") + """
+    last = int(sys.argv[2])
     r = random.Random(5)
     txns = 0
     while e <= last:
