@@ -31,6 +31,20 @@ stay on the read-write connection with every durability rule.
   daemon's own unmount at exit is lazy and takes them along (libfuse
   ``fuse_kern_unmount()``: ``umount2(mnt, MNT_DETACH)`` as root, ``fusermount3 -u -z``
   otherwise).  The companion daemon exits by itself once its last bind is gone.
+* **Fresh directories when the close returns.**  The kernel caches ``events/``'s
+  attributes (its size is the event count) for ``CHANGING`` on the companion's
+  connection, which the read-write daemon's commits do not touch.  So once the
+  companion is up, the read-write daemon takes a copy of the companion's ``/dev/fuse``
+  descriptor (``pidfd_getfd(2)``, Linux 5.6: ``kernel/pid.c``, ``pidfd_getfd()``; it
+  needs ptrace access to the companion, which its own user has when Yama allows, and
+  root always), and after every commit, before the writer's close is answered, writes
+  the companion's connection an attribute invalidation of each directory an append
+  changes (``FUSE_NOTIFY_INVAL_INODE`` with ``off = -1``: ``fs/fuse/dev.c``,
+  ``fuse_notify_inval_inode()``; ``fs/fuse/inode.c``, ``fuse_reverse_inval_inode()``
+  drops the attributes and, with a negative offset, no page): the next ``stat`` asks the
+  companion, which reads the commit mark.  No wait on the companion: the kernel does it
+  on the write.  Where the descriptor cannot be had, the companion's own follower drops
+  them when inotify tells it of the commit, a millisecond or so later.
 * **When the companion dies**, the read-write daemon (which watches it through a pidfd)
   detaches the binds, so the read-write connection's own ``events/`` shows through
   again: slower, never wrong.
@@ -46,6 +60,7 @@ import errno
 import logging
 import os
 import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -77,12 +92,69 @@ def _detach(path: str) -> None:
         raise OSError(e, f"detach {path}: {os.strerror(e)}")
 
 
+_SYS_PIDFD_GETFD = 438  # the same number on every architecture (asm-generic unistd)
+#: ``include/uapi/linux/fuse.h``: ``enum fuse_notify_code``
+FUSE_NOTIFY_INVAL_INODE = 2
+#: ``struct fuse_out_header`` (len, error = the notify code, unique = 0), then
+#: ``struct fuse_notify_inval_inode_out`` (ino, off, len)
+_INVAL_INODE = struct.Struct("<IiQQqq")
+
+
 class Companion:
     """A running companion: its daemon's pid and the directories bound from it."""
 
     def __init__(self, pid: int, bound: list[str]):
         self.pid = pid
         self.bound = bound
+        self._fuse_fd: int | None = None  # a copy of its /dev/fuse descriptor
+
+    def take_connection(self) -> bool:
+        """Take a copy of the companion's ``/dev/fuse`` descriptor (module docstring), to
+        tell its kernel connection of commits; False when it cannot be had.  Called once,
+        at start, off the event loop (it reads the companion's ``/proc/<pid>/fd``)."""
+        try:
+            fd_dir = f"/proc/{self.pid}/fd"
+            target = next(int(n) for n in os.listdir(fd_dir)
+                          if os.readlink(f"{fd_dir}/{n}") == "/dev/fuse")
+            pidfd = os.pidfd_open(self.pid)
+        except (OSError, StopIteration, ValueError) as e:
+            log.info("companion: no copy of its connection (%s); its follower drops its "
+                     "directories' attributes when it sees a commit", e)
+            return False
+        try:
+            fd = _libc.syscall(_SYS_PIDFD_GETFD, pidfd, target, 0)
+            if fd < 0:
+                e = ctypes.get_errno()
+                log.info("companion: no copy of its connection (pidfd_getfd: %s); its "
+                         "follower drops its directories' attributes when it sees a "
+                         "commit", os.strerror(e))
+                return False
+        finally:
+            os.close(pidfd)
+        os.set_inheritable(fd, False)
+        self._fuse_fd = fd
+        return True
+
+    def drop_attrs(self, inodes) -> None:
+        """Make the companion's kernel connection forget the attributes of ``inodes``
+        (attributes only: no page is touched, so no request in flight is waited for).
+        ENOENT: the kernel holds nothing of that inode."""
+        fd = self._fuse_fd
+        if fd is None:
+            return
+        for ino in inodes:
+            try:
+                os.write(fd, _INVAL_INODE.pack(_INVAL_INODE.size, FUSE_NOTIFY_INVAL_INODE,
+                                               0, ino, -1, 0))
+            except OSError as e:
+                if e.errno == errno.ENODEV:  # the companion's connection is gone
+                    self.close_connection()
+                    return
+
+    def close_connection(self) -> None:
+        fd, self._fuse_fd = self._fuse_fd, None
+        if fd is not None:
+            os.close(fd)
 
     def describe(self) -> str:
         names = ", ".join(os.path.basename(p) + "/" for p in self.bound)
@@ -145,6 +217,7 @@ def start(source: str, mountpoint: str, options: str, *, log_file: str | None,
         return f"reads through this connection: {why}"
     _detach_quietly(private)  # the binds hold the companion's mount now
     _remove(private)
+    companion.take_connection()
     log.info("companion: %s", companion.describe())
     return companion
 

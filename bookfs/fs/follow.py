@@ -285,7 +285,7 @@ class Follower:
 
     # --- the kernel's caches -------------------------------------------------------------
 
-    def _changing_inodes(self) -> list[int]:
+    def changing_inodes(self) -> list[int]:
         """Inodes whose attributes an append changes and the kernel caches for
         ``CHANGING`` (the root, ``events/``, every epoch's directories) and the info files."""
         inos = [I.ROOT, I.EVENTS, I.INFO]
@@ -294,7 +294,9 @@ class Follower:
                      for kind in (I.EPOCH_DIR, I.EPOCH_EVENTS, I.EPOCH_INFO)]
         return inos
 
-    def _drop_attrs_sync(self, inodes: list[int]) -> None:
+    def drop_attrs_now(self, inodes: list[int]) -> None:
+        """Make the kernel forget the attributes of ``inodes`` (attributes only: no page
+        is dropped, so nothing waits for a read in flight; safe from a handler)."""
         for ino in inodes:
             with contextlib.suppress(OSError):  # ENOENT: the kernel holds nothing of it
                 self.fs.invalidate_inode(ino, attr_only=True)
@@ -303,7 +305,7 @@ class Follower:
         """Make the kernel forget the attributes the log's growth changed (a worker
         thread, as every notification: see ``_invalidate_kernel``)."""
         try:
-            await trio.to_thread.run_sync(self._drop_attrs_sync, self._changing_inodes())
+            await trio.to_thread.run_sync(self._drop_attrs_sync, self.changing_inodes())
         except Exception:  # never let a system task kill the mount
             log.exception("invalidating the kernel's cached attributes failed")
 
@@ -332,7 +334,7 @@ class Follower:
         first, last = old
         if not last:
             return
-        self._drop_attrs_sync(self._changing_inodes())
+        self.drop_attrs_now(self.changing_inodes())
         parents = [I.EVENTS, I.PRETTY] + [I.epoch_inode(k, I.EPOCH_EVENTS)
                                           for k in range(len(self.fs.epochs))]
         for event in range(first, last + 1):  # names first: new opens find the new log

@@ -419,6 +419,7 @@ async def _companion(ops, source, mountpoint, opts, log_file, debug, ready) -> N
         log.warning("%s", got)
         return
     ops.reads_note = got.describe()
+    ops.companion = got  # told of every commit (ops._committed)
     pidfd = got.pidfd()
     if pidfd is None:
         return
@@ -426,6 +427,8 @@ async def _companion(ops, source, mountpoint, opts, log_file, debug, ready) -> N
         await trio.lowlevel.wait_readable(pidfd)
     finally:
         os.close(pidfd)
+        ops.companion = None
+        got.close_connection()
     log.warning("the read-only companion (pid %d) exited: reads go through this "
                 "connection now", got.pid)
     ops.reads_note = f"through this connection (the companion, pid {got.pid}, exited)"

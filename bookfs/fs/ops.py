@@ -169,7 +169,9 @@ class BookOperations(pyfuse3.Operations):
         self.tail = Tail(self, follow_timeout)
         self.queue = CommitQueue(book, stall_timeout=stall_timeout, spill_dir=spill_dir,
                                  refusals=self.refusals, check_deadline=PROBE_DEADLINE,
-                                 on_commit=lambda first, last: self.tail.published())
+                                 on_commit=self._committed)
+        #: a read-write mount's read-only companion, once it runs (fs/companion.py)
+        self.companion = None
         self._handles: dict[int, object] = {}
         # handles start at a random point, so a new/ file's inode (2^48 + its handle)
         # names it on this mount alone: the commit rule finds its descriptors in another
@@ -269,6 +271,20 @@ class BookOperations(pyfuse3.Operations):
     @guarded
     async def forget(self, inode_list):
         self.follower.forget(inode_list)
+
+    def _committed(self, first: int, last: int) -> None:
+        """After each save, before the writers' closes are answered: lookups waiting
+        under ``follow/`` look again, and every kernel connection that shows this log's
+        directories forgets their attributes, which an append changed (``events/``'s
+        size is the event count): this connection's, and the companion's
+        (``fs/companion.py``), so a ``stat`` right after the close returned asks again.
+        Attributes only: no page, so nothing waits for a request in flight."""
+        self.tail.published()
+        inodes = self.follower.changing_inodes()
+        if self.companion is not None:
+            self.companion.drop_attrs(inodes)
+        if self.mountpoint:
+            self.follower.drop_attrs_now(inodes)
 
     def source_here(self) -> bool:
         """Whether the log's source is still where this mount found it (a fleet's ship

@@ -1,0 +1,71 @@
+"""Issue 33, item 4: right after the writer's close of ``new/N`` returned 0, everything a
+reader can ask about ``events/`` includes event N: its size (the event count), its
+listing, the name itself and ``info``'s ``last:``, on a read-write mount whose reads go
+through the read-only companion (another kernel connection, whose cached attributes the
+commit must drop before the close is answered: ``fs/companion.py``) and on a single
+connection.  Before, ``stat MNT/events`` showed the old count in 88 of 2,000 appends:
+the kernel kept the directory's attributes for ``CHANGING`` (1 s)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from lmdb_fixtures import make_pier
+from mount_fixtures import mnt, mounted, payload, small_src  # noqa: F401  (fixtures)
+
+APPENDS = 300
+
+
+def _info_last(m) -> int:
+    for line in open(f"{m}/info"):
+        if line.startswith("last:"):
+            return int(line.split()[1])
+    raise AssertionError("no last: in info")
+
+
+@pytest.mark.parametrize("source", ["book", "pier"])
+@pytest.mark.parametrize("how", ["companion", "single_connection"])
+def test_everything_about_events_includes_an_event_once_its_close_returned(
+        small_src, tmp_path, mnt, how, source):
+    """Each append is followed at once (no sleep) by a ``stat`` of ``events/`` (its size is
+    the count; a pier's newest ``epochs/0i<N>/events`` too), a ``stat`` of the event's
+    name, a listing and ``info``; all must already include it, every time.  The
+    directories are stat'ed before each append too, so the kernel holds their
+    attributes when the commit lands."""
+    opts = ("-o", "single_connection") if how == "single_connection" else ()
+    src = small_src
+    epoch_events = None
+    if source == "pier":
+        src = make_pier(tmp_path / "pier", [("lmdb", [payload(n, 30) for n in range(1, 6)]),
+                                            ("book", [payload(n, 30) for n in range(6, 11)])])
+        epoch_events = f"{mnt}/epochs/0i5/events"
+    stale: list[str] = []
+    with mounted(src, mnt, *opts):
+        if how == "companion":
+            assert "companion" in open(f"{mnt}/info").read()
+        count = os.stat(f"{mnt}/events").st_size
+        for k in range(APPENDS):
+            n = count + 1
+            os.stat(f"{mnt}/events")  # cached by the kernel now
+            if epoch_events:
+                os.stat(epoch_events)
+            with open(f"{mnt}/new/{n}", "wb") as f:
+                f.write(payload(n, 40 + k % 50))
+            count = n
+            size = os.stat(f"{mnt}/events").st_size
+            if size != count:
+                stale.append(f"append {k}: events/ size {size}, expected {count}")
+            if epoch_events and os.stat(epoch_events).st_size != n - 5:
+                stale.append(f"append {k}: epochs/0i5/events size is not {n - 5}")
+            try:
+                os.stat(f"{mnt}/events/{n}")
+            except OSError as e:
+                stale.append(f"append {k}: events/{n}: {e}")
+            if k % 10 == 0:
+                if len(os.listdir(f"{mnt}/events")) != count:
+                    stale.append(f"append {k}: the listing misses it")
+                if _info_last(mnt) != n:
+                    stale.append(f"append {k}: info last {_info_last(mnt)}, expected {n}")
+    assert not stale, f"{len(stale)} of {APPENDS} appends: {stale[:5]}"
