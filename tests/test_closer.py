@@ -28,7 +28,11 @@ def test_the_writer_table_is_learned_from_the_creating_thread_only():
     assert w.closing(ctx(100, 9)) is True  # the creating thread's close teaches it
     assert w.table == 9
     assert w.closing(ctx(300, 9)) is True  # any thread of that table
-    assert w.closing(ctx(100, 8)) is False  # another table: a copy's close
+    assert w.closing(ctx(300, 8)) is False  # another table, another task: a copy's close
+    assert not w.changed
+    assert w.closing(ctx(100, 8)) is None  # the creating thread with another table: its
+    assert w.changed  # table changed (unshare, close_range, exec): the probe fails it
+    assert w.closing(ctx(300, 9)) is None  # and every close after, either table
 
 
 @pytest.fixture

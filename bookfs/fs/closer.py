@@ -43,25 +43,47 @@ _WRITABLE = (os.O_WRONLY, os.O_RDWR)
 
 class Writer:
     """The writer of one open file: its creating thread and, once a request of that
-    thread has carried it, its descriptor table (the kernel's ``lock_owner``)."""
+    thread has carried it, its descriptor table (the kernel's ``lock_owner``).
 
-    __slots__ = ("thread", "table")
+    **A table that changes under the writer.**  A task's table is replaced while it
+    lives in three ways, each time by a copy, and only when another task shares it
+    (``atomic_read(&files->count) > 1``): ``unshare(CLONE_FILES)`` (``kernel/fork.c``,
+    ``ksys_unshare()`` -> ``unshare_fd()``), ``close_range(..., CLOSE_RANGE_UNSHARE)``
+    (``fs/file.c``, ``__close_range()``), and ``exec`` (``fs/exec.c``, ``begin_new_exec()``
+    -> ``unshare_files()``: a table shared with another process, since ``de_thread()``
+    has ended the other threads first).  The copy holds the file too, and so does the
+    table left behind, which other tasks still use: no close of either can then be known
+    to be the last.  So once the creating thread is seen with another table than the one
+    learned (``changed``), every close of the file fails loudly (:func:`probe` answers
+    UNKNOWN: EIO, nothing committed), never a 0 for a close that left a copy able to
+    write on, nor one that committed nothing."""
+
+    __slots__ = ("thread", "table", "changed")
 
     def __init__(self, thread: int):
         self.thread = thread
         self.table = 0  # unknown until the creating thread sends a lock_owner
+        self.changed = False  # the creating thread was seen with another table since
 
     def saw(self, ctx) -> None:
         """Learn the writer's table from a request of the creating thread (a direct-I/O
-        WRITE carries ``lock_owner``; 0 means the kernel sent none)."""
-        if not self.table and ctx.lock_owner and ctx.pid == self.thread:
+        WRITE carries ``lock_owner``; 0 means the kernel sent none), and notice when that
+        thread shows up with another table (class docstring)."""
+        if not ctx.lock_owner or ctx.pid != self.thread:
+            return
+        if not self.table:
             self.table = ctx.lock_owner
+        elif ctx.lock_owner != self.table:
+            self.changed = True
 
     def closing(self, ctx) -> bool | None:
         """Is this FLUSH the writer's table closing?  True or False from the request
         alone; None when the table is not known yet and another thread closes (a thread of
-        the writer or a forked child: :func:`probe` tells)."""
+        the writer or a forked child), or when the writer's table changed: :func:`probe`
+        tells."""
         self.saw(ctx)
+        if self.changed:
+            return None
         if self.table:
             return ctx.lock_owner == self.table
         return None
@@ -210,6 +232,11 @@ def probe(tid: int, writer: Writer, inode: int, mounts: Mounts,
     they all wait is as true for each of them."""
     if tid <= 0:
         return UNKNOWN, "the kernel did not say which process closed it"
+    if writer.changed:
+        return UNKNOWN, ("its writer's descriptor table changed while it held the file "
+                         "(unshare(CLONE_FILES), close_range(CLOSE_RANGE_UNSHARE), or an "
+                         "exec of a table shared with another process): whether another "
+                         "copy still holds it cannot be told")
     try:
         if known is None:
             same = _same_process(tid, writer.thread)
