@@ -68,7 +68,7 @@ from bookfs.fs import fleet_inodes as F
 from bookfs.fs import inodes as I
 from bookfs.fs.cache import DEFAULT_MAX_BYTES, EventCache
 from bookfs.fs.fleet_ship import SHIP_ROOT_NAMES, ShipFaces, ShipOperations
-from bookfs.fs.nodes.base import CHANGING
+from bookfs.fs.nodes.base import CHANGING, directory_bits
 from bookfs.fs.ops import FEATURES, guarded
 from bookfs.fs.tail import DEFAULT_TIMEOUT, WAITING_EVERY
 
@@ -116,6 +116,7 @@ class FleetOperations(pyfuse3.Operations):
         self.mounted_ns = time.time_ns()
         self.faces = ShipFaces(self)
         st = os.stat(directory)
+        self._dir_owner = st.st_uid, st.st_gid  # what the root's classes count from
         self._uid = st.st_uid if owner[0] is None else owner[0]
         self._gid = st.st_gid if owner[1] is None else owner[1]
         self.rescan()
@@ -321,9 +322,7 @@ class FleetOperations(pyfuse3.Operations):
 
     def _root_entry(self, ship: Ship) -> pyfuse3.EntryAttributes:
         if ship.sid in self.errors:
-            data = self._error_text(ship)
-            return self._attrs(F.error_inode(ship.sid), stat.S_IFREG | 0o444, len(data),
-                               CHANGING)
+            return self.faces.error_file(ship, len(self._error_text(ship)))
         return self.faces.root(ship)
 
     def _closed_entry(self, sid: int, local: int) -> pyfuse3.EntryAttributes | None:
@@ -333,13 +332,14 @@ class FleetOperations(pyfuse3.Operations):
         return self.faces.entry(self._ship(sid), local)
 
     async def _fleet_attrs(self, ino: int) -> pyfuse3.EntryAttributes:
+        mode = directory_bits(self.directory, *self._dir_owner, umask=self.umask)
         if ino == F.FLEET_ROOT:
-            return self._attrs(ino, stat.S_IFDIR | 0o555, 0, CHANGING, nlink=2)
+            return self._attrs(ino, stat.S_IFDIR | mode, 0, CHANGING, nlink=2)
         if ino == F.MARKER:
             # a new mtime at every look: the kernel, which rechecks the attributes before
             # reading on the no-open path, drops the pages it holds of an older summary
-            return self._attrs(ino, stat.S_IFREG | 0o444, len(self._marker_text()), 0.0,
-                               mtime_ns=time.time_ns())
+            return self._attrs(ino, stat.S_IFREG | mode & 0o444, len(self._marker_text()),
+                               0.0, mtime_ns=time.time_ns())
         raise pyfuse3.FUSEError(errno.ENOENT)
 
     def _route(self, ino: int) -> tuple[int, int]:

@@ -22,7 +22,7 @@ from bookfs.formats.shipcard import Card, read_card, source_file, witnesses
 from bookfs.fs import fleet_inodes as F
 from bookfs.fs import inodes as I
 from bookfs.fs.cache import EventCache
-from bookfs.fs.nodes.base import CHANGING, FOREVER, make_attrs, modes_of
+from bookfs.fs.nodes.base import CHANGING, FOREVER, REFRESH, make_attrs, modes_of
 from bookfs.fs.nodes.dirs import fixed_attrs, readonly_info
 from bookfs.fs.ops import BookOperations, fuse_path
 
@@ -143,18 +143,24 @@ class ShipFaces:
       :meth:`entry` says None (the caller opens the log), and :meth:`listing` gives
       placeholders cached for 0 s, so a ``stat`` asks (and opens the log).
 
-    The card read last is kept per ship with the witnesses it was checked by, and so are
-    the modes and owner found last (:func:`~bookfs.fs.nodes.base.modes_of`: the ``stat``
-    of the source file and its directory, both witnesses, so equal witnesses mean the
-    same answer); each use looks at the witnesses again (four ``lstat``; a pier's: a
-    listing of ``.urb/log`` and four plus five per epoch), so a log that changed is never
-    answered for from a card or old modes.  Counts of cards read, found stale and missing are in the
-    fleet's marker file (``stale`` and ``missing`` once per state of the files)."""
+    The card read last is kept per ship with the witnesses it was checked by; each use
+    looks at the witnesses again (four ``lstat``; a pier's: a listing of ``.urb/log`` and
+    four plus five per epoch), so a log that changed is never answered for from a card.
+    Counts of cards read, found stale and missing are in the fleet's marker file
+    (``stale`` and ``missing`` once per state of the files).
+
+    The modes (:func:`~bookfs.fs.nodes.base.modes_of`: what every user of a class could
+    do on disk, along the whole path from ``/`` through the fleet's directory to each
+    file the ship's log is read from) are kept per ship for
+    :data:`~bookfs.fs.nodes.base.REFRESH` seconds while the source file and its owner
+    stay the same, then looked at again: a ``chmod`` or ``chown`` anywhere on the path
+    reaches the fleet's users within about a second, as on a single mount."""
 
     def __init__(self, fleet):
         self.fleet = fleet
         self._cards: dict[int, tuple[tuple | None, Card | str]] = {}  # sid -> last read
-        self._modes_seen: dict[int, tuple[tuple, tuple]] = {}  # sid -> (witnesses, modes)
+        # sid -> (when, (source file, its uid, gid), (uid, gid, modes)): the last look
+        self._modes_seen: dict[int, tuple[float, tuple, tuple]] = {}
         self.read = self.stale = self.missing = 0
         self.fuse = fuse_path(True)
 
@@ -163,22 +169,38 @@ class ShipFaces:
         self._cards.pop(sid, None)
         self._modes_seen.pop(sid, None)
 
-    def _modes(self, ship: Ship, seen: tuple | None = None):
-        """:func:`~bookfs.fs.nodes.base.modes_of` the ship's source file; given ``seen``
-        (its witnesses, just looked at), the answer is kept while they stay the same."""
+    def modes(self, ship: Ship):
+        """``(uid, gid, modes, stat)``: :func:`~bookfs.fs.nodes.base.modes_of` the
+        ship's source file (its ``stat`` taken now; the modes looked at again once
+        :data:`~bookfs.fs.nodes.base.REFRESH` old, or when that file or its owner
+        changed).  OSError if its directory is gone."""
+        path = source_file(ship.path)
+        st = os.stat(path)
+        key, now = (path, st.st_uid, st.st_gid), time.monotonic()
         memo = self._modes_seen.get(ship.sid)
-        if seen is not None and memo is not None and memo[0] == seen:
-            return memo[1]
+        if memo is not None and memo[1] == key and now - memo[0] < REFRESH:
+            return (*memo[2], st)
         fleet = self.fleet
-        got = modes_of(source_file(ship.path), ship.path, True, owner=fleet.owner,
-                       umask=fleet.umask)
-        if seen is not None:
-            self._modes_seen[ship.sid] = (seen, got)
-        return got
+        uid, gid, modes, st = modes_of(path, ship.path, True, owner=fleet.owner,
+                                       umask=fleet.umask)
+        self._modes_seen[ship.sid] = (now, (path, st.st_uid, st.st_gid), (uid, gid, modes))
+        return uid, gid, modes, st
+
+    def error_file(self, ship: Ship, size: int) -> pyfuse3.EntryAttributes:
+        """The attributes of the file ``MNT/<name>`` that says why the ship cannot be
+        opened (``fs/fleet.py``; ``size`` bytes): readable by whoever could read its log
+        (:meth:`modes`), by root alone if its directory cannot be looked at."""
+        try:
+            uid, gid, modes, _ = self.modes(ship)
+            uid_gid, mode = {"uid": uid, "gid": gid}, modes.read
+        except OSError:
+            uid_gid, mode = {}, 0
+        return self.fleet._attrs(F.error_inode(ship.sid), stat.S_IFREG | mode, size,
+                                 CHANGING, **uid_gid)
 
     def root(self, ship: Ship) -> pyfuse3.EntryAttributes:
         """``MNT/<ship>``'s attributes (OSError if its directory is gone)."""
-        uid, gid, modes, st = self._modes(ship)
+        uid, gid, modes, st = self.modes(ship)
         return make_attrs(uid, gid, F.ship_root(ship.sid), stat.S_IFDIR | modes.dir, 0,
                           st.st_mtime_ns, CHANGING, nlink=2)
 
@@ -201,7 +223,7 @@ class ShipFaces:
 
     def _faces(self, ship: Ship):
         seen = witnesses(ship.path)
-        uid, gid, modes, st = self._modes(ship, seen)
+        uid, gid, modes, st = self.modes(ship)
         return functools.partial(make_attrs, uid, gid), modes, st, self.card(ship, seen)
 
     def _from_card(self, make, modes, ship: Ship, local: int, card: Card
