@@ -14,13 +14,16 @@ process group, as a terminal sends it) in ``sample``, ``migrate`` and a real Spa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shlex
 import signal
+import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -569,51 +572,156 @@ sys.exit(main(["spark", {str(tree / 'mnt')!r}, "--out", sys.argv[1]]))
     assert r.returncode == 1 and kept.is_dir()
 
 
-def test_spark_master_port_that_is_no_master_is_refused_in_one_line(tree, tmp_path):
-    """Issue 23.3: a port that accepts a connection but is no Spark master (a web server,
-    the master's UI port) made Spark retry for about a minute, then print JVM errors.  The
-    run now gives up after --master-timeout with one line naming the cause, exit 2, and
-    leaves no --out behind."""
+def _no_master(kind: str, stop: threading.Event, held: list) -> int:
+    """A port on 127.0.0.1 that is no Spark master, of one ``kind`` (see
+    :func:`test_spark_master_that_is_no_master_is_refused_in_one_line`), served by a
+    daemon thread until ``stop`` is set; returns the port."""
     import socket
-    import threading
 
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    held = []
-    stop = threading.Event()
+    port = server.getsockname()[1]
+    held.append(server)
+    if kind == "closed":  # bound, never listening: connection refused
+        return port
+    if kind == "http":  # a real HTTP server, as the master's web UI or REST port
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    def accept():  # take connections and say nothing, as a web server waiting for a request
-        server.settimeout(0.2)
+        server.close()
+        httpd = ThreadingHTTPServer(("127.0.0.1", port), BaseHTTPRequestHandler)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        held.append(type("Stop", (), {"close": lambda self: (httpd.shutdown(),
+                                                              httpd.server_close())})())
+        return port
+    server.listen(16)
+    server.settimeout(0.2)
+
+    def serve():
         while not stop.is_set():
             try:
-                held.append(server.accept()[0])
+                conn = server.accept()[0]
             except OSError:
                 continue
+            held.append(conn)
+            if kind == "garbage":  # answers, but not Spark's framing
+                conn.sendall(os.urandom(64))
+            elif kind == "echo":  # sends back our own RpcRequest: Spark's framing, type 3
+                conn.settimeout(5)
+                with contextlib.suppress(OSError):
+                    conn.sendall(conn.recv(4096))
+            elif kind == "other-id":  # an RpcFailure frame, but for another request id
+                conn.sendall(struct.pack(">qbqi", 8 + 1 + 8 + 4 + 2, 5, 12345, 2) + b"no")
+            elif kind == "hangup":  # accepts and closes at once
+                conn.close()
+            # "silent": holds the connection and says nothing
 
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
+    threading.Thread(target=serve, daemon=True).start()
+    return port
+
+
+NO_MASTER = {
+    "closed": "Connection refused",
+    "silent": "accepted a connection but sent no answer in 5 s (a master too busy to "
+              "answer gets longer with --master-timeout)",
+    "garbage": "which is not Spark's RPC protocol",
+    "echo": "which is not Spark's RPC protocol",
+    "other-id": "which is not Spark's RPC protocol",
+    "http": "an HTTP server answered (a web UI or REST port?), not Spark's RPC",
+    "hangup": "accepted a connection and closed it without an answer",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NO_MASTER))
+def test_spark_master_that_is_no_master_is_refused_in_one_line(tree, tmp_path, kind):
+    """Issue 33.5: whether ``--master spark://HOST:PORT`` is a Spark master is told by
+    what the port answers to one request in Spark's RPC protocol
+    (:mod:`bookfs.spark.master`), never by how long a real master takes to register the
+    run.  Every kind of port that is no master is refused before Spark starts (pyspark
+    never imported), in one line naming what it did, exit 2, within the default
+    ``--master-timeout`` (5 s) at most, leaving no ``--out``: closed; silent (takes the
+    connection, says nothing); garbage; an echo (Spark's framing, but a request); a
+    failure frame for another request id; a real HTTP server (the master's web UI or REST
+    port); one that hangs up at once.  (Before, a port that accepted passed, and the run
+    refused it after a 20 s timer, as it did a real master slower than that.)"""
+    stop, held = threading.Event(), []
     out = tmp_path / "out"
-    port = server.getsockname()[1]
+    cmd, env = _probed(tmp_path)
     try:
-        r = run_bookfs("spark", str(tree / "mnt"), "--out", str(out), "--master",
-                       f"spark://127.0.0.1:{port}", "--master-timeout", "3", check=False)
+        port = _no_master(kind, stop, held)
+        url = f"spark://127.0.0.1:{port}"
+        t0 = time.monotonic()
+        r = sh(f"{cmd} spark {shlex.quote(str(tree / 'mnt'))} --out {shlex.quote(str(out))} "
+               f"--master {url}", tree, env=env)
+        took = time.monotonic() - t0
     finally:
         stop.set()
-        thread.join()
-        for conn in held:
-            conn.close()
-        server.close()
-    assert r.returncode == 2, r.stderr
-    last = [ln for ln in r.stderr.splitlines() if ln.startswith("bookfs spark: --master")][-1]
-    assert last == (f"bookfs spark: --master spark://127.0.0.1:{port}: a connection was "
-                    "accepted, but no Spark master registered this run within 3 s; expected "
-                    "a master's port (7077 by default, not its web UI's 8080): "
-                    "docs/cluster.md"), last
+        for thing in held:
+            thing.close()
+    _assert_clean(r, USAGE, kind)
+    assert r.stderr.startswith(f"bookfs spark: --master {url}: no Spark master answers "
+                               f"(127.0.0.1:{port}: "), r.stderr
+    assert NO_MASTER[kind] in r.stderr, r.stderr
+    assert r.stderr.rstrip().endswith("expected a running master's RPC port (7077 by "
+                                      "default; not its web UI's 8080 nor its REST port "
+                                      "6066): docs/cluster.md"), r.stderr
+    assert took < 5 + 10, took  # the default --master-timeout, interpreter start-up
+    assert (tmp_path / "probe.out").read_text() == "no pyspark"
     assert not out.exists()
-    bad = run_bookfs("spark", str(tree / "mnt"), "--out", str(out), "--master-timeout", "0",
-                     check=False)
+
+
+def test_spark_master_timeout_must_be_positive(tree, tmp_path):
+    """``--master-timeout 0`` is refused by the argument parser."""
+    bad = run_bookfs("spark", str(tree / "mnt"), "--out", str(tmp_path / "out"),
+                     "--master-timeout", "0", check=False)
     assert bad.returncode == 2 and "expected a positive number of seconds" in bad.stderr
+
+
+def test_spark_master_probe_reads_spark_framing():
+    """The probe against stand-ins that answer as Spark's transport does
+    (``MessageEncoder.encode``): an ``RpcFailure`` (type 5) with our request id, as a
+    master answers, passes; an ``RpcResponse`` (type 4), as a worker answers (it has the
+    endpoint ``Worker``), is a worker; either one sent a byte at a time too; and the
+    frame the probe sends decodes as Spark's ``RpcRequest`` and ``RequestMessage`` do."""
+    import socket
+
+    from bookfs.spark.master import PROBE_CONTENT, PROBE_ENDPOINT, probe, probe_frame
+
+    frame = probe_frame("h", 7077, 99)
+    length, kind, rid, size = struct.unpack(">qbqi", frame[:21])
+    assert (length, kind, rid, size) == (len(frame), 3, 99, len(frame) - 21)
+    name = struct.pack(">H", len(PROBE_ENDPOINT)) + PROBE_ENDPOINT.encode()
+    # no sender address; the receiver's (host "h", port 7077) and name; a Java String
+    assert frame[21:] == (b"\x00" + b"\x01\x00\x01h" + struct.pack(">i", 7077) + name + b"\xac\xed\x00\x05t"
+                        + struct.pack(">H", len(PROBE_CONTENT)) + PROBE_CONTENT.encode())
+
+    for answer_type, drip, want in ((5, False, None), (5, True, None),
+                                    (4, False, "a Spark worker's RPC port, not a master's"),
+                                    (4, True, "a Spark worker's RPC port, not a master's")):
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+
+        def answer():
+            conn = server.accept()[0]
+            with conn:
+                got = conn.recv(21)
+                request_id = struct.unpack(">q", got[9:17])[0]
+                error = b"Could not find Worker."
+                reply = struct.pack(">qbqi", 21 + len(error), answer_type, request_id,
+                                    len(error)) + error
+                for i in range(len(reply)) if drip else [None]:
+                    conn.sendall(reply[i:i + 1] if drip else reply)
+                with contextlib.suppress(OSError):
+                    conn.recv(4096)
+
+        t = threading.Thread(target=answer, daemon=True)
+        t.start()
+        try:
+            assert probe("127.0.0.1", server.getsockname()[1], 10) == want, (answer_type,
+                                                                              drip)
+        finally:
+            t.join(10)
+            server.close()
 
 
 def test_spark_summary_pace_says_no_rate_for_a_small_run():

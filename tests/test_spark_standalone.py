@@ -9,6 +9,11 @@ venv's Python and import this ``bookfs`` is what :func:`bookfs.spark.session` ar
 is its own process group (its executors and their Python workers are in it too), killed
 whole at teardown, first politely, then with SIGKILL, whatever the tests did.
 
+Issue 33.5: :mod:`bookfs.spark.master`'s probe is checked against each port of the
+cluster (the master's, its web UI's, the workers'), with the master's JVM stopped for a
+while too, and the command's run on the cluster has its master stopped (SIGSTOP) while
+the driver registers: a slow master is waited for, never refused.
+
 Short by default: a log of :data:`EVENTS` = 600 events, and the local-mode ``bookfs spark``
 that the cluster's output is compared with runs in this process (its ``main``: no second
 JVM to start).  ``BOOKFS_SPARK_LONG=1``: a log of 2,000 events, and the local-mode command
@@ -65,8 +70,8 @@ def wait_for(what: str, test, timeout: float = 90):
     while True:
         try:
             got = test()
-        except OSError:  # the web UI is not up yet
-            got = None
+        except (OSError, ValueError):  # the web UI is not up yet, or (a master still
+            got = None  # starting, on a loaded machine) answered /json/ with no JSON
         if got:
             return got
         if time.monotonic() > deadline:
@@ -142,17 +147,19 @@ def cluster(tmp_path_factory):
         log.close()
 
     url = f"spark://127.0.0.1:{port}"
-    c = argparse.Namespace(root=root, url=url, ui=f"http://127.0.0.1:{ui_port}",
-                           work=[root / f"worker{i}" for i in range(WORKERS)])
+    c = argparse.Namespace(root=root, url=url, port=port, ui=f"http://127.0.0.1:{ui_port}",
+                           work=[root / f"worker{i}" for i in range(WORKERS)],
+                           worker_ports=[(free_port(), free_port()) for _ in range(WORKERS)])
     try:
         daemon("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                "--port", str(port), "--webui-port", str(ui_port))
+        c.master_pid = procs[0].pid  # spark-class execs the JVM: this is the master's
         wait_for("the master", lambda: master_json(c)["status"] == "ALIVE")
         for i, work in enumerate(c.work):
+            rpc, ui = c.worker_ports[i]
             daemon(f"worker{i}", "org.apache.spark.deploy.worker.Worker", url,
-                   "--host", "127.0.0.1", "--port", str(free_port()),
-                   "--webui-port", str(free_port()), "--cores", "1", "--memory", "1g",
-                   "--work-dir", str(work))
+                   "--host", "127.0.0.1", "--port", str(rpc), "--webui-port", str(ui),
+                   "--cores", "1", "--memory", "1g", "--work-dir", str(work))
         wait_for(f"{WORKERS} workers",
                  lambda: master_json(c)["aliveworkers"] == WORKERS)
         yield c
@@ -228,9 +235,111 @@ def test_read_events_on_two_workers(cluster, mount, no_shared_spark):
     assert used == {str(w) for w in cluster.work}, [p[:4] for p in parts]
 
 
+def accept_queue(port: int) -> int:
+    """How many connections wait to be accepted by the socket listening on ``port``: a
+    LISTEN socket's ``rx_queue`` in ``/proc/net/tcp`` or ``tcp6`` (the kernel's
+    ``get_tcp4_sock``/``get_tcp6_sock`` print its ``sk_ack_backlog`` there)."""
+    waiting = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in list(f)[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    waiting = max(waiting, int(fields[4].split(":")[1], 16))
+    return waiting
+
+
+def run_while_the_master_stops(cluster, cmd: list[str], hold: float = 5.0):
+    """Run ``cmd``, a ``bookfs spark`` on the cluster, and stop the master's JVM
+    (SIGSTOP) as soon as the command says "starting Spark" (its probe was answered):
+    from then on the master answers nothing.  It stays stopped until the driver's
+    connection waits in its accept queue (the driver is registering the run) and
+    ``hold`` seconds more, or until the command exits; then SIGCONT, whatever happens.
+    Returns (exit status, stdout, stderr, whether the driver was seen waiting)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    said: list[str] = []
+    starting = threading.Event()
+    stdout: list[str] = []
+
+    def read_stderr():
+        for line in proc.stderr:
+            said.append(line)
+            if "starting Spark" in line:
+                starting.set()
+
+    readers = [threading.Thread(target=read_stderr, daemon=True),
+               threading.Thread(target=lambda: stdout.append(proc.stdout.read()),
+                                daemon=True)]
+    for t in readers:
+        t.start()
+    queued = False
+    try:
+        assert starting.wait(120), "".join(said)
+        os.kill(cluster.master_pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 240
+        while proc.poll() is None and time.monotonic() < deadline and not queued:
+            queued = accept_queue(cluster.port) > 0
+            time.sleep(0.1)
+        end = time.monotonic() + hold
+        while queued and proc.poll() is None and time.monotonic() < end:
+            time.sleep(0.1)
+    finally:
+        os.kill(cluster.master_pid, signal.SIGCONT)
+        try:
+            proc.wait(300)
+        finally:
+            proc.kill()
+            for t in readers:
+                t.join(10)
+    return proc.returncode, "".join(stdout), "".join(said), queued
+
+
+def test_probe_tells_the_master_from_its_other_ports(cluster):
+    """Issue 33.5: the probe (:mod:`bookfs.spark.master`: one ``RpcRequest`` in Spark's
+    transport protocol) answers, against a real standalone cluster: the master's RPC port
+    is a master, at once and even when its JVM is stopped for a while (SIGSTOP, then
+    SIGCONT 1.5 s later: the answer comes when it resumes); the master's and the workers'
+    web UIs are HTTP servers; a worker's RPC port is a worker's; an HA list passes when
+    one address is a master.  The master logs no error for it."""
+    from bookfs.errors import UsageError
+    from bookfs.spark.master import check_master, probe
+
+    t0 = time.monotonic()
+    assert probe("127.0.0.1", cluster.port) is None
+    assert time.monotonic() - t0 < 5
+    http = "an HTTP server answered (a web UI or REST port?), not Spark's RPC"
+    assert probe("127.0.0.1", int(cluster.ui.rsplit(":", 1)[1])) == http
+    for rpc, ui in cluster.worker_ports:
+        assert probe("127.0.0.1", rpc) == "a Spark worker's RPC port, not a master's"
+        assert probe("127.0.0.1", ui) == http
+    check_master(f"spark://127.0.0.1:{free_port()},127.0.0.1:{cluster.port}")
+    with pytest.raises(UsageError, match="a Spark worker's RPC port, not a master's"):
+        check_master(f"spark://127.0.0.1:{cluster.worker_ports[0][0]}")
+
+    os.kill(cluster.master_pid, signal.SIGSTOP)
+    resume = threading.Timer(1.5, os.kill, (cluster.master_pid, signal.SIGCONT))
+    resume.start()
+    try:
+        t0 = time.monotonic()
+        assert probe("127.0.0.1", cluster.port, timeout=60) is None
+        assert time.monotonic() - t0 >= 1.0  # it was answered only once resumed
+    finally:
+        resume.join()
+        os.kill(cluster.master_pid, signal.SIGCONT)
+    log = (cluster.root / "master.log").read_text()
+    assert "Unsupported message" not in log and "Error while invoking" not in log, log[-3000:]
+
+
 def test_cli_on_the_cluster_equals_local_mode(cluster, mount, capsys):
     """``bookfs spark MNT --out DIR --master spark://...`` writes the same table as the
-    same command in local mode, with executors on both workers."""
+    same command in local mode, with executors on both workers.
+
+    Issue 33.5: a real master slower than any timer is never refused.  The cluster run
+    is given ``--master-timeout 2``, and its master's JVM is stopped (SIGSTOP) from just
+    after the probe until the driver has waited 5 s on it to register the run; the run
+    waits (it refused it after 2 s, "no Spark master registered this run", as it did
+    under the test suite's load after its 20 s default) and completes once the master
+    resumes."""
     import pyarrow.parquet as pq
 
     before = {str(w): set(os.listdir(w)) if w.exists() else set() for w in cluster.work}
@@ -238,7 +347,12 @@ def test_cli_on_the_cluster_equals_local_mode(cluster, mount, capsys):
     for name, master in (("cluster", cluster.url), ("local", "local[2]")):
         out = mount.root / name
         argv = ["spark", mount.mnt, "--out", str(out), "--master", master]
-        if name == "cluster" or LONG:
+        if name == "cluster":
+            code, stdout, stderr, queued = run_while_the_master_stops(
+                cluster, [*BOOKFS, *argv, "--master-timeout", "2"])
+            assert code == 0, stderr[-3000:]
+            assert queued, "the driver never reached the stopped master:\n" + stderr[-3000:]
+        elif LONG:
             res = subprocess.run([*BOOKFS, *argv], capture_output=True, text=True,
                                  timeout=300)
             code, stdout, stderr = res.returncode, res.stdout, res.stderr

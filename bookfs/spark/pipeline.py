@@ -24,7 +24,6 @@ decoding this module and :mod:`bookfs.spark.source` share).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
@@ -85,49 +84,6 @@ def tune(builder_or_session):
         if key.startswith("spark.hadoop."):
             target.conf.set(key[len("spark.hadoop."):], value)
     return target
-
-
-#: Seconds ``bookfs spark`` waits for a ``spark://`` master to accept a connection.
-MASTER_TIMEOUT = 3.0
-
-
-def check_master(master: str, timeout: float = MASTER_TIMEOUT) -> None:
-    """A ``spark://HOST:PORT[,HOST:PORT...]`` master must accept a TCP connection on one
-    of its addresses within ``timeout`` seconds: else :class:`UsageError` in one line,
-    before Spark starts (which would retry for about a minute and then print a Java stack
-    trace).  Other masters (``local[N]``, ``local-cluster[...]``) need no check."""
-    import socket
-
-    from bookfs.errors import UsageError
-
-    if not master.startswith("spark://"):
-        return
-    failures = []
-    for address in master[len("spark://"):].split(","):
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
-            raise UsageError(f"--master {master}: expected spark://HOST:PORT")
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-                return
-        except OSError as e:
-            failures.append(f"{address}: {e.strerror or e}")
-    raise UsageError(f"--master {master}: no Spark master answers ({'; '.join(failures)}); "
-                     "expected a running master (docs/cluster.md)")
-
-
-def stop_jvm() -> None:
-    """Kill the JVM that PySpark launched for this process, if it has one yet (a run that
-    gives up on a master: the JVM would go on printing its retries)."""
-    import subprocess
-
-    from pyspark import SparkContext
-
-    proc = getattr(getattr(SparkContext, "_gateway", None), "proc", None)
-    if proc is not None:
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            proc.kill()
-            proc.wait(5)
 
 
 def session(master: str = "local[2]", app: str = "bookfs", *, tuned: bool = True,
