@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import re
 import subprocess
 import threading
 import time
@@ -117,6 +118,17 @@ def err_of(fn, *args) -> int | None:
     except OSError as e:
         return e.errno
     return None
+
+
+def info_text(mp) -> str:
+    """``mp/info`` as text."""
+    with open(f"{mp}/info") as f:
+        return f.read()
+
+
+def next_number(mp) -> int:
+    """The number the mount at ``mp`` appends next (``info``'s ``next:``)."""
+    return int(re.search(r"^next:\s+(\d+)$", info_text(mp), re.MULTILINE).group(1))
 
 
 def wait_for(pred, timeout: float = 10.0, step: float = 0.05) -> bool:

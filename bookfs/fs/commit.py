@@ -135,6 +135,7 @@ class Reservation:
     state: str = OPEN
     error: int = 0
     poisoned: int = 0  # errno of a write that failed: the close fails with it
+    poison_why: str = ""  # why it failed, for the refusal record (may be empty)
     writer: object = None  # the fs layer's closer.Writer for this file, if any
     #: the fs layer's check of the bytes as they are written (``nodes/new.py``), None
     #: when the payload is not checked
@@ -159,10 +160,11 @@ class Reservation:
         self.kick.set()
         self.judged.set()
 
-    def poison(self, err: int) -> None:
-        """A write failed: nothing of this reservation may be committed."""
+    def poison(self, err: int, why: str = "") -> None:
+        """A write failed (``why``, if known): nothing of this reservation may be
+        committed."""
         if not self.poisoned:
-            self.poisoned = err
+            self.poisoned, self.poison_why = err, why
 
 
 def _unbox(box: list):
@@ -357,8 +359,9 @@ class CommitQueue:
         than ``MIN_PAYLOAD`` bytes, the fs layer's payload check: ``r.refused``); None if
         they can."""
         if r.poisoned:
+            why = f": {r.poison_why}" if r.poison_why else ""
             return r.poisoned, (f"not committed, because a write to it failed "
-                                f"({errno.errorcode.get(r.poisoned)})")
+                                f"({errno.errorcode.get(r.poisoned)}{why})")
         size = len(r.staging)
         if size < MIN_PAYLOAD:
             return errno.EINVAL, (f"{size} bytes written, expected at least {MIN_PAYLOAD} "

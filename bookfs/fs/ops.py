@@ -25,8 +25,9 @@ to drop) is :mod:`bookfs.fs.follow`'s; lookups that wait for the next event
 (``follow/``) are :mod:`bookfs.fs.tail`'s; what every kind shares (cache timeouts,
 permissions) is ``nodes/base.py``'s.  Extended attributes are not supported (ENOSYS),
 which the kernel remembers, so ``ls -l`` does not ask once per file; the one exception
-is a ``new/<N>`` file's ``user.bookfs.unchecked`` (``nodes/new.py``), which is why
-setting any other attribute answers ENOTSUP (what ENOSYS shows the caller too) and never
+is a ``new/<N>`` file's ``user.bookfs.unchecked`` (``nodes/new.py``; a ``new/`` file
+accepts any other and keeps none, as it does its mode and times), which is why setting
+any other attribute elsewhere answers ENOTSUP (what ENOSYS shows the caller too) and never
 ENOSYS: the kernel would then refuse every later setxattr of the mount.  Nothing can be
 removed, renamed or linked: EPERM (EROFS on a read-only mount).
 
@@ -302,6 +303,8 @@ class BookOperations(pyfuse3.Operations):
         kind = self._by_parent.get(parent_inode)
         if parent_inode == I.FOLLOW:  # waits: the caller's signal ends the wait (EINTR)
             attrs = await self.follow_files.lookup(name, _interrupted(ctx))
+        elif parent_inode == I.NEW:  # a name just committed, to its writer (nodes/new.py)
+            attrs = await self.new_files.lookup(name, ctx)
         elif kind is not None:
             attrs = await kind.lookup(name)
         elif parent_inode in (I.ROOT, I.EPOCHS) or I.is_epoch(parent_inode):

@@ -179,6 +179,11 @@ class MetaFiles(Kind):
             raise fs.refusals.refuse(path, errno.EINVAL, f"{path}: {len(value)} bytes "
                                      f"written, expected exactly {size}; the field is "
                                      "unchanged", pid)
+        hole = h.staging.first_hole()
+        if hole is not None:  # every byte of a field must be written (as for new/)
+            raise fs.refusals.refuse(path, errno.EINVAL, f"{path}: bytes {hole[0]} to "
+                                     f"{hole[1] - 1} were never written; the field is "
+                                     "unchanged", pid)
         await trio.to_thread.run_sync(self.book.save_meta, h.key, value)
 
     def release(self, h: MetaWriteHandle) -> None:

@@ -1,11 +1,26 @@
 """``new/<N>``: appends.  Creating ``new/<N>``, writing it and closing it appends event
 ``N`` to the log.
 
-Caching: ``new/<N>`` entries are never cached and never looked up (``lookup`` answers
-ENOENT), so every ``open(O_CREAT)`` reaches ``create``; ``new/`` lists as empty
-(``dirs.py``).  While it is written, a file's inode is ``2^48`` plus its handle
-(``inodes.py``), its attributes are cached for ``CHANGING`` and its entry not at all.
-Writes are ``direct_io``, so the kernel keeps none of their pages.
+Caching: ``new/<N>`` entries are never cached and a lookup answers ENOENT, so every
+``open(O_CREAT)`` reaches ``create``; ``new/`` lists as empty (``dirs.py``).  While it is
+written, a file's inode is ``2^48`` plus its handle (``inodes.py``), its attributes are
+cached for ``CHANGING`` and its entry not at all.  Writes are ``direct_io``, so the
+kernel keeps none of their pages.
+
+After its commit, a name stays for :data:`COMMITTED_FOR` seconds, to its writer's process
+only, as its committed event (:class:`Recent`; issue 33, item 3): a lookup finds it
+(never cached), read-only with the log's mode, readable; setting its mode, owner, times
+or extended attributes by name succeeds and keeps nothing, and a write or truncate is
+refused (EEXIST, EPERM), as a create of a taken number is.  ``install``, ``rsync
+--inplace`` (and ``-a``, ``-X``) and ``shutil.copy2`` set those by name after their
+close, and failed with ENOENT for an event they had committed.
+
+Every byte of an event is written by its writer (issue 33, item 2): the staging buffer
+keeps the ranges written (``staging.Written``), and a file with a hole (a ``pwrite`` or
+``lseek`` past the end, a gap between writes, an ``ftruncate`` up) is refused at its last
+close, checked or not: EINVAL, nothing saved, the first hole's offsets in the refusal
+(:func:`hole_refusal`).  A writer that scatters more than ``staging.MAX_RANGES`` separate
+pieces at once gets EINVAL at that write, and the file is poisoned.
 
 Durability: ``new/<N>`` commits on the writer's **last** close of the open file, told
 from the others by what the kernel sends with each FLUSH and WRITE (the commit rule:
@@ -32,8 +47,8 @@ record and the log.  ``-o unchecked_payloads`` turns the check off for the mount
 (:attr:`NewFiles.checked`); the extended attribute ``user.bookfs.unchecked`` set to ``1``
 on an open ``new/<N>`` file (``setxattr``, as ``bookfs append --unchecked`` does) turns it
 off for that file.  It is the only extended attribute a ``new/`` file has: setting
-another answers ENOTSUP, reading another ENOSYS (as every other node answers, so the
-kernel stops asking).
+another is accepted and not kept (like its mode and times), reading another answers
+ENOSYS (as every other node answers, so the kernel stops asking).
 
 Errors follow DESIGN.md's table (``CommitQueue.reserve``: EINVAL for a name that is not
 the next number, EEXIST for one the log holds, ETIMEDOUT for a stalled predecessor); a
@@ -48,8 +63,11 @@ import errno
 import functools
 import logging
 import os
+import re
 import stat
 import time
+from collections import OrderedDict
+from typing import NamedTuple
 
 import pyfuse3
 
@@ -78,6 +96,12 @@ UNCHECKED_XATTR = b"user.bookfs.unchecked"
 INLINE_BYTES = 64 << 10
 #: bytes handed to the worker thread and not yet scanned, per file, before a write waits
 QUEUED_BYTES = 16 << 20
+#: seconds a ``new/<N>`` name answers lookups as its event once its writer's close
+#: committed it (:class:`Committed`), and how many such names are kept at most
+COMMITTED_FOR = 30.0
+COMMITTED_KEPT = 256
+#: a temporary name of rsync without ``--inplace`` (``.43.Xy12ab``), which renames it
+RSYNC_TEMP = re.compile(rb"\.([0-9]+)\.[A-Za-z0-9]{6}")
 
 
 # --- the payload check -------------------------------------------------------------------
@@ -168,6 +192,96 @@ class PayloadStream:
         return check.feed_from(staging.read, start, end, CHUNK)
 
 
+def hole_refusal(staging: Staging) -> str | None:
+    """Why a file with bytes nobody wrote cannot be an event (issue 33, item 2), naming
+    its first hole, or None if every byte of it was written."""
+    hole = staging.first_hole()
+    if hole is None:
+        return None
+    a, b = hole
+    size = len(staging)
+    n = staging.written.holes(size)
+    more = "" if n == 1 else f", the first of {n:,} holes"
+    return (f"bytes {a:,} to {b - 1:,} ({b - a:,} of {size:,}{more}) were never written: "
+            "every byte of an event must be written by its writer (a pwrite or lseek past "
+            "the end, a gap between writes or a truncate up leaves a hole)")
+
+
+# --- names of events this mount just committed ---------------------------------------------
+
+class Committed(NamedTuple):
+    """A ``new/<N>`` whose writer's close committed it: its event, the inode its file
+    had (``2^48 + handle``; handles are never reused), until when (monotonic) the name
+    answers lookups, and the writer's threads (the creating one and the closing one)."""
+
+    number: int
+    inode: int
+    until: float
+    threads: tuple[int, ...] = ()
+
+    def by_writer(self, ctx) -> bool:
+        """Whether the request ``ctx`` comes from the writer's process: one of its
+        threads, or a thread of the same thread group (``/proc/<tid>/task/<thread>``
+        exists only then: ``fs/proc/base.c``, ``proc_task_lookup()``; RCU, no lock of the
+        caller's).  Without a caller (operations driven directly), True."""
+        if ctx is None or not self.threads:
+            return True
+        tid = ctx.pid
+        return tid in self.threads or any(os.path.exists(f"/proc/{tid}/task/{t}")
+                                          for t in self.threads)
+
+
+class Recent:
+    """The names in ``new/`` whose event this mount committed in the last
+    :data:`COMMITTED_FOR` seconds (at most :data:`COMMITTED_KEPT`), by name and by inode.
+
+    A copying tool sets the mode, owner or times of what it wrote **by name, after its
+    close** (``install``'s ``fchmodat``/``fchownat``, ``rsync --inplace``'s ``stat`` and
+    ``utimensat``): with ``new/<N>`` gone at once, those failed (ENOENT) and the tool
+    reported failure for an event it had committed, which a retry would append twice.
+    So for a while the name stays, for the writer's process only
+    (:meth:`Committed.by_writer`), as its committed event: read-only (the log's mode),
+    readable, its mode, owner and times set as no-ops, a write or truncate refused.
+    Every other process finds no such name, as before: its create (a retry, ``bookfs
+    append --at``) reaches ``create`` and is refused there (EEXIST), and recorded."""
+
+    def __init__(self):
+        self._by_name: OrderedDict[bytes, Committed] = OrderedDict()
+        self._by_inode: dict[int, bytes] = {}
+
+    def add(self, name: bytes, number: int, inode: int, threads: tuple[int, ...] = ()
+            ) -> None:
+        self._prune()
+        old = self._by_name.pop(name, None)
+        if old is not None:
+            self._by_inode.pop(old.inode, None)
+        self._by_name[name] = Committed(number, inode, time.monotonic() + COMMITTED_FOR,
+                                        threads)
+        self._by_inode[inode] = name
+        while len(self._by_name) > COMMITTED_KEPT:
+            _, c = self._by_name.popitem(last=False)
+            self._by_inode.pop(c.inode, None)
+
+    def _prune(self) -> None:
+        now = time.monotonic()
+        while self._by_name:
+            name, c = next(iter(self._by_name.items()))
+            if c.until > now:
+                break
+            del self._by_name[name]
+            self._by_inode.pop(c.inode, None)
+
+    def named(self, name: bytes) -> Committed | None:
+        self._prune()
+        return self._by_name.get(name)
+
+    def of_inode(self, inode: int) -> tuple[bytes, Committed] | None:
+        """``(name, committed)`` for a committed file's inode (until its time is up)."""
+        self._prune()
+        name = self._by_inode.get(inode)
+        return None if name is None else (name, self._by_name[name])
+
+
 # --- the commit rule, shared with meta/ ----------------------------------------------------
 
 def need_rule(fs, path: str, ctx) -> None:
@@ -211,10 +325,24 @@ class NewFiles(Kind):
         #: payloads are checked (False: ``-o unchecked_payloads``, set by ``mount.py``)
         self.checked = True
         self.checker = WorkerThread("bookfs-check")
+        self.recent = Recent()  # names whose event this mount just committed
 
-    async def lookup(self, name: bytes) -> pyfuse3.EntryAttributes:
-        # entries are never looked up, so that open(O_CREAT) reaches create
-        raise pyfuse3.FUSEError(errno.ENOENT)
+    async def lookup(self, name: bytes, ctx=None) -> pyfuse3.EntryAttributes:
+        """ENOENT, so that open(O_CREAT) reaches create; but to its writer's process, a
+        name whose event this mount committed in the last :data:`COMMITTED_FOR` seconds
+        is that event (:class:`Recent`), never cached (entry and attribute timeouts 0)."""
+        c = self.recent.named(name)
+        if c is None or not c.by_writer(ctx):
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return self._committed_attrs(c)
+
+    def _committed_attrs(self, c: Committed) -> pyfuse3.EntryAttributes:
+        """``events/<N>``'s attributes (its mode, size and mtime) under the inode its
+        ``new/`` file had."""
+        a = self.fs.event_files.event_attrs(self.existing(c.number))
+        a.st_ino = c.inode
+        a.attr_timeout = a.entry_timeout = 0
+        return a
 
     async def attrs(self, ino: int) -> pyfuse3.EntryAttributes:
         fs = self.fs
@@ -223,12 +351,33 @@ class NewFiles(Kind):
             return fs.entry_attrs(ino, stat.S_IFREG | fs.modes.staged, len(r.staging),
                                   time.time_ns(),
                                   CHANGING, entry_timeout=0)
+        if (named := self.recent.of_inode(ino)) is not None:
+            return self._committed_attrs(named[1])
         raise pyfuse3.FUSEError(errno.ENOENT)
 
+    def _refuse_committed(self, name: bytes, c: Committed, what: str, ctx,
+                          err: int) -> pyfuse3.FUSEError:
+        """A write (``what``: ``written``, ``truncated to ...``) to a name just committed:
+        refused, noted as ``create`` notes a taken number."""
+        path = f"new/{name.decode()}"
+        return self.fs.refusals.refuse(
+            path, err, f"{path}: event {c.number} is already committed and cannot be "
+            f"{what} (events are immutable); the next free number is "
+            f"{self.fs.queue.next_free()}", None if ctx is None else ctx.pid)
+
     async def setattr(self, ino: int, attr, fields, fh, ctx) -> pyfuse3.EntryAttributes:
+        """A file being written: a size is a truncate, the rest is ignored (an event has
+        no mode, owner or times of its own).  A name just committed (:class:`Recent`):
+        mode, owner and times are no-ops, so a tool that sets them by name after its
+        close succeeds; a truncate is refused (EPERM)."""
         r = self.fs.handle(ino - I.STAGING_BASE)
         if not isinstance(r, Reservation):
-            raise pyfuse3.FUSEError(errno.ENOENT)
+            if (named := self.recent.of_inode(ino)) is None:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            if fields.update_size:
+                raise self._refuse_committed(*named, f"truncated to {attr.st_size:,} bytes",
+                                             ctx, errno.EPERM)
+            return self._committed_attrs(named[1])
         if fields.update_size:
             try:
                 r.staging.truncate(attr.st_size)
@@ -240,7 +389,17 @@ class NewFiles(Kind):
         return await self.attrs(ino)
 
     async def open(self, ino: int, flags: int, writing: int, ctx) -> pyfuse3.FileInfo:
-        raise refuse(errno.EBUSY, "an event being written cannot be opened again")
+        """EBUSY for a file being written.  A name just committed (:class:`Recent`) opens
+        for reading as its event; for writing it is refused as ``create`` would refuse
+        the name (EEXIST)."""
+        if (named := self.recent.of_inode(ino)) is None:
+            raise refuse(errno.EBUSY, "an event being written cannot be opened again")
+        name, c = named
+        if writing:
+            raise self._refuse_committed(name, c, "written", ctx, errno.EEXIST)
+        fs = self.fs
+        return await fs.event_files.open(
+            I.event_inode(self.existing(c.number), fs.follower.slot_now()), flags, 0, ctx)
 
     async def create(self, parent_inode: int, name: bytes, ctx):
         """CREATE anywhere but ``meta/``: an append when ``parent_inode`` is ``new/``."""
@@ -256,6 +415,12 @@ class NewFiles(Kind):
             raise refuse(errno.EROFS if parent_inode == I.EVENTS else errno.EPERM,
                          f"cannot create {where}{name.decode('utf-8', 'replace')}: "
                          "append by creating new/<next event number>")
+        if RSYNC_TEMP.fullmatch(name):  # nothing could be committed by its rename
+            path = f"new/{name.decode()}"
+            raise fs.refusals.refuse(
+                path, errno.EINVAL, f"{path}: a temporary name (rsync without --inplace "
+                "writes one, then renames it): new/ takes only event numbers, each "
+                "committed by its writer's close; use rsync --inplace", ctx.pid)
         need_rule(fs, f"new/{name.decode('utf-8', 'replace')}", ctx)
         r = fs.queue.reserve(name, ctx.pid)
         fh = fs.new_fh(r)
@@ -279,7 +444,7 @@ class NewFiles(Kind):
         try:
             n = h.staging.write(off, buf)
         except (OSError, BookError) as e:
-            h.poison(getattr(e, "errno", None) or errno.EIO)
+            h.poison(getattr(e, "errno", None) or errno.EIO, str(e))
             raise
         if h.payload is not None:
             await h.payload.wrote(off, buf)
@@ -319,13 +484,20 @@ class NewFiles(Kind):
             check = functools.partial(self._judge_close, ctx.pid, writer,
                                       I.staging_inode(fh), known)
         if h.state == "open" and not h.poisoned:
-            # the payload's check, finished before the commit freezes the bytes (nothing
-            # awaits in between); refused by the queue only if this close is the last
-            why = None if h.payload is None else await h.payload.verdict(h.staging)
-            h.refused = None if why is None else (errno.EINVAL, why.refusal)
+            # every byte written (checked or not), then the payload's check, finished
+            # before the commit freezes the bytes (nothing awaits in between); refused by
+            # the queue only if this close is the last
+            if (hole := hole_refusal(h.staging)) is not None:
+                h.refused = errno.EINVAL, hole
+            else:
+                why = None if h.payload is None else await h.payload.verdict(h.staging)
+                h.refused = None if why is None else (errno.EINVAL, why.refusal)
         if h.state == "failed":
             raise pyfuse3.FUSEError(h.error)
-        if not await fs.queue.commit(h, check) and h.poisoned:
+        if await fs.queue.commit(h, check):
+            threads = () if ctx is None else (writer.thread, ctx.pid)
+            self.recent.add(h.name.encode(), h.number, I.staging_inode(fh), threads)
+        elif h.poisoned:
             raise pyfuse3.FUSEError(h.poisoned)  # a dup's close: its write failed
 
     def _judge_close(self, tid: int, writer: Writer, inode: int, known,
@@ -344,14 +516,22 @@ class NewFiles(Kind):
 
     async def setxattr(self, ino: int, name: bytes, value: bytes, ctx) -> None:
         """``user.bookfs.unchecked``: ``1`` turns the payload check off for this file,
-        ``0`` on again (unless the mount is ``-o unchecked_payloads``).  Another name
-        answers ENOTSUP (not ENOSYS, which would make the kernel stop asking, for every
-        file of the mount)."""
+        ``0`` on again (unless the mount is ``-o unchecked_payloads``).  Another name is
+        accepted and not kept, like the file's mode, owner and times (an event has only
+        its bytes), on a file being written or a name just committed (:class:`Recent`):
+        ``cp --preserve=xattr`` sets them before its close and ``rsync -X --inplace``
+        after it, and either would report failure for an event it committed."""
         r = self.fs.handle(ino - I.STAGING_BASE)
         if not isinstance(r, Reservation):
-            raise pyfuse3.FUSEError(errno.ENOENT)
+            if self.recent.of_inode(ino) is None:
+                raise pyfuse3.FUSEError(errno.ENOENT)
+            r = None  # a name just committed (Recent)
         if name != UNCHECKED_XATTR:
-            raise pyfuse3.FUSEError(errno.ENOTSUP)
+            log.debug("inode %d: extended attribute %r accepted and not kept", ino, name)
+            return
+        if r is None:
+            raise refuse(errno.EBUSY, f"{UNCHECKED_XATTR.decode()} set after the file was "
+                         "committed")
         if value not in (b"0", b"1"):
             raise refuse(errno.EINVAL, f"new/{r.name}: {UNCHECKED_XATTR.decode()} is 1 "
                          f"(do not check the payload) or 0, not {value[:20]!r}")
@@ -375,6 +555,8 @@ class NewFiles(Kind):
             raise pyfuse3.FUSEError(errno.ENOSYS)
         r = self.fs.handle(ino - I.STAGING_BASE)
         if not isinstance(r, Reservation):
+            if self.recent.of_inode(ino) is not None:  # committed: no such attribute
+                raise pyfuse3.FUSEError(errno.ENODATA)
             raise pyfuse3.FUSEError(errno.ENOENT)
         return b"0" if r.payload is not None else b"1"
 
