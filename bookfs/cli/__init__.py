@@ -14,7 +14,34 @@
 
 
 def main(argv=None) -> int:
-    """``bookfs`` (the console script ``bookfs.cli:main``)."""
-    from bookfs.cli.commands import main as _main
+    """``bookfs`` (the console script ``bookfs.cli:main``; ``python -m bookfs.cli``).
 
-    return _main(argv)
+    A Ctrl-C while the command starts is one line, ``bookfs: interrupted``, and exit
+    status 130, never a traceback; each subcommand answers the ones that come later.
+    While the command's modules load, a Ctrl-C is held until they have: raised in an
+    import, a KeyboardInterrupt can be lost (Python only prints one raised in a weakref
+    callback, such as importlib's ``_get_module_lock``) or end the process by SIGINT
+    after it was caught (``Python/pythonrun.c``, ``run_eval_code_obj()``, marks one that
+    leaves the ``exec`` of a string, as ``dataclasses`` and ``namedtuple`` do, as never
+    caught).  Before this function runs (Python's own start-up, ``import bookfs``), a
+    Ctrl-C is Python's."""
+    import _signal  # loaded with the interpreter: importing ``signal`` takes milliseconds
+    import sys
+
+    held: list[int] = []
+    before = _signal.signal(_signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        from bookfs.cli.commands import _register_optional
+        from bookfs.cli.commands import main as _main
+
+        _register_optional()  # the subcommands' modules (commands.main's first step)
+    finally:
+        _signal.signal(_signal.SIGINT, before)
+    try:
+        if held:
+            raise KeyboardInterrupt
+        return _main(argv)
+    except KeyboardInterrupt:
+        _signal.signal(_signal.SIGINT, _signal.SIG_IGN)  # a second one: the same line
+        print("bookfs: interrupted", file=sys.stderr)
+        return 130

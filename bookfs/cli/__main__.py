@@ -1,6 +1,6 @@
 """``python -m bookfs.cli``: the ``bookfs`` command."""
 import sys
 
-from bookfs.cli.commands import main
+from bookfs.cli import main
 
 sys.exit(main())

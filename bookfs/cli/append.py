@@ -23,8 +23,9 @@ Contract:
   failed event cancelled this one (ECANCELED, nothing saved), a regular file is sent
   again.  With ``--at N`` the first file must become event N, the next N+1, ...; a
   number taken or out of order is a refusal, and nothing is retried.
-* Only whole files are committed: if reading a FILE fails, or Ctrl-C interrupts, the
-  half-written ``new/<N>`` is emptied before its close, so the daemon refuses it.
+* Only whole files are committed: if reading a FILE fails, or a signal stops the command
+  before the file's close, the half-written ``new/<N>`` is emptied before its close, so
+  the daemon refuses it.
 * A close whose outcome nobody can know is not a refusal: when the daemon went away
   during it (ENOTCONN, ECONNABORTED: killed after the whole deed was written, say) or
   the close was interrupted (:data:`INDETERMINATE`), or it failed and the mount no longer
@@ -35,8 +36,24 @@ Contract:
   before checking could append the same file twice.
 * Exit status: 0 if every file went in, 1 if any was refused, 2 for bad usage (MNT not a
   bookfs mount or mounted read-only, a FILE missing, unreadable or a directory, ``-``
-  twice), checked before anything is appended; 3 if an outcome is unknown (above); 130
-  after Ctrl-C.
+  twice), checked before anything is appended; 3 if an outcome is unknown (above); 128 +
+  the signal's number (130 for Ctrl-C) if a signal stopped it before a file (below).
+* Ctrl-C (SIGINT), SIGTERM and SIGHUP (:class:`Signals`): what it says is what the log
+  holds, whenever the signal comes.  During start-up (loading, the checks, finding the
+  mount, checking the files): ``interrupted`` (``bookfs.cli.main``) or ``bookfs append:
+  interrupted; nothing was appended``.
+  Before a file's close has started (before its create, while it is read or written):
+  the file is emptied, its close refused, nothing of it saved, and ``bookfs append:
+  interrupted; FILE and the files after it were not appended``.  Once its close has
+  started, the close is waited for (so does the kernel: ``fs/fuse/file.c``,
+  ``fuse_flush()``, sends the FLUSH with ``args.force``, and ``fs/fuse/dev.c``,
+  ``request_wait_answer()``, waits a forced request out whatever the signal) and its
+  outcome is reported as without the signal (``event 43 <- a.bin``, a refusal, an
+  unknown outcome); then it stops before the next file, with the line above for it.  A
+  signal that comes while the last file is committed leaves nothing undone: the status
+  is then as without it.  Another signal changes nothing (SIGKILL still ends it: a
+  writer killed before its close commits nothing).  Every event appended has its
+  ``event`` line on stdout before the command stops.
 * Payloads are checked (issue 21): each regular FILE must be a 4-byte mug and a jam that
   cues completely and exactly, or vere's ram encoding, whatever the mug
   (:mod:`bookfs.noun.payload`, the daemon's own check).  Every FILE
@@ -57,12 +74,14 @@ import contextlib
 import errno
 import os
 import re
+import signal
 import stat
 import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime
 
+from bookfs.formats.layout import MIN_PAYLOAD
 from bookfs.fs.commit import NEXT_KEY, REFUSALS_HEADER
 from bookfs.fs.mountinfo import bookfs_mount_at
 from bookfs.noun.payload import check_payload_file
@@ -82,8 +101,117 @@ _LINE = re.compile(r"^  (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}) (\S+) (\S+) "
                    r"pid (\S+): (.*)$")
 
 
+#: The signals the command answers: Ctrl-C, ``kill``'s default, a terminal that went away.
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Tests only: ``POINT[:K[:SIGNAME]]`` sends this process SIGINT (or SIGNAME) the K-th
+#: time (1 by default) it reaches POINT, one of :data:`POINTS`, so every moment a signal
+#: can come is reached without timing (tests/test_append_interrupt.py).
+SIGNAL_AT_ENV = "BOOKFS_TEST_APPEND_SIGNAL"
+#: Where :data:`SIGNAL_AT_ENV` can send it, in the order a run reaches them: start-up
+#: (``start``, ``checked``), each FILE's open, the create of ``new/<N>``, each read and
+#: write, its end read, just before and just after the close, and after its line.
+POINTS = ("start", "checked", "open", "create", "read", "write", "eof", "close", "closed",
+          "reported")
+
+
 class UsageError(Exception):
     """Bad usage: one line for the user, exit status 2."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal of :data:`SIGNALS` stopped the command where nothing is half done."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+class Signals:
+    """SIGINT, SIGTERM and SIGHUP while ``bookfs append`` runs; the first one counts.
+
+    Python runs a signal's handler between two bytecodes of the main thread, so a handler
+    that raises can cut the command anywhere: between the close that committed a file and
+    the line that says so (issue 33, item 7).  This handler raises :class:`Interrupted`
+    only while :attr:`raising` (start-up, and inside :meth:`interruptible`: a FILE's open
+    and reads, which may wait for ever on a pipe or a FIFO, and hold nothing of the
+    mount).  Everywhere else it only notes the signal, and the command asks :meth:`check`
+    where stopping leaves nothing half done: before each file's create, between its
+    writes, before its close.  Once a file's close has started, its outcome is reported
+    first.  Nothing the handler could interrupt is lost by the wait: the kernel does not
+    let a SIGINT or SIGTERM cut short a FUSE request (create, write, truncate, close)
+    once the daemon has it (``fs/fuse/dev.c``, ``request_wait_answer()``: only a fatal
+    signal ends the wait of an unforced one), and Python retries the system calls a
+    handler that does not raise interrupted (PEP 475), ``close`` excepted."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self.raising = True  # start-up: nothing is under way
+        self._points: dict[str, tuple[int, int]] = {}
+        at = os.environ.get(SIGNAL_AT_ENV, "")
+        if at:
+            point, _, rest = at.partition(":")
+            k, _, name = rest.partition(":")
+            if point not in POINTS:
+                raise ValueError(f"{SIGNAL_AT_ENV}={at}: expected one of {POINTS}")
+            self._points[point] = (int(k or 1), getattr(signal, name or "SIGINT"))
+
+    def install(self) -> None:
+        for s in SIGNALS:
+            signal.signal(s, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+        if self.raising:
+            self.raising = False  # once: the code that catches it runs held
+            raise Interrupted(self.signum)
+
+    def hold(self) -> None:
+        """From now on a signal is only noted (until :meth:`interruptible`)."""
+        self.raising = False
+
+    def check(self) -> None:
+        """Raise :class:`Interrupted` if a signal came."""
+        if self.signum is not None:
+            raise Interrupted(self.signum)
+
+    @contextlib.contextmanager
+    def interruptible(self):
+        """A block a signal may cut short (it raises :class:`Interrupted`)."""
+        self.raising = True
+        try:
+            self.check()
+            yield
+        finally:
+            self.raising = False
+
+    def point(self, name: str) -> None:
+        """Where :data:`SIGNAL_AT_ENV` may send a signal (tests only)."""
+        hit = self._points.get(name)
+        if hit is not None:
+            k, signum = hit
+            self._points[name] = (k - 1, signum)
+            if k == 1:
+                os.kill(os.getpid(), signum)  # handled before os.kill returns
+
+    @contextlib.contextmanager
+    def masked(self):
+        """A block the signals wait out, blocked in this thread: a thread started in it
+        (tqdm's monitor) inherits the mask and never takes one, so they all come to the
+        main thread, and :meth:`finish` can block them in the whole process."""
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def finish(self) -> None:
+        """Block the signals for the rest of the process: the command has said what it
+        did, and a signal now (or while Python exits, which puts back the default
+        handlers) must not change its status.  A blocked signal still pending when the
+        process exits is dropped."""
+        self.hold()
+        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
 
 
 @dataclass(frozen=True)
@@ -180,13 +308,16 @@ def check_files(files: list[str], payloads: bool = False) -> list[int | None]:
 
 
 class Appender:
-    """Appends files through ``MNT/new/`` one at a time (see the module's contract)."""
+    """Appends files through ``MNT/new/`` one at a time (see the module's contract).
+    ``signals`` (:class:`Signals`, held) is asked where a file may stop."""
 
-    def __init__(self, mnt: str, at: int | None, progress, unchecked: bool = False):
+    def __init__(self, mnt: str, at: int | None, progress, unchecked: bool = False,
+                 signals: Signals | None = None):
         self.mnt = mnt
         self.unchecked = unchecked  # ask the mount not to check the payloads
         self.at = at  # the number the next file must take, if insisted on
         self.progress = progress
+        self.signals = signals or Signals()
         self.unknown = False  # a close's outcome is unknown: append nothing more
 
     def _answers(self) -> bool:
@@ -209,11 +340,14 @@ class Appender:
                 f"{self.mnt}/events/{n}); do not append it again before checking")
 
     def _create(self) -> tuple[int, int] | tuple[None, str]:
-        """``(number, fd)`` of a new ``new/<N>``, or ``(None, reason)`` if refused."""
+        """``(number, fd)`` of a new ``new/<N>``, or ``(None, reason)`` if refused;
+        :class:`Interrupted` before a create after a signal."""
         n = self.at if self.at is not None else next_number(self.mnt)
         gap_retried = False
         for _ in range(MAX_TRIES):
             since = time.time()
+            self.signals.check()  # nothing of this file exists yet
+            self.signals.point("create")
             try:
                 fd = os.open(os.path.join(self.mnt, "new", str(n)),
                              os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -233,7 +367,8 @@ class Appender:
         return None, f"new/{n}: other writers took {MAX_TRIES} numbers in a row; try again"
 
     def append(self, name: str) -> tuple[int | None, str]:
-        """Append FILE ``name``: ``(event number, line)`` or ``(None, line)``.  Without
+        """Append FILE ``name``: ``(event number, line)`` or ``(None, line)``, or
+        :class:`Interrupted` if a signal stopped it with nothing of it appended.  Without
         ``--at``, a regular file whose commit was cancelled because another writer's
         predecessor failed (ECANCELED: nothing of it was saved) is tried again."""
         for _ in range(MAX_TRIES):
@@ -244,73 +379,128 @@ class Appender:
 
     def _append_once(self, name: str) -> tuple[int | None, str, int]:
         """One attempt: ``(number, line, 0)``, or ``(None, reason, errno of the close)``.
-        Only a whole file is ever committed: if reading it fails or the command is
-        interrupted, the file in ``new/`` is emptied first, so its close is refused."""
+        Only a whole file is ever committed: if reading it fails or a signal comes before
+        its close, the file in ``new/`` is emptied first, so its close is refused."""
         shown = "stdin" if name == STDIN else name
         try:
-            src = sys.stdin.buffer if name == STDIN else open(name, "rb")
+            with self.signals.interruptible():  # opening a FIFO waits for its writer
+                self.signals.point("open")
+                src = sys.stdin.buffer if name == STDIN else open(name, "rb")  # noqa: SIM115
         except OSError as e:
             return None, f"{shown}: {e.strerror}; nothing appended", 0
         try:
             n, fd = self._create()
             if n is None:
                 return None, f"{shown}: refused: {fd}", 0
-            since = time.time()
-            written, err, whole, why, closing = 0, 0, False, "", False
-            try:
-                if self.unchecked:
-                    try:
-                        os.setxattr(fd, UNCHECKED_XATTR, b"1")
-                    except OSError as e:
-                        why = (f"{shown}: refused: new/{n}: the mount would not turn its "
-                               f"payload check off ({UNCHECKED_XATTR}: {e.strerror}); "
-                               "nothing appended (mount it with -o unchecked_payloads)")
-                while not why:
-                    try:
-                        chunk = src.read(CHUNK)
-                    except OSError as e:
-                        why = f"{shown}: {e.strerror} while reading it; nothing appended"
-                        break
-                    if not chunk:
-                        whole = True
-                        break
-                    view = memoryview(chunk)
-                    while view:
-                        k = os.write(fd, view)
-                        view = view[k:]
-                        written += k
-                        self.progress.update(k)
-            except OSError as e:  # the write failed: the daemon fails the close too
-                err = e.errno or errno.EIO
-            finally:
-                if not whole:  # never commit part of a file (read error, Ctrl-C)
-                    with contextlib.suppress(OSError):
-                        os.ftruncate(fd, 0)
-                try:
-                    os.close(fd)  # the commit: 0 means durable and visible
-                except OSError as e:
-                    closing = not err and whole  # only a whole file's close can commit
-                    err = err or e.errno or errno.EIO
-            self.progress.update(-written if err or not whole else 0)
-            if why:
-                return None, why, 0
-            if closing and (err in INDETERMINATE or not self._answers()):
-                return None, self._unknown(shown, n, err), err
-            if err:
-                reason = refusal_reason(self.mnt, f"new/{n}", err, since)
-                return None, f"{shown}: refused: new/{n}: {reason}", err
+            return self._write_and_close(src, shown, n, fd)
         finally:
             if src is not sys.stdin.buffer:
                 src.close()
-        if self.at is not None:
-            self.at = n + 1
-        return n, f"event {n} <- {shown} ({written:,} bytes)", 0
+
+    def _write_and_close(self, src, shown: str, n: int,
+                         fd: int) -> tuple[int | None, str, int]:
+        """Write ``src`` to the new ``new/<n>`` (``fd``) and close it: the outcome, or
+        :class:`Interrupted` once a signal's file is refused.  Nothing here raises between
+        the create and the outcome (the signals are held, a read excepted)."""
+        sig = self.signals
+        since = time.time()
+        written, err, whole, why, stopped = 0, 0, False, "", False
+        try:
+            if self.unchecked:
+                try:
+                    os.setxattr(fd, UNCHECKED_XATTR, b"1")
+                except OSError as e:
+                    why = (f"{shown}: refused: new/{n}: the mount would not turn its "
+                           f"payload check off ({UNCHECKED_XATTR}: {e.strerror}); "
+                           "nothing appended (mount it with -o unchecked_payloads)")
+            while not why:
+                if sig.signum is not None:
+                    stopped = True
+                    break
+                try:
+                    with sig.interruptible():  # a pipe may wait for ever
+                        sig.point("read")
+                        chunk = src.read(CHUNK)
+                except Interrupted:
+                    stopped = True
+                    break
+                except OSError as e:
+                    why = f"{shown}: {e.strerror} while reading it; nothing appended"
+                    break
+                if not chunk:
+                    sig.point("eof")
+                    whole = sig.signum is None  # a signal before the close: stop here
+                    stopped = not whole
+                    break
+                view = memoryview(chunk)
+                while view:
+                    k = os.write(fd, view)
+                    view = view[k:]
+                    written += k
+                    self.progress.update(k)
+                    sig.point("write")
+        except OSError as e:  # the write failed: the daemon fails the close too
+            err = e.errno or errno.EIO
+        except BaseException:  # a bug: never leave a file that an exit would commit
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+        kept = written  # the bytes new/<n> holds at its close
+        if not whole:  # never commit part of a file (read error, a signal)
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                kept = 0
+        # the close: a signal from here on is noted, and the outcome reported first
+        sig.point("close")
+        closed = 0
+        try:
+            os.close(fd)  # the commit: 0 means durable and visible
+        except OSError as e:
+            closed = e.errno or errno.EIO
+        sig.point("closed")
+        if not closed:
+            if not whole:  # a part committed: the truncate failed (never seen)
+                self.progress.update(kept - written)
+                return n, (f"event {n} <- {shown} ({kept:,} bytes: only the first part "
+                           f"of it, {'interrupted' if stopped else 'not all written'})"), 0
+            if self.at is not None:
+                self.at = n + 1
+            return n, f"event {n} <- {shown} ({written:,} bytes)", 0
+        self.progress.update(-written)
+        could = kept >= MIN_PAYLOAD and not err  # what a commit would have saved
+        if could and (closed in INDETERMINATE or not self._answers()):
+            return None, self._unknown(shown, n, closed), closed
+        if stopped:
+            raise Interrupted(sig.signum)  # refused: nothing of it is in the log
+        if why:
+            return None, why, 0
+        err = err or closed
+        reason = refusal_reason(self.mnt, f"new/{n}", err, since)
+        return None, f"{shown}: refused: new/{n}: {reason}", err
 
 
 def run(args) -> int:
-    from bookfs.cli.commands import _progress_bar
-
+    """The command (module docstring).  It answers SIGINT, SIGTERM and SIGHUP itself
+    (:class:`Signals`) and returns with them blocked: it is the process's last work."""
+    signals = Signals()
+    signals.install()
     try:
+        return _run(args, signals)
+    finally:
+        signals.finish()
+
+
+def _say(line: str, err: bool = False) -> None:
+    print(line, file=sys.stderr if err else sys.stdout, flush=True)
+
+
+def _run(args, signals: Signals) -> int:
+    try:  # start-up: a signal stops it here with nothing done
+        signals.point("start")
+        from bookfs.cli.commands import _progress_bar
+
         if not os.path.isdir(args.mountpoint):
             raise UsageError(f"{args.mountpoint}: not a directory; expected a bookfs "
                              "mount point")
@@ -320,36 +510,46 @@ def run(args) -> int:
         if args.at is not None and args.at < 1:
             raise UsageError(f"--at {args.at}: expected an event number of 1 or more")
         sizes = check_files(args.files, payloads=not args.unchecked)
+        signals.point("checked")
+        signals.hold()
     except UsageError as e:
-        print(f"bookfs append: {e}", file=sys.stderr)
+        signals.hold()
+        _say(f"bookfs append: {e}", err=True)
         return 2
+    except Interrupted as e:
+        _say("bookfs append: interrupted; nothing was appended", err=True)
+        return 128 + e.signum
     total = None if None in sizes else sum(sizes)
     refused = 0
-    with _progress_bar(total, "append") as bar:
-        appender = Appender(args.mountpoint, args.at, bar, unchecked=args.unchecked)
+    with signals.masked():
+        bar = _progress_bar(total, "append")
+    with bar:
+        appender = Appender(args.mountpoint, args.at, bar, unchecked=args.unchecked,
+                            signals=signals)
         for i, name in enumerate(args.files):
             try:
                 n, line = appender.append(name)
             except UsageError as e:
-                print(f"bookfs append: {e}", file=sys.stderr)
+                _say(f"bookfs append: {e}", err=True)
                 return 2
-            except KeyboardInterrupt:
-                print(f"bookfs append: interrupted; {'stdin' if name == STDIN else name} "
-                      "and the files after it were not appended", file=sys.stderr)
-                return 130
+            except Interrupted as e:
+                _say(f"bookfs append: interrupted; {'stdin' if name == STDIN else name} "
+                     "and the files after it were not appended", err=True)
+                return 128 + e.signum
             if n is None:
                 refused += 1
-                print(line, file=sys.stderr, flush=True)
+                _say(line, err=True)
                 if appender.unknown:  # never on after an unknown outcome, --keep-going or not
                     rest = args.files[i + 1:]
                     if rest:
-                        print(f"bookfs append: stopped after an unknown outcome; not tried: "
-                              f"{' '.join(rest)}", file=sys.stderr, flush=True)
+                        _say(f"bookfs append: stopped after an unknown outcome; not tried: "
+                             f"{' '.join(rest)}", err=True)
                     return EXIT_UNKNOWN
                 if not args.keep_going:
                     break  # with --at, the next file would insist on the same number
             else:
-                print(line, flush=True)
+                _say(line)
+            signals.point("reported")
     return 1 if refused else 0
 
 
