@@ -42,9 +42,13 @@ def test_everything_about_events_includes_an_event_once_its_close_returned(
                                             ("book", [payload(n, 30) for n in range(6, 11)])])
         epoch_events = f"{mnt}/epochs/0i5/events"
     stale: list[str] = []
-    with mounted(src, mnt, *opts):
+    log = tmp_path / "daemon.log"
+    with mounted(src, mnt, *opts, log_file=str(log)):
         if how == "companion":
             assert "companion" in open(f"{mnt}/info").read()
+            # the commit tells the companion's connection itself (no race with its
+            # follower): it took a copy of the companion's /dev/fuse descriptor
+            assert "no copy of its connection" not in log.read_text()
         count = os.stat(f"{mnt}/events").st_size
         for k in range(APPENDS):
             n = count + 1

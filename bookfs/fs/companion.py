@@ -108,16 +108,15 @@ class Companion:
         self.bound = bound
         self._fuse_fd: int | None = None  # a copy of its /dev/fuse descriptor
 
-    def take_connection(self) -> bool:
-        """Take a copy of the companion's ``/dev/fuse`` descriptor (module docstring), to
-        tell its kernel connection of commits; False when it cannot be had.  Called once,
-        at start, off the event loop (it reads the companion's ``/proc/<pid>/fd``)."""
+    def take_connection(self, target: int) -> bool:
+        """Take a copy of the companion's ``/dev/fuse`` descriptor, number ``target`` in
+        its table (its ready line says it: ``mount._own_fuse_fd``), to tell its kernel
+        connection of commits (module docstring); False when it cannot be had."""
         try:
-            fd_dir = f"/proc/{self.pid}/fd"
-            target = next(int(n) for n in os.listdir(fd_dir)
-                          if os.readlink(f"{fd_dir}/{n}") == "/dev/fuse")
+            if target < 0:
+                raise OSError(errno.ENOENT, "the companion did not say its descriptor")
             pidfd = os.pidfd_open(self.pid)
-        except (OSError, StopIteration, ValueError) as e:
+        except OSError as e:
             log.info("companion: no copy of its connection (%s); its follower drops its "
                      "directories' attributes when it sees a commit", e)
             return False
@@ -217,7 +216,8 @@ def start(source: str, mountpoint: str, options: str, *, log_file: str | None,
         return f"reads through this connection: {why}"
     _detach_quietly(private)  # the binds hold the companion's mount now
     _remove(private)
-    companion.take_connection()
+    fuse_fd = re.search(r"fuse fd (\d+)", res.stdout)
+    companion.take_connection(int(fuse_fd.group(1)) if fuse_fd else -1)
     log.info("companion: %s", companion.describe())
     return companion
 

@@ -176,9 +176,11 @@ def mount(source: str, mountpoint: str, *, options: str | None = None,
     with os.fdopen(r, "rb") as f:
         msg = f.read().decode("utf-8", "replace")
     if msg.startswith("OK"):
+        log_path, _, fuse_fd = msg[3:].partition("\n")
+        fuse = f"; fuse fd {fuse_fd.strip()}" if fuse_fd.strip() not in ("", "-1") else ""
         print(f"bookfs: mounted {source} at {mountpoint} "
               f"({'read-only' if readonly else 'read-write'}; daemon pid {pid}; "
-              f"log {msg[3:].strip()})")
+              f"log {log_path.strip()}{fuse})")
         return 0
     os.waitpid(pid, 0)
     said = msg[4:] if msg[:4] in ("ERR ", "USE ") else "the daemon died"
@@ -388,12 +390,25 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
 PROFILE_ENV = "BOOKFS_PROFILE"
 
 
+def _own_fuse_fd() -> int:
+    """This daemon's ``/dev/fuse`` descriptor (its own ``/proc/self/fd``), or -1: said in
+    the mount's ready line, so that a read-write mount can take a copy of its
+    companion's connection (``fs/companion.py``) without reading another process's
+    ``/proc``."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/self/fd/{name}") == "/dev/fuse":
+                    return int(name)
+    return -1
+
+
 def ready_reporter(ready_fd: int | None, log_file: str | None, said: str):
     """The call that reports the mount ready: to the parent through ``ready_fd`` (the
     forked daemon), or on stderr in the foreground (``said``: what is mounted where)."""
     def ready() -> None:
         if ready_fd is not None:
-            os.write(ready_fd, f"OK {log_file}".encode())
+            os.write(ready_fd, f"OK {log_file}\n{_own_fuse_fd()}".encode())
             os.close(ready_fd)
         else:
             print(f"bookfs: mounted {said}; Ctrl-C unmounts", file=sys.stderr)
