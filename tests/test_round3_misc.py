@@ -309,6 +309,12 @@ def test_append_with_its_daemon_killed_after_the_deed_is_written_is_unknown(tmp_
 # --- 11: log pruning never deletes a live daemon's log ------------------------------------
 
 
+def _log_of(said: str) -> str:
+    """The daemon's log file, from what ``bookfs mount`` printed ("...; log PATH)" or
+    "...; log PATH; fuse fd N)")."""
+    return re.search(r"; log ([^;)\s]+)[;)]", said).group(1)
+
+
 def test_log_pruning_keeps_the_log_of_a_live_daemon(tmp_path, monkeypatch):
     """One read-only mount stays up while the log directory is full (LOG_KEEP - 1 logs of
     daemons that are gone, newer than it) and other mounts come and go (one per ship,
@@ -321,7 +327,7 @@ def test_log_pruning_keeps_the_log_of_a_live_daemon(tmp_path, monkeypatch):
     live = tmp_path / "live"
     live.mkdir()
     res = run_bookfs("mount", str(src), str(live), "-o", "ro")
-    path = re.search(r"; log (\S+)\)$", res.stdout.strip()).group(1)
+    path = _log_of(res.stdout)
     pid = int(res.stdout.split("daemon pid ")[1].split(";")[0])
     try:
         ino = os.stat(path).st_ino
@@ -338,7 +344,7 @@ def test_log_pruning_keeps_the_log_of_a_live_daemon(tmp_path, monkeypatch):
         theirs = []
         for k in range(2):
             res = run_bookfs("mount", str(src), str(other), "-o", "ro")
-            theirs.append(re.search(r"; log (\S+)\)$", res.stdout.strip()).group(1))
+            theirs.append(_log_of(res.stdout))
             gone_pid = int(res.stdout.split("daemon pid ")[1].split(";")[0])
             run_bookfs("umount", str(other))
             deadline = time.monotonic() + 30  # its lock is released when it exits
