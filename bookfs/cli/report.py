@@ -34,6 +34,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
+from bookfs.errors import UsageError
 from bookfs.noun import da_to_datetime, format_da, peek_event
 from bookfs.noun.render import human_bytes, human_size
 
@@ -154,12 +155,7 @@ def gather(source, progress=None) -> Stats:
                    range(last, max(first, last - DATE_SEARCH + 1) - 1, -1)):
         ends.append(next((d for d in (_head(source, e)[1] for e in events) if d is not None),
                          None))
-    stats.bin_seconds = _bin_for(*ends)
-    if ends[0] is not None and ends[1] is not None:
-        start = da_to_datetime(ends[0]).timestamp()
-        stats.origin = start - start % stats.bin_seconds
-        end = da_to_datetime(max(ends)).timestamp()
-        stats.max_bin = int((end - stats.origin) // stats.bin_seconds)
+    _place_bins(stats, *ends)
     rng = random.Random(0)
     for event in range(first, last + 1):
         size, date, tag, noun, ram = _head(source, event, check=True)
@@ -289,32 +285,89 @@ td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:left}} img{{max-width:
 """
 
 
+def check_out(out: str) -> bool:
+    """Refuse an ``--out`` that is a file, has no parent, or holds files that are not an
+    earlier report's (:class:`UsageError`, one line); True when it holds an earlier
+    report (which is replaced)."""
+    from bookfs.cli.breakdown_html import BY_IMAGES
+
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"--out {out} is a file; expected a directory (it is created "
+                         "if missing)")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+        raise UsageError(f"--out {out}: its parent directory does not exist")
+    mine = {"index.html", *IMAGES, *BY_IMAGES}
+    others = sorted(set(os.listdir(out)) - mine) if os.path.isdir(out) else []
+    if others:  # a report never writes over files that are not an earlier report's
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3
+                                         else "")
+        raise UsageError(f"--out {out} holds other files ({shown}); expected a new or "
+                         "empty directory, or an earlier report to replace")
+    return os.path.isdir(out) and bool(os.listdir(out))
+
+
+class ChartStats:
+    """:class:`Stats` fed by ``report --by``'s pass (:mod:`bookfs.cli.heads`): its time
+    bin chosen from the dates of the first and last dated events of ``ships``."""
+
+    def __init__(self, ships, window):
+        from bookfs.cli.heads import Decoder
+        from bookfs.formats.info import DATE_SEARCH
+
+        decode = Decoder()
+        ends = [None, None]
+        for ship in ships:
+            first, last = window.events(*ship.range) if ship.range[1] else (1, 0)
+            if last < first:
+                continue
+            for i, events in enumerate((range(first, min(last, first + DATE_SEARCH - 1) + 1),
+                                        range(last, max(first, last - DATE_SEARCH) , -1))):
+                for e in events:
+                    d = next(iter(ship.heads(decode, e, e))).date
+                    if d is not None:
+                        ends[i] = d if ends[i] is None else (min if i == 0 else max)(ends[i], d)
+                        break
+        self.stats = Stats()
+        _place_bins(self.stats, *ends)
+        self.rng = random.Random(0)
+
+    def add_head(self, h) -> None:
+        self.stats.add(h.event, h.size, h.date, h.tag, self.rng)
+
+
+def prepare_stats(ships, window) -> ChartStats:
+    return ChartStats(ships, window)
+
+
+def _place_bins(stats: Stats, first: int | None, last: int | None) -> None:
+    stats.bin_seconds = _bin_for(first, last)
+    if first is not None and last is not None:
+        start = da_to_datetime(first).timestamp()
+        stats.origin = start - start % stats.bin_seconds
+        end = da_to_datetime(max(first, last)).timestamp()
+        stats.max_bin = int((end - stats.origin) // stats.bin_seconds)
+
+
 def run(args) -> int:
     from bookfs.cli.commands import _progress_bar
     from bookfs.cli.show import open_any
 
+    if getattr(args, "by", None) is not None:
+        from bookfs.cli.report_by import run as run_by
+
+        return run_by(args)
+    for flag in ("since", "until", "top", "depth"):
+        if getattr(args, flag, None) is not None:
+            raise UsageError(f"--{flag} is for a breakdown: add --by KEY")
+    if args.json:
+        raise UsageError("--json is for a breakdown: add --by KEY")
+    if args.out is None:
+        raise UsageError("expected --out DIR (the charts), --by KEY (a breakdown), or both")
     if not os.path.exists(args.source):
-        print(f"bookfs report: {args.source}: no such file or directory; expected a bookfs "
-              "mount, a pier, a Book directory or an LMDB epoch", file=sys.stderr)
-        return 2
+        raise UsageError(f"{args.source}: no such file or directory; expected a bookfs "
+                         "mount, a pier, a Book directory or an LMDB epoch")
     out = args.out
-    if os.path.exists(out) and not os.path.isdir(out):
-        print(f"bookfs report: --out {out} is a file; expected a directory (it is created "
-              "if missing)", file=sys.stderr)
-        return 2
-    if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
-        print(f"bookfs report: --out {out}: its parent directory does not exist",
-              file=sys.stderr)
-        return 2
-    others = sorted(set(os.listdir(out)) - {"index.html", *IMAGES}) if os.path.isdir(out) \
-        else []
-    if others:  # a report never writes over files that are not an earlier report's
-        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3
-                                         else "")
-        print(f"bookfs report: --out {out} holds other files ({shown}); expected a new or "
-              "empty directory, or an earlier report to replace", file=sys.stderr)
-        return 2
-    earlier = os.path.isdir(out) and bool(os.listdir(out))
+    earlier = check_out(out)
     source = open_any(args.source)
     try:
         span = source.range
@@ -342,12 +395,37 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
-    s = sub.add_parser("report", help="draw a log: events over time, sizes, largest events",
-                       description=__doc__,
+    from bookfs.cli.breakdown import KEYS
+    from bookfs.cli.args import count
+
+    s = sub.add_parser("report", help="draw a log, or break it down: what fills it, by "
+                       "vane, wire, card, agent or ship",
+                       description=__doc__ + "\n" + _by_doc(),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    s.add_argument("source", help="a bookfs mount, a pier, a Book directory or an LMDB epoch")
-    s.add_argument("--out", required=True, metavar="DIR",
+    s.add_argument("source", help="a bookfs mount, a fleet mount or directory, a pier, a "
+                   "Book directory or an LMDB epoch")
+    s.add_argument("--out", metavar="DIR",
                    help="directory for index.html and the PNG images (created if missing; "
                         "an earlier report there is replaced; a directory holding other "
-                        "files is refused)")
+                        "files is refused); with --by, the breakdown's charts too")
+    s.add_argument("--by", choices=KEYS, metavar="KEY",
+                   help="break the log down by KEY: " + ", ".join(KEYS)
+                   + " (events, bytes, share, growth per day, biggest event per group)")
+    s.add_argument("--depth", type=count(1), metavar="K",
+                   help="with --by wire: group by the wire's first K segments (default 2)")
+    s.add_argument("--since", metavar="N|DATE",
+                   help="from event N, or from a date (2024-01-05, 2024-01-05T12:00, "
+                        "~2024.1.5), inclusive")
+    s.add_argument("--until", metavar="N|DATE",
+                   help="up to event N, or a date (a day alone: that whole day), inclusive")
+    s.add_argument("--top", type=count(1), metavar="N",
+                   help="the N largest groups; the rest summed as (other)")
+    s.add_argument("--json", action="store_true",
+                   help="with --by: print the breakdown as JSON ({total, groups, ...})")
     s.set_defaults(func=run)
+
+
+def _by_doc() -> str:
+    from bookfs.cli import report_by
+
+    return report_by.__doc__ or ""

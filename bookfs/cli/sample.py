@@ -33,7 +33,7 @@ import datetime as _dt
 import itertools
 import os
 import random
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from bookfs.noun import (
     DA_UNIX_EPOCH,
@@ -61,6 +61,8 @@ __all__ = [
     "MEDIUM_RATE",
     "LARGE_EVERY",
     "iter_sample_payloads",
+    "iter_sample_events",
+    "SampleEvent",
     "sample_meta",
     "SAMPLE_MARK",
     "SampleWritten",
@@ -165,6 +167,22 @@ def _tang(rng: random.Random) -> Noun:
     return from_list(cell(cord("leaf"), tape(rng.choice(lines))) for _ in range(rng.randint(1, 4)))
 
 
+NO_AGENT = "(none)"
+
+
+class SampleEvent(NamedTuple):
+    """What one sample event is, as written: its wire (``/a/newt/0v1.2q3u4``), its card's
+    tag, the vane Arvo routes it to (``bookfs.noun.route``: the wire's first segment
+    through ``+grow``; ``%crud`` and ``/arvo`` stay in ``arvo``) and the Gall agent it
+    names (a ``%boon`` on ``/g/use/<app>``, a ``%plea`` to ``%g`` on ``/ge/<app>``), else
+    ``(none)``."""
+
+    wire: str
+    tag: str
+    vane: str
+    agent: str = NO_AGENT
+
+
 class _Ship:
     """Random ovum generation for one sample ship."""
 
@@ -207,16 +225,22 @@ class _Ship:
 
     def _belt(self, rng: random.Random) -> Noun:
         text = rng.choice(_DOJO_LINES)
+        self.made = SampleEvent("/d/term/1", "belt", "dill")
         return cell(path("/d/term/1"), cord("belt"), cord("txt"), from_list(map(ord, text)))
 
     def _wake(self, rng: random.Random) -> Noun:
-        return cell(path(f"/b/behn/{_uv(rng)}"), cord("wake"), 0)
+        wire = f"/b/behn/{_uv(rng)}"
+        self.made = SampleEvent(wire, "wake", "behn")
+        return cell(path(wire), cord("wake"), 0)
 
     def _hear(self, rng: random.Random, size: int) -> Noun:
         lane = _lane(rng, self.peers)
-        return cell(path(f"/a/newt/{_uv(rng)}"), cord("hear"), lane, _blob(rng, size))
+        wire = f"/a/newt/{_uv(rng)}"
+        self.made = SampleEvent(wire, "hear", "ames")
+        return cell(path(wire), cord("hear"), lane, _blob(rng, size))
 
     def _send(self, rng: random.Random, size: int) -> Noun:
+        self.made = SampleEvent("/a/newt/0v0", "send", "ames")
         return cell(path("/a/newt/0v0"), cord("send"), _lane(rng, self.peers), _blob(rng, size))
 
     def _request(self, rng: random.Random, size: int) -> Noun:
@@ -231,30 +255,40 @@ class _Ship:
         url = cord(f"/~/channel/{app}-{rng.getrandbits(32)}")
         request = cell(cord("POST"), url, headers, body)
         address = (cord("ipv4"), _ipv4(rng))
-        wire = path(f"/e/http-server/{_uv(rng)}")
-        return cell(wire, cord("request"), rng.getrandbits(1), address, request)
+        wire = f"/e/http-server/{_uv(rng)}"
+        self.made = SampleEvent(wire, "request", "eyre")  # a channel's body names no app
+        return cell(path(wire), cord("request"), rng.getrandbits(1), address, request)
 
     def _plea(self, rng: random.Random, size: int) -> Noun:
         peer = rng.randrange(_PEERS)
         vane = rng.choice(["g", "c", "j"])
-        payload = cell(cord(vane), path(f"/ge/{rng.choice(self.apps)}"), _blob(rng, size))
-        wire = path(f"/a/bone/{self.peer_names[peer]}/0/{rng.randrange(1, 4096) * 4}")
-        return cell(wire, cord("plea"), self.peers[peer], payload)
+        app = rng.choice(self.apps)
+        payload = cell(cord(vane), path(f"/ge/{app}"), _blob(rng, size))
+        wire = f"/a/bone/{self.peer_names[peer]}/0/{rng.randrange(1, 4096) * 4}"
+        self.made = SampleEvent(wire, "plea", "ames", app if vane == "g" else NO_AGENT)
+        return cell(path(wire), cord("plea"), self.peers[peer], payload)
 
     def _boon(self, rng: random.Random, size: int) -> Noun:
         app = rng.choice(self.apps)
         ship = rng.choice(self.peer_names)
-        wire = path(f"/g/use/{app}/{_uv(rng, 32)}/out/{ship}/{app}/watch")
-        return cell(wire, cord("boon"), _blob(rng, size))
+        wire = f"/g/use/{app}/{_uv(rng, 32)}/out/{ship}/{app}/watch"
+        self.made = SampleEvent(wire, "boon", "gall", app)
+        return cell(path(wire), cord("boon"), _blob(rng, size))
 
     def _born(self, rng: random.Random) -> Noun:
-        return cell(path(f"/e/http-server/{_uv(rng)}"), cord("born"), 0)
+        wire = f"/e/http-server/{_uv(rng)}"
+        self.made = SampleEvent(wire, "born", "eyre")
+        return cell(path(wire), cord("born"), 0)
 
     def _crud(self, rng: random.Random) -> Noun:
+        # [%crud mote tang]: no [mote tang] goof and ovum, so Arvo keeps it (route.py)
+        self.made = SampleEvent("/d/term/1", "crud", "arvo")
         return cell(path("/d/term/1"), cord("crud"), cord("exit"), _tang(rng))
 
     def _trim(self, rng: random.Random) -> Noun:
-        return cell(path(f"/arvo/trim/{_uv(rng)}"), cord("trim"), rng.randint(0, 4))
+        wire = f"/arvo/trim/{_uv(rng)}"
+        self.made = SampleEvent(wire, "trim", "arvo")  # +grow leaves %arvo as it is
+        return cell(path(wire), cord("trim"), rng.randint(0, 4))
 
 
 def _lifecycle(seed: int) -> list[Noun]:
@@ -299,13 +333,21 @@ def iter_sample_payloads(events: int, seed: int = 0) -> Iterator[bytes]:
     increasing dates.  Deterministic in ``(events, seed)``, prefix-stable in
     ``events``.
     """
+    return (payload for payload, _ in iter_sample_events(events, seed))
+
+
+def iter_sample_events(events: int, seed: int = 0
+                       ) -> Iterator[tuple[bytes, SampleEvent | None]]:
+    """:func:`iter_sample_payloads`' payloads, each with what the generator wrote into
+    it (:class:`SampleEvent`, from the parameters it built the event from, never
+    decoded from the bytes); None for a lifecycle event."""
     if events < 0:
         raise ValueError("events must be >= 0")
     zero_mug = bytes(4)
     for number, noun in enumerate(_lifecycle(seed)):
         if number >= events:
             return
-        yield zero_mug + jam(noun)
+        yield zero_mug + jam(noun), None
 
     ship = _Ship(seed)
     rng = _rng(seed, "events")
@@ -326,7 +368,7 @@ def iter_sample_payloads(events: int, seed: int = 0) -> Iterator[bytes]:
         else:
             ovum = ship.small_ovum(rng)
         job = (now, ovum)
-        yield mug(job).to_bytes(4, "little") + jam(job)
+        yield mug(job).to_bytes(4, "little") + jam(job), ship.made
 
 
 def sample_meta(seed: int = 0) -> dict[str, bytes]:
