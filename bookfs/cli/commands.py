@@ -374,7 +374,7 @@ def _register_optional() -> None:
     import importlib
 
     for name in ("bookfs.cli.fsck", "bookfs.cli.migrate", "bookfs.spark.cli", "bookfs.cli.show",
-                 "bookfs.cli.report", "bookfs.cli.append", "bookfs.spark.rows"):
+                 "bookfs.cli.report", "bookfs.cli.top", "bookfs.cli.append", "bookfs.spark.rows"):
         try:
             module = importlib.import_module(name)
         except ImportError:

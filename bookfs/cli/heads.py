@@ -233,14 +233,12 @@ class MountShip(Ship):
             except OSError:
                 pass
         epochs_dir = os.path.join(path, "epochs")
-        source = fields.get("path")
         if os.path.isdir(epochs_dir):
             self.pier = True
             for name_ in sorted(os.listdir(epochs_dir), key=_epoch_base):
                 with open(os.path.join(epochs_dir, name_, "info")) as f:
                     ep = {"first": "0", "last": "0", **parse(f.read())}
-                disk = _disk_bytes(os.path.join(source, ".urb", "log", name_)) \
-                    if source else 0
+                disk = _disk_bytes(ep["path"]) if ep.get("path") else 0
                 self.epochs.append(Epoch(name_, int(ep["first"]), int(ep["last"]), disk))
         else:
             self.epochs.append(Epoch(None, *self.range, 0))
@@ -315,13 +313,14 @@ def fleet_ships(path: str) -> list[Ship] | None:
 def open_ships(path: str) -> list[Ship]:
     """What ``path`` names, as ships: a fleet (mount or directory), a bookfs mount or a
     log.  Raises what :func:`~bookfs.formats.pier.open_source` raises for a bad log."""
+    from bookfs.cli.fleetinfo import is_fleet_mount
     from bookfs.cli.show import is_mount
 
+    if is_mount(path) and not is_fleet_mount(path):
+        return [MountShip(path)]
     fleet = fleet_ships(path)
     if fleet is not None:
         return fleet
-    if is_mount(path):
-        return [MountShip(path)]
     return [LogShip(path)]
 
 

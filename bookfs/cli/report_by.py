@@ -10,7 +10,8 @@ a ``roll`` then a ``chop`` would free now (:func:`bookfs.cli.breakdown.epochs_re
 
 ``--since``/``--until`` take an event number (``1000``) or a date, UTC (``2024-01-05``,
 ``2024-01-05T12:00``, ``2024-01-05 12:00:30``, or an @da ``~2024.1.5..12.00.00``); both
-bounds are inclusive, and a date without a time as ``--until`` includes that whole day.
+bounds are inclusive, and an ``--until`` date includes the whole of its last unit (a day
+alone: that whole day; ``12:00``: that minute; ``12:00:30``: that second).
 A date bound leaves out the events without a date (the boot's).  ``--top N`` shows the N
 largest groups and sums the rest into ``(other)``, so the groups always add up to the
 total.
@@ -58,8 +59,11 @@ def parse_bound(text: str, upper: bool) -> tuple[str, float]:
             if when.tzinfo is None:
                 when = when.replace(tzinfo=_dt.timezone.utc)
             seconds = when.timestamp()
-            if day and upper:
-                seconds += 86400 - 1e-6  # the whole day
+            if upper:  # the whole of the last unit written: a day, a minute, a second
+                clock = re.search(r"[T ](\d{2}):(\d{2})(:\d{2})?(\.\d+)?", t)
+                unit = 86400 if day else (0 if clock is None or clock.group(4)
+                                          else 1 if clock.group(3) else 60)
+                seconds += max(0, unit - 1e-6)
             return "date", seconds
     raise UsageError(f"{flag} {text!r}: expected an event number or a date (2024-01-05, "
                      "2024-01-05T12:00, ~2024.1.5..12.00.00)")
