@@ -12,6 +12,7 @@ command -v pkg-config >/dev/null 2>&1 || need_pkgs+=(pkg-config)
 command -v xxd >/dev/null 2>&1 || need_pkgs+=(xxd)
 command -v rsync >/dev/null 2>&1 || need_pkgs+=(rsync)
 command -v patch >/dev/null 2>&1 || need_pkgs+=(patch)
+command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)  # the report's browser test
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     echo "setup: installing Debian packages: ${need_pkgs[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
