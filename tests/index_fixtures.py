@@ -21,7 +21,7 @@ def write_index(idx: Path, log_path: Path, first: int, offsets: list[int], end: 
     data = log_path.read_bytes()
     head = index_mod._FILE_HEAD.pack(index_mod._FILE_MAGIC, st.st_dev, st.st_ino, first,
                                      len(offsets), end, end, 0, data[:16],
-                                     data[end - 12:end] if offsets else bytes(12))
+                                     data[end - 12:end] if offsets else bytes(12), 0)
     body = head + array("Q", offsets).tobytes()
     if stamp:
         body += index_mod._STAMP.pack(index_mod._STAMP_TAG, st.st_size, st.st_mtime_ns,

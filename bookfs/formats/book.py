@@ -37,36 +37,14 @@ from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from bookfs.formats import recovery
-from bookfs.errors import (
-    BadMagic,
-    BadVersion,
-    BookError,
-    ContiguityError,
-    TooShort,
-    UnsupportedLayout,
-)
-from bookfs.formats.index import (
-    FileStamp,
-    OffsetIndex,
-    discard_index,
-    load_index,
-    save_index,
-)
+from bookfs.errors import (BadMagic, BadVersion, BookError, ContiguityError, TooShort,
+    UnsupportedLayout)
+from bookfs.formats.index import (FileStamp, OffsetIndex, discard_index, load_index,
+    save_index)
+from bookfs.formats.datecolumn import DateColumn, fill
 from bookfs.formats.framing import scan_framing
-from bookfs.formats.layout import (
-    DEED_LEN,
-    DEED_OVERHEAD,
-    DEED_TAIL,
-    FIR_OFFSET,
-    HEADER,
-    HEADER_SIZE,
-    LOG_NAME,
-    MAGIC,
-    META_NAME,
-    VERSION,
-    crc32,
-    deed_parts,
-)
+from bookfs.formats.layout import (DEED_LEN, DEED_OVERHEAD, DEED_TAIL, FIR_OFFSET, HEADER,
+    HEADER_SIZE, LOG_NAME, MAGIC, META_NAME, VERSION, crc32, deed_parts)
 from bookfs.formats.detect import epoch_says_vere, identify_fd, looks_padded, slot_crc_ok
 from bookfs.formats.lock import WriterLock
 from bookfs.formats.logbase import SingleFileLog
@@ -99,6 +77,7 @@ class Book(SingleFileLog):
         self._stamp = b""  # see _read_stamp
         self.recovery = recovery.RecoveryReport()
         self._index_dirty = False
+        self._dates_saved = 0  # dates the persisted index holds (persist_dates)
         self._index_untrusted = False  # a read found the index wrong: never persist it
         #: The log as it was when every deed below ``verified_end`` was last known good
         #: (``index.FileStamp``); ``None``: persist no stamp, so no later writable open
@@ -191,6 +170,7 @@ class Book(SingleFileLog):
                      self.log_path)
             cached = None
         self._chain_ok = 0 if cached is not None else index.count
+        self._dates_saved = len(index.dates)
         if end == HEADER_SIZE and size > HEADER_SIZE and looks_padded(self._fd, size):
             raise UnsupportedLayout(
                 f"{self.log_path}: deeds use the padded January 2026 layout (len_d + 28 bytes); "
@@ -234,6 +214,7 @@ class Book(SingleFileLog):
     def _persist_index(self, card: bytes | None = None) -> None:
         if not self._index_untrusted:
             save_index(self.log_path, self._fd, self._index, self._vstamp, card)
+            self._dates_saved = len(self._index.dates)
         self._index_dirty = False
 
     def save_card(self, card: bytes) -> None:
@@ -524,6 +505,29 @@ class Book(SingleFileLog):
         self._seen_size = off
         ix.note_growth(first_event, time.time_ns())
         self._index_dirty = True
+        ix.dates.record(len(offsets) - len(payloads), payloads)  # the writer's dates
+
+    # --- dates (datecolumn.py) -----------------------------------------------------------
+
+    @property
+    def dates(self) -> DateColumn:
+        """The dates of the first ``len(dates)`` events, persisted with the index."""
+        return self._index.dates
+
+    def fill_dates(self, most: int, stop=None) -> int:
+        """The date pass over up to ``most`` published events past the column's end
+        (``datecolumn.fill``; safe in a worker thread).  Returns how many were added."""
+        ix = self._index
+        last = self.gulf()[1]
+        end = min(last, ix.first + len(ix.dates) + most - 1)
+        return fill(self, ix.dates, ix.first, end, stop=stop) if last else 0
+
+    def persist_dates(self) -> None:
+        """Persist the index if it holds dates its saved file does not (the date pass
+        calls this when it catches up; ``close`` does too)."""
+        with self._mutex:
+            if len(self._index.dates) != self._dates_saved and self._fd >= 0:
+                self._persist_index()
 
     def _write_deeds(self, payloads: list, start: int) -> None:
         """Write the deeds for ``payloads`` at ``start``: one ``pwritev`` for a batch of
@@ -573,8 +577,9 @@ class Book(SingleFileLog):
         """Persist the index (if it changed), close the files and release the lock."""
         if self._fd < 0:
             return
-        if save and self._index_dirty:
+        if save and (self._index_dirty or len(self._index.dates) != self._dates_saved):
             self._persist_index()
+        self._index.dates.close()
         self._close_files()
 
 

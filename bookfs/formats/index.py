@@ -50,20 +50,17 @@ from array import array
 from dataclasses import dataclass, field
 
 from bookfs.errors import BookError
+from bookfs.formats.datecolumn import DateColumn
 from bookfs.formats.fileio import open_regular, private_dir
-from bookfs.formats.layout import (
-    DEED_LEN,
-    DEED_OVERHEAD,
-    DEED_TAIL_SIZE,
-    HEADER_SIZE,
-    crc32,
-)
+from bookfs.formats.layout import DEED_LEN, DEED_OVERHEAD, DEED_TAIL_SIZE, HEADER_SIZE, crc32
 
 log = logging.getLogger(__name__)
 
-_FILE_MAGIC = b"BFSIDX02"
-# magic, dev, ino, first, count, end, verified_end, ntimes, header16, tail12
-_FILE_HEAD = struct.Struct("<8sQQQQQQQ16s12s")
+_FILE_MAGIC = b"BFSIDX03"
+# magic, dev, ino, first, count, end, verified_end, ntimes, header16, tail12, ndates; then
+# the offsets (8 * count), the dates (8 * ndates: datecolumn.py), the timeline (16 *
+# ntimes), the optional stamp and card, and the CRC of it all
+_FILE_HEAD = struct.Struct("<8sQQQQQQQ16s12sQ")
 _TIME = struct.Struct("<QQ")
 #: The optional trailer that vouches for ``verified_end`` (see :class:`FileStamp`):
 #: tag, the log's size, mtime_ns and ctime_ns when its contents were known, and when that
@@ -193,6 +190,8 @@ class OffsetIndex:
     #: Set by :func:`load_index`: the persisted stamp matched the log as it is now, so
     #: ``verified_end`` speaks of the file's current contents (else it was reset).
     stamp: "FileStamp | None" = None
+    #: The dates of the first ``len(dates)`` events (``datecolumn.py``), persisted here.
+    dates: DateColumn = field(default_factory=DateColumn)
 
     @property
     def count(self) -> int:
@@ -215,6 +214,7 @@ class OffsetIndex:
         if count < len(self.offsets):
             new_end = self.offsets[count] if count < len(self.offsets) else self.end
             del self.offsets[count:]
+            self.dates.truncate(count)
             self.end = new_end
             self.verified_end = min(self.verified_end, new_end)
             last = self.last
@@ -346,9 +346,10 @@ def save_index(log_path: str, fd: int, index: OffsetIndex,
         private_dir(os.path.dirname(path), "index cache directory")
         header16 = os.pread(fd, HEADER_SIZE, 0)
         tail12 = os.pread(fd, DEED_TAIL_SIZE, index.end - DEED_TAIL_SIZE) if index.offsets else b""
+        ndates = min(len(index.dates), index.count)
         head = _FILE_HEAD.pack(
             _FILE_MAGIC, st.st_dev, st.st_ino, index.first, index.count, index.end,
-            index.verified_end, len(index.times), header16, tail12.ljust(12, b"\0"),
+            index.verified_end, len(index.times), header16, tail12.ljust(12, b"\0"), ndates,
         )
         offs = index.offsets
         if sys.byteorder != "little":
@@ -360,8 +361,12 @@ def save_index(log_path: str, fd: int, index: OffsetIndex,
                                  taken)
         if card is not None:
             times += card + _CARD_FOOT.pack(crc32(card), len(card), _CARD_TAG)
-        crc = crc32(times, crc32(offs, crc32(head)))
-        _replace(path, (head, offs, times, struct.pack("<I", crc)))
+        crc = crc32(offs, crc32(head))
+        for chunk in index.dates.chunks(ndates):  # read twice (CRC, write), never held
+            crc = crc32(chunk, crc)
+        dates = index.dates.chunks(ndates)
+        crc = crc32(times, crc)
+        _replace(path, (head, offs, dates, times, struct.pack("<I", crc)))
     except (OSError, BookError) as e:
         log.warning("could not persist the index of %s: %s", log_path, e)
 
@@ -375,7 +380,11 @@ def _replace(path: str, chunks) -> None:
     try:
         with os.fdopen(fd_tmp, "wb") as f:
             for chunk in chunks:
-                f.write(chunk)
+                if isinstance(chunk, (bytes, bytearray, memoryview, array)):
+                    f.write(chunk)
+                else:  # an iterator of chunks (the dates)
+                    for part in chunk:
+                        f.write(part)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -483,25 +492,60 @@ def load_index(log_path: str, fd: int, size: int) -> OffsetIndex | None:
         log.info("index %s unreadable (%s); rebuilding", path, e)
         return None
     try:
-        with os.fdopen(ifd, "rb") as f:
-            raw = f.read()
+        raw, ndates, crc_ok = _read_index_file(ifd)
+        why = _validate(raw, fd, st, size, crc_ok)
     except OSError as e:
-        log.info("index %s unreadable (%s); rebuilding", path, e)
-        return None
-    why = _validate(raw, fd, st, size)
+        why = f"unreadable: {e}"
     if isinstance(why, str):
+        os.close(ifd)
         log.info("index for %s is stale (%s); rebuilding", log_path, why)
         return None
+    ndates = min(ndates, why.count)
+    if ndates:  # the dates are read in place from this file (datecolumn.py)
+        why.dates = DateColumn((ifd, _FILE_HEAD.size + 8 * why.count, ndates))
+    else:
+        os.close(ifd)
     with contextlib.suppress(OSError):  # the LRU clock of prune_cache
         os.utime(path, follow_symlinks=False)
     return why
 
 
-def _validate(raw: bytes, fd: int, st: os.stat_result, size: int):
+def _read_index_file(ifd: int) -> tuple[bytes, int, bool]:
+    """An index file's bytes less its dates section, the number of dates, and whether
+    the file's CRC holds (computed over the dates too, streamed: never held whole)."""
+    total = os.fstat(ifd).st_size
+    hs = _FILE_HEAD.size
+    head = os.pread(ifd, hs, 0)
+    if len(head) < hs or head[:8] != _FILE_MAGIC:
+        return head, 0, False
+    count, ndates = _FILE_HEAD.unpack(head)[4], _FILE_HEAD.unpack(head)[10]
+    at = hs + 8 * count
+    if at + 8 * ndates + 4 > total:
+        return head, 0, False
+    offs = _pread_exact(ifd, 8 * count, hs)
+    crc = crc32(offs, crc32(head))
+    for k in range(at, at + 8 * ndates, 1 << 20):
+        crc = crc32(_pread_exact(ifd, min(1 << 20, at + 8 * ndates - k), k), crc)
+    rest = _pread_exact(ifd, total - at - 8 * ndates, at + 8 * ndates)
+    crc_ok = len(rest) >= 4 and crc32(rest[:-4], crc) == struct.unpack_from(
+        "<I", rest, len(rest) - 4)[0]
+    return head + offs + rest, ndates, crc_ok
+
+
+def _pread_exact(fd: int, n: int, off: int) -> bytes:
+    data = os.pread(fd, n, off)
+    if len(data) != n:
+        raise OSError(f"short read ({len(data)} of {n} bytes at {off})")
+    return data
+
+
+def _validate(raw: bytes, fd: int, st: os.stat_result, size: int, crc_ok: bool):
+    """The index in ``raw`` (an index file less its dates: :func:`_read_index_file`) if
+    it holds for the log ``fd`` (``st``, ``size`` bytes), else why not."""
     hs = _FILE_HEAD.size
     if len(raw) < hs + 4 or raw[:8] != _FILE_MAGIC:
         return "not an index file"
-    (magic, dev, ino, first, count, end, verified_end, ntimes, header16, tail12) = (
+    (magic, dev, ino, first, count, end, verified_end, ntimes, header16, tail12, _) = (
         _FILE_HEAD.unpack_from(raw)
     )
     body = hs + 8 * count + 16 * ntimes
@@ -511,8 +555,7 @@ def _validate(raw: bytes, fd: int, st: os.stat_result, size: int):
         extra -= n_card + _CARD_FOOT.size
     if extra not in (0, _STAMP.size):
         return "wrong size"
-    (crc,) = struct.unpack_from("<I", raw, len(raw) - 4)
-    if crc32(memoryview(raw)[:-4]) != crc:
+    if not crc_ok:
         return "checksum mismatch"
     if (dev, ino) != (st.st_dev, st.st_ino):
         return "a different file"

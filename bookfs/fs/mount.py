@@ -302,6 +302,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
 
     from bookfs.errors import LockHeld, ReadOnly
     from bookfs.formats.pier import open_source
+    from bookfs.fs.dates import date_pass
     from bookfs.fs.ops import FEATURES, BookOperations
 
     log_file = _setup_logging(log_file, debug, daemon)
@@ -365,6 +366,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
 
             nursery.start_soon(stop_on_signal)
             nursery.start_soon(ops.tail.watch)  # follow/ waiters after a lazy unmount
+            nursery.start_soon(date_pass, book)  # dates for listings (fs/dates.py)
             if ops.readonly:
                 nursery.start_soon(ops.follow_loop)
             await pyfuse3.main(max_tasks=max_tasks())
