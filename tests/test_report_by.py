@@ -11,12 +11,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from bookfs.cli.sample import SAMPLE_LIFE, iter_sample_events, sample_meta
-from bookfs.formats.pier import open_source
 from lmdb_fixtures import make_pier
 from mount_fixtures import build_sample
 from mounting import mounted, run_bookfs
+
+from bookfs.cli.sample import SAMPLE_LIFE, iter_sample_events, sample_meta
+from bookfs.formats.pier import open_source
 
 EVENTS = 2400
 SPLIT = (800, 1600)  # the pier's epochs: 1..800 LMDB, 801..1600 UIP Book, 1601.. vere

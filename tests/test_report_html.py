@@ -9,12 +9,12 @@ import shutil
 import subprocess
 
 import pytest
+from mount_fixtures import build_sample
+from mounting import run_bookfs
 from PIL import Image
 
 from bookfs.cli.breakdown_html import BY_IMAGES
 from bookfs.cli.report import IMAGES
-from mount_fixtures import build_sample
-from mounting import run_bookfs
 
 CHROMIUM = ["chromium", "--headless", "--no-sandbox", "--disable-gpu",
             "--no-first-run", "--disable-extensions"]

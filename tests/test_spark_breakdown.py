@@ -12,11 +12,12 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark")
 
-from bookfs import spark as bs  # noqa: E402
-from bookfs.cli.sample import iter_sample_events  # noqa: E402
-from bookfs.spark.summary import render_summary, summarize, vane_column  # noqa: E402
-from mount_fixtures import build_sample  # noqa: E402
-from mounting import mounted, run_bookfs  # noqa: E402
+from mount_fixtures import build_sample
+from mounting import mounted, run_bookfs
+
+from bookfs import spark as bs
+from bookfs.cli.sample import iter_sample_events
+from bookfs.spark.summary import render_summary, summarize, vane_column
 
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 

@@ -15,11 +15,11 @@ import time
 from collections import Counter
 
 import pytest
-
-from bookfs.cli.sample import iter_sample_events, sample_meta
-from bookfs.formats.book import Book
 from mount_fixtures import build_sample
 from mounting import BOOKFS, mounted, run_bookfs
+
+from bookfs.cli.sample import iter_sample_events
+from bookfs.formats.book import Book
 
 BASE = 400  # events in the log before the writer starts
 WRITE = 60  # events the writer appends, one every PACE seconds

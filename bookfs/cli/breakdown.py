@@ -71,7 +71,7 @@ def unix(da: int) -> float:
 def iso(t: float | None) -> str | None:
     if t is None:
         return None
-    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _dt.datetime.fromtimestamp(t, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -95,7 +95,7 @@ class Group:
         if size > self.big_bytes:
             self.big_bytes, self.big_event, self.big_ship = size, event, ship
 
-    def merge(self, other: "Group") -> None:
+    def merge(self, other: Group) -> None:
         self.events += other.events
         self.bytes += other.bytes
         for t in (other.first, other.last):
@@ -111,7 +111,7 @@ class Group:
             return None
         return max(self.last - self.first, MIN_SPAN) / 86400
 
-    def as_dict(self, total: "Group", ships: bool) -> dict:
+    def as_dict(self, total: Group, ships: bool) -> dict:
         days = self.days()
         out = {"events": self.events, "bytes": self.bytes,
                "share": round(self.bytes / total.bytes, 6) if total.bytes else 0.0,

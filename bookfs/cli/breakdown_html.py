@@ -19,11 +19,32 @@ import html
 import os
 
 from bookfs.cli.breakdown import OTHER
+from bookfs.cli.report_stats import IMAGES, _plots
+from bookfs.errors import UsageError
 from bookfs.noun.render import human_size
 
 BY_IMAGES = ("bytes_by_group.png", "growth_by_group.png")
 CHART_GROUPS = 10
 DPI = 100
+
+
+def check_out(out: str) -> bool:
+    """Refuse an ``--out`` that is a file, has no parent, or holds files that are not an
+    earlier report's (:class:`UsageError`, one line); True when it holds an earlier
+    report (which is replaced)."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"--out {out} is a file; expected a directory (it is created "
+                         "if missing)")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+        raise UsageError(f"--out {out}: its parent directory does not exist")
+    mine = {"index.html", *IMAGES, *BY_IMAGES}
+    others = sorted(set(os.listdir(out)) - mine) if os.path.isdir(out) else []
+    if others:  # a report never writes over files that are not an earlier report's
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3
+                                         else "")
+        raise UsageError(f"--out {out} holds other files ({shown}); expected a new or "
+                         "empty directory, or an earlier report to replace")
+    return os.path.isdir(out) and bool(os.listdir(out))
 
 
 def _stacked(bd, result: dict, path: str, key: str) -> None:
@@ -39,7 +60,7 @@ def _stacked(bd, result: dict, path: str, key: str) -> None:
     if bins is not None and bins.bins:
         lo, hi = min(bins.bins), max(bins.bins)
         span = range(lo, hi + 1)
-        when = [_dt.datetime.fromtimestamp(b * bins.seconds, _dt.timezone.utc) for b in span]
+        when = [_dt.datetime.fromtimestamp(b * bins.seconds, _dt.UTC) for b in span]
         per: dict[str, list[int]] = {n: [0] * len(span) for n in names}
         rest = [0] * len(span)
         for (b, g), n in bins.data.items():
@@ -97,8 +118,6 @@ def _growth(result: dict, path: str, key: str) -> None:
 
 
 def _page(result: dict, source: str, stats) -> str:
-    from bookfs.cli.report import IMAGES
-
     e = html.escape
     t = result["total"]
     key = result["key"]
@@ -157,8 +176,6 @@ td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:left}} img{{max-width:
 
 def write_page(out: str, result: dict, bd, charts, source: str) -> None:
     """Write the five images and ``index.html`` into ``out`` (created if missing)."""
-    from bookfs.cli.report import _plots
-
     os.makedirs(out, exist_ok=True)
     _stacked(bd, result, os.path.join(out, BY_IMAGES[0]), result["key"])
     _growth(result, os.path.join(out, BY_IMAGES[1]), result["key"])

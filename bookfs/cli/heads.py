@@ -29,8 +29,9 @@ The size is always the payload's whole size, from the log's index (or the event 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, NamedTuple
+from typing import NamedTuple
 
 from bookfs.noun import CueError, cue, event_head, peek_event
 from bookfs.noun.route import card_extras
@@ -287,13 +288,14 @@ def fleet_ships(path: str) -> list[Ship] | None:
                 continue
             ships.append(MountShip(where, name))
         return ships
+    from bookfs.errors import BookError
     from bookfs.formats.pier import identify
 
     try:
         identify(path)
         return None  # a log of its own
-    except Exception:
-        pass
+    except (BookError, OSError):
+        pass  # not a log: perhaps a directory of them
     if not os.path.isdir(path):
         return None
     from bookfs.formats.fleet import FleetDir
@@ -305,7 +307,7 @@ def fleet_ships(path: str) -> list[Ship] | None:
     for name, ship in sorted(fleet.ships.items()):
         try:
             ships.append(LogShip(ship.path, name))
-        except Exception as e:
+        except (BookError, OSError) as e:
             print(f"bookfs: {ship.path}: {e} (skipped)", file=sys.stderr)
     return ships
 

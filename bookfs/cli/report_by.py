@@ -25,8 +25,16 @@ import os
 import re
 import sys
 
-from bookfs.cli.breakdown import (OTHER, Breakdown, Group, decoder_wants, epochs_report,
-                                  iso, key_function, unix)
+from bookfs.cli.breakdown import (
+    OTHER,
+    Breakdown,
+    Group,
+    decoder_wants,
+    epochs_report,
+    iso,
+    key_function,
+    unix,
+)
 from bookfs.errors import UsageError
 from bookfs.noun.render import human_size
 
@@ -57,7 +65,7 @@ def parse_bound(text: str, upper: bool) -> tuple[str, float]:
             when = None
         if when is not None:
             if when.tzinfo is None:
-                when = when.replace(tzinfo=_dt.timezone.utc)
+                when = when.replace(tzinfo=_dt.UTC)
             seconds = when.timestamp()
             if upper:  # the whole of the last unit written: a day, a minute, a second
                 clock = re.search(r"[T ](\d{2}):(\d{2})(:\d{2})?(\.\d+)?", t)
@@ -218,7 +226,7 @@ def run(args) -> int:
     window = Window(args.since, args.until)
     out = getattr(args, "out", None)
     if out is not None:
-        from bookfs.cli.report import check_out
+        from bookfs.cli.breakdown_html import check_out
 
         check_out(out)
     ships = open_ships(args.source)
@@ -229,7 +237,7 @@ def run(args) -> int:
         with _progress_bar(total, "report", unit="ev") as bar:
             stats = None
             if out is not None:
-                from bookfs.cli.report import prepare_stats
+                from bookfs.cli.report_stats import prepare_stats
 
                 charts = prepare_stats(ships, window)
                 stats = charts.add_head
