@@ -81,12 +81,9 @@ def _stacked(bd, result: dict, path: str, key: str) -> None:
                 21600: "6 hours", 86400: "day", 604800: "week"}.get(bins.seconds, "bin")
         ax.set_title(f"Payload bytes per {step}, stacked by {key} (UTC)")
     else:
-        ax.text(0.5, 0.5, "no dated events", ha="center", va="center", transform=ax.transAxes)
         ax.set_title(f"Payload bytes over time, by {key}")
     ax.set_ylabel("bytes")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(fig, ax, path, bool(bins is not None and bins.bins))
 
 
 def _growth(result: dict, path: str, key: str) -> None:
@@ -108,10 +105,17 @@ def _growth(result: dict, path: str, key: str) -> None:
                     f"  ({100 * g['share']:.1f}% of bytes)", va="center", fontsize="small")
         right = max(g["bytes_per_day"] for g in rows)
         ax.set_xlim(right=right * 30)  # room for the labels
-    else:
-        ax.text(0.5, 0.5, "no dated events", ha="center", va="center", transform=ax.transAxes)
     ax.set_title(f"Growth by {key}: bytes per day over the span each group covers")
     ax.set_xlabel("bytes per day (log scale)")
+    _save(fig, ax, path, bool(rows))
+
+
+def _save(fig, ax, path: str, drawn: bool) -> None:
+    """Write the figure (saying "no dated events" on an empty one) and free it."""
+    import matplotlib.pyplot as plt
+
+    if not drawn:
+        ax.text(0.5, 0.5, "no dated events", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
