@@ -429,6 +429,20 @@ class SingleFileLog(CommittedReads, PublishedView):
         """Bytes of ``event``'s payload (mug + jam), from the index alone."""
         return self._locate(event)[1]
 
+    def payload_bounds(self, event: int, n: int):
+        """The offsets where the deeds of ``event .. event + n - 1`` start and where the
+        last one ends (``n + 1`` of them, an ``array('Q')``): each payload's size is the
+        difference less ``DEED_OVERHEAD``.  For a listing's batch, from the index alone."""
+        first, count, end = self._view
+        i = event - first
+        if i < 0 or n < 1 or i + n > count:
+            lo, hi = self.gulf()
+            raise NoSuchEvent(f"{self.log_path}: no events {event}..{event + n - 1} (the "
+                              f"log holds {lo}..{hi})")
+        out = self._index.offsets[i : i + n]
+        out.append(self._index.offsets[i + n] if i + n < count else end)
+        return out
+
     def mtime_ns(self, event: int) -> int:
         """When ``event`` arrived, as far as the index knows (see ``index.py``)."""
         return self._index.mtime_ns(event)

@@ -329,6 +329,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
                              follow_timeout=opts.follow_timeout,
                              owner=(opts.uid, opts.gid), umask=opts.umask)
         ops.new_files.checked = not opts.unchecked_payloads  # -o unchecked_payloads
+        ops.readdirplus_auto = opts.readdirplus == "auto" and "readdirplus_auto" in FEATURES
         if opts.ignored:
             log.info("mount options accepted without effect: %s", ",".join(opts.ignored))
         _init_fuse(ops, mountpoint, opts.fuse_options(source, readonly))

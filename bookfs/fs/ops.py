@@ -189,6 +189,9 @@ class BookOperations(pyfuse3.Operations):
         self.cache_dirs = "cache_readdir" in FEATURES
         # the commit rule needs each FLUSH's and WRITE's caller (pyfuse3 then passes ctx)
         self.request_owner = "request_owner" in FEATURES
+        # -o readdirplus=auto: the kernel sends plain READDIR where nobody stats the
+        # entries (find -type f): no inode per entry (fs/nodes/dirs.py, "Listings")
+        self.readdirplus_auto = False
         self.mounts = closer.Mounts(None)  # set_device() once mounted
         # what tells the kernel about this mount's inodes: pyfuse3's own functions, which
         # a fleet's ship replaces by ones that map its inodes into the fleet's (fs/fleet.py)

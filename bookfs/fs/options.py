@@ -1,7 +1,7 @@
 """``-o`` mount options: every one falls in exactly one class, and is sorted by it.
 
 * **bookfs's own** (:data:`OWN_OPTIONS`): ``stall_timeout=``, ``follow_timeout=``, ``segment_mb=``,
-  ``index_dir=``, ``noindex_cache``, ``unchecked_payloads``;
+  ``index_dir=``, ``noindex_cache``, ``readdirplus=``, ``unchecked_payloads``;
 * **implemented by bookfs** (:data:`IMPLEMENTED_OPTIONS`), because libfuse 3's low-level
   API no longer does: ``uid=``, ``gid=``, ``umask=``, ``nonempty``;
 * **read-only or read-write** (:data:`MODE_OPTIONS`): ``ro``, ``rw``;
@@ -90,6 +90,14 @@ def _group_id(value: str) -> int:
         raise ValueError("expected a numeric gid or a group name") from None
 
 
+def _choice(*values: str):
+    def parse(value: str) -> str:
+        if value not in values:
+            raise ValueError("expected " + " or ".join(values))
+        return value
+    return parse
+
+
 def _umask(value: str) -> int:
     try:
         mask = int(value, 8)
@@ -120,6 +128,13 @@ OWN_OPTIONS = {
     "single_connection": (None, "read events through the read-write connection too, "
                           "with no read-only companion bound over events/, pretty/, "
                           "segments/ and epochs/ (slower reads; a plain umount works)"),
+    "readdirplus": (_choice("always", "auto"), "always|auto: how a listing of events/ "
+                    "reaches the kernel.  always (the default): every entry with its "
+                    "attributes (READDIRPLUS), so a tool that lists first and stats after "
+                    "(Spark's and Hadoop's listing, tar, cp -r) asks nothing more; auto: "
+                    "the kernel asks for attributes only while the lister stats as it "
+                    "goes (ls -l), so find -type f runs at local-disk speed, but a tool "
+                    "that stats after listing pays one lookup per entry"),
     "unchecked_payloads": (None, "accept any bytes of 4 or more as a new/ event, not only "
                            "a 4-byte mug and a jam (or ram) that decodes exactly; for "
                            "logs that store something else (a ship cannot replay it)"),
@@ -167,6 +182,7 @@ class MountOptions:
     index_cache: bool = True
     unchecked_payloads: bool = False  # new/ accepts any payload (no noun check)
     single_connection: bool = False  # no read-only companion (fs/companion.py)
+    readdirplus: str = "always"  # or "auto" (fs/nodes/dirs.py, "Listings")
     uid: int | None = None
     gid: int | None = None
     umask: int | None = None
@@ -191,7 +207,8 @@ class MountOptions:
         """The ``-o`` text of a read-write mount's read-only companion
         (``fs/companion.py``): read-only, the same segments, index, owner and FUSE
         options; its ``fsname=`` is bookfs's own, naming the source."""
-        out = ["ro", f"segment_mb={self.segment_span / (1 << 20)!r}"]
+        out = ["ro", f"segment_mb={self.segment_span / (1 << 20)!r}",
+               f"readdirplus={self.readdirplus}"]
         if self.index_dir:
             out.append(f"index_dir={self.index_dir}")
         if not self.index_cache:

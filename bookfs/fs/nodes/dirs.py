@@ -18,8 +18,20 @@ rechecks their attributes before reading, drops its stale pages.
 
 Listings: with patched pyfuse3 directories are opened with ``cache_readdir``, and keep
 the kernel's listing while the log has not changed since the last opendir (``ls -l
-events/`` costs OPENDIR and RELEASEDIR).  ``events/`` lists every event (readdirplus:
-each entry counted as a lookup, :meth:`~bookfs.fs.follow.Follower.entry`); ``new/``,
+events/`` costs OPENDIR and RELEASEDIR).  By default every listing is READDIRPLUS: each
+entry with its attributes, for which the kernel builds an inode and a dentry
+(``fs/fuse/readdir.c``, ``fuse_direntplus_link()``, ``fuse_iget()``), about 3 µs an
+entry in the kernel, so no later ``stat`` costs a request.  With ``-o readdirplus=auto``
+(patched pyfuse3's ``readdirplus_auto``) the kernel sends READDIRPLUS for a listing's
+first batch and for any batch after which one of its entries was stat'ed or looked up,
+plain READDIR otherwise (``fuse_use_readdirplus()``; ``fs/fuse/dir.c``,
+``fuse_dentry_revalidate()`` and ``fuse_lookup()`` advise it): ``ls -l`` still gets
+every entry's attributes with its name, ``find -type f`` gets names and types only (no
+inode per entry: 5x faster), but a tool that lists the whole directory before its first
+``stat`` (Hadoop's and so Spark's listing, ``tar``, ``cp -r``) then pays a LOOKUP per
+entry (10x slower); docs/benchmarks.md has the figures.  ``events/`` lists every event
+(its dates from the log's date column, ``fs/dates.py``; each READDIRPLUS entry counted as
+a lookup, :meth:`~bookfs.fs.follow.Follower.entry`, a READDIR entry not); ``new/``,
 ``pretty/`` and ``follow/`` list as empty (write-only; reached by name; a listing of
 ``follow/`` would make walks wait or count events twice).  Errors: a file opened as a
 directory is ENOTDIR, a directory opened as a file EISDIR, an info file opened for
@@ -31,6 +43,7 @@ from __future__ import annotations
 import errno
 import stat
 import time
+from array import array
 
 import pyfuse3
 
@@ -88,6 +101,7 @@ class Directories(Kind):
         if fs.epochs:
             self.root.append((b"epochs", I.EPOCHS))
         self.root_names = dict(self.root)
+        self._reply_run = getattr(pyfuse3, "readdir_reply_run", None)  # patched pyfuse3
         #: what ``ls MNT`` shows: not ``segments/`` and ``epochs/``, which hold the log's
         #: bytes and events a second time, so that whole-mount walks (``du``, ``tar``,
         #: ``rsync``, ``find -size``) count each byte once; both are opened by name
@@ -277,8 +291,22 @@ class Directories(Kind):
             event = first + start_id
             if event > last:
                 return
+            plus = getattr(token, "plus", True)  # False: READDIR, names and types only
+            if self._run_ok(log):  # a batch per call (patched pyfuse3: readdir_run)
+                event, full = self._list_runs(token, log, event, first, last, plus)
+                if full or event > last:
+                    return
+            if not plus:
+                a = fs.event_files.plain_attrs
+                reply, name, inode, slot = fs.readdir_reply, I.event_name, I.event_inode, \
+                    fs.follower.slot
+                for event in range(event, last + 1):
+                    a.st_ino = inode(event, slot)
+                    if not reply(token, name(event), a, event - first + 1):
+                        return
+                return
             # readdir_reply copies the attributes into the reply buffer, so one object is
-            # reused and only the fields that differ are set (this is the ls -l hot path)
+            # reused and only the fields that differ are set
             a = fs.event_files.event_attrs(event)
             reply, name, inode = fs.readdir_reply, I.event_name, I.event_inode
             size_of, mtimes = log.payload_size, fs.event_files.dates.mtimes
@@ -308,13 +336,46 @@ class Directories(Kind):
                 attrs = fs.segment_files.seg_attrs(seg)
                 if not fs.readdir_reply(token, I.event_name(seg.first), attrs, k + 1):
                     return
-                fs.follower.entry(attrs)
+                if getattr(token, "plus", True):  # linked by the kernel: counted
+                    fs.follower.entry(attrs)
             return
         entries = self._small_dir(fh)
         for i in range(start_id, len(entries)):  # cookie = position + 1
             name, ino = entries[i]
             if not fs.readdir_reply(token, name, await fs.attrs_of(ino), i + 1):
                 return
+
+    def _list_runs(self, token, log, event: int, first: int, last: int,
+                   plus: bool) -> tuple[int, bool]:
+        """List ``log``'s events from ``event`` a batch per call; returns the next event
+        to list and whether the reply is full (not full and not past ``last``: the inode
+        numbers wrap within the next batch, and the caller lists one by one)."""
+        fs = self.fs
+        a = fs.event_files.event_attrs(event) if plus else fs.event_files.plain_attrs
+        while event <= last:
+            n = min(LISTED, last - event + 1)
+            if (event % I.EVENT_SPAN) + n > I.EVENT_SPAN:
+                return event
+            slot = fs.follower.slot
+            # a READDIR entry carries no times: none are read (nor decoded)
+            mtimes = fs.event_files.dates.mtimes(event, n) if plus else array("q", bytes(8 * n))
+            done = self._reply_run(token, a, event, I.NAME_DIGITS, event - first + 1,
+                                   I.event_inode(event, slot), log.payload_bounds(event, n),
+                                   log.DEED_OVERHEAD, mtimes)
+            if plus:
+                fs.follower.slot_refs[slot] += done  # linked by the kernel: Follower.entry
+            event += done
+            if done < n:
+                return event, True
+        return event, False
+
+    def _run_ok(self, log) -> bool:
+        """Whether a listing of ``log``'s events may go a batch per call
+        (``pyfuse3.readdir_reply_run``): the patched pyfuse3 has it, this mount hands the
+        kernel its own inode numbers (a fleet maps them: ``fs/fleet.py``), and the log's
+        sizes come from an offset index."""
+        return (self._reply_run is not None and self.fs.readdir_reply is pyfuse3.readdir_reply
+                and hasattr(log, "payload_bounds"))
 
     def _small_dir(self, fh: int) -> list[tuple[bytes, int]]:
         """The fixed entries of /, meta/, epochs/ and an epoch's directory."""

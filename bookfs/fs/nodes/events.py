@@ -57,6 +57,9 @@ class EventFiles(Kind):
         self.cache = EventCache()
         self.verified_large: set[int] = set()  # large events whose check passed (8 B each)
         self.dates = EventDates(self.book)  # each event's mtime: its own date (fs/dates.py)
+        #: a plain READDIR entry's attributes: only its inode number and type are sent
+        self.plain_attrs = pyfuse3.EntryAttributes()
+        self.plain_attrs.st_mode = stat.S_IFREG | 0o444
 
     def drop(self) -> None:
         """Forget every checked event: the log changed under the mount."""
