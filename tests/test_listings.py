@@ -19,7 +19,7 @@ from bookfs.formats.pier import open_source
 from bookfs.fs.dates import EventDates
 from bookfs.noun import DA_UNIX_EPOCH, jam, mug
 from bookfs.noun.codec import cord, from_list
-from lmdb_fixtures import make_lmdb_epoch, make_pier
+from lmdb_fixtures import make_lmdb_epoch, make_pier, make_vere_epoch
 from mounting import mounted, run_bookfs
 
 N = 700  # more than a few READDIRPLUS replies (about 195 entries each)
@@ -42,6 +42,8 @@ def make(root: Path, kind: str) -> Path:
         return root / "uip"
     if kind == "lmdb":
         return make_lmdb_epoch(root / "0i0", 0, events)
+    if kind == "vere":  # vere's layout: offsets, but its own published view
+        return make_vere_epoch(root / "vere", 0, events)
     return make_pier(root / "pier", [("lmdb", events[:300]), ("book", events[300:])])
 
 
@@ -63,7 +65,7 @@ def walk_listing(events: Path) -> dict[str, tuple[int, int]]:
 
 
 @pytest.mark.parametrize("mode", ["always", "auto"])
-@pytest.mark.parametrize("kind", ["uip", "lmdb", "pier"])
+@pytest.mark.parametrize("kind", ["uip", "vere", "lmdb", "pier"])
 def test_every_tool_lists_every_event_with_its_size_and_date(tmp_path, kind, mode):
     src = make(tmp_path, kind)
     want = expected(src)

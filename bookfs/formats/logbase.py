@@ -433,7 +433,7 @@ class SingleFileLog(CommittedReads, PublishedView):
         """The offsets where the deeds of ``event .. event + n - 1`` start and where the
         last one ends (``n + 1`` of them, an ``array('Q')``): each payload's size is the
         difference less ``DEED_OVERHEAD``.  For a listing's batch, from the index alone."""
-        first, count, end = self._view
+        first, count, end = self._view[0], self._view[1], self._view[2]
         i = event - first
         if i < 0 or n < 1 or i + n > count:
             lo, hi = self.gulf()
