@@ -135,6 +135,7 @@ class Run:
         return subprocess.Popen(
             [sys.executable, str(WRITER), str(self.pier), "--seed", str(SEED),
              "--seconds", str(self.seconds), "--roll-every", str(ROLL_EVERY),
+             "--min-events", str(ROLL_EVERY + 500),
              "--grow", str(GROW), "--pause-max", str(self.pause_max), "--out", str(self.out)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 

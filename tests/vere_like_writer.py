@@ -209,7 +209,10 @@ class Writer:
     def run(self, stop) -> None:
         rng = random.Random(f"{self.args.seed}/batches")
         deadline = time.monotonic() + self.args.seconds
-        while not stop() and time.monotonic() < deadline:
+        # the deadline, but never fewer than --min-events (a loaded machine writes less in
+        # the same seconds, and what must be met, a roll, a map growth, must still be)
+        while not stop() and (time.monotonic() < deadline
+                              or self.events < self.args.min_events):
             if self.args.roll_every and self.in_epoch >= self.args.roll_every:
                 self.roll()
             count = rng.randint(1, self.args.batch_max)
@@ -238,6 +241,8 @@ def main(argv=None) -> int:
     p.add_argument("--seconds", type=float, required=True)
     p.add_argument("--batch-max", type=int, default=24)
     p.add_argument("--roll-every", type=int, default=0, help="events per epoch (0: never)")
+    p.add_argument("--min-events", type=int, default=0,
+                   help="write on past --seconds until this many events")
     p.add_argument("--map-size", type=int, default=256 << 10)
     p.add_argument("--grow", type=int, default=256 << 10)
     p.add_argument("--pause-max", type=float, default=0.004)
