@@ -57,6 +57,8 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (5)")
     p.add_argument("--dir", help="work directory (default: a new one under /tmp)")
     p.add_argument("--no-constfs", action="store_true", help="leave the pyfuse3 floor out")
+    p.add_argument("--commands", nargs="+", choices=list(COMMANDS), default=list(COMMANDS),
+                   help="which listings to time (default: all)")
     p.add_argument("--json", metavar="FILE", help="write every figure here")
     a = p.parse_args(argv)
     work = a.dir or tempfile.mkdtemp(prefix="bench_listing.")
@@ -85,10 +87,11 @@ def main(argv=None) -> int:
             targets["constfs"] = lambda: Proc(
                 [sys.executable, os.path.join(HERE, "constfs.py"), mnt, "--sizes", sizes_path],
                 mnt, os.path.join(sub, "constfs.log"))
-        times = {c: {t: [] for t in targets} for c in COMMANDS}
+        times = {c: {t: [] for t in targets} for c in a.commands}
         counts = {}
         for r in range(a.rounds):
-            for cmd, text in COMMANDS.items():
+            for cmd in a.commands:
+                text = COMMANDS[cmd]
                 for t, ctx in targets.items():
                     root = local if ctx is None else mnt
                     if ctx is None:
@@ -102,9 +105,9 @@ def main(argv=None) -> int:
                     if cmd == "find":
                         counts[t] = said
             say(f"{n} events, round {r + 1}: " + ", ".join(
-                f"{c} {t} {times[c][t][-1]:.3f}s" for c in COMMANDS for t in targets))
+                f"{c} {t} {times[c][t][-1]:.3f}s" for c in a.commands for t in targets))
         res = {}
-        for cmd in COMMANDS:
+        for cmd in a.commands:
             res[cmd] = {t: {"min": min(v), "median": statistics.median(v), "max": max(v),
                             "all": v} for t, v in times[cmd].items()}
             for t in ("bookfs", "bookfs-auto"):
@@ -118,7 +121,7 @@ def main(argv=None) -> int:
     print(f"1-minute load: {out['load_start']:.2f} at the start, {out['load_end']:.2f} "
           "at the end")
     for n, res in out["sizes"].items():
-        for cmd in COMMANDS:
+        for cmd in a.commands:
             print(f"{n} events, {cmd}:")
             for t, f in res[cmd].items():
                 if t.startswith("local/"):

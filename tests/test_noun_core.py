@@ -81,7 +81,7 @@ def test_compiled_core_in_use() -> None:
 # --------------------------------------------------------------------------- properties
 
 
-@settings(FAST, max_examples=2500)
+@settings(FAST, max_examples=1200)
 @given(nouns)
 def test_jam_cue_mug_agree(noun: Noun) -> None:
     data = P.jam(noun)
@@ -94,7 +94,7 @@ def test_jam_cue_mug_agree(noun: Noun) -> None:
     assert got.mug == P.mug(noun)
 
 
-@settings(FAST, max_examples=3000)
+@settings(FAST, max_examples=1500)
 @given(st.binary(max_size=24))
 def test_random_bytes_agree(data: bytes) -> None:
     """Arbitrary input: the same noun or CueError from both cues, and scan(exact=False)
@@ -133,14 +133,14 @@ def corrupted(draw) -> bytes:
     return bytes(data)
 
 
-@settings(FAST, max_examples=2500)
+@settings(FAST, max_examples=1200)
 @given(corrupted())
 def test_corrupted_jams_agree(data: bytes) -> None:
     assert _same_noun(_outcome(C.cue, data), _outcome(P.cue, data))
     _scans_agree(data)
 
 
-@settings(FAST, max_examples=2000)
+@settings(FAST, max_examples=1000)
 @given(st.one_of(nouns.map(P.jam), corrupted(), st.binary(max_size=16)), st.data())
 def test_scanning_in_chunks_agrees(data: bytes, draw: st.DataObject) -> None:
     """The verdict does not depend on how the input is split; nor on which core."""
