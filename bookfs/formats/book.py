@@ -42,7 +42,7 @@ from bookfs.errors import (BadMagic, BadVersion, BookError, ContiguityError, Too
 from bookfs.formats.index import (FileStamp, OffsetIndex, discard_index, load_index,
     save_index)
 from bookfs.formats.datecolumn import DateColumn, fill
-from bookfs.formats.framing import scan_framing
+from bookfs.formats.framing import confirm_chain, scan_framing
 from bookfs.formats.layout import (DEED_LEN, DEED_OVERHEAD, DEED_TAIL, FIR_OFFSET, HEADER,
     HEADER_SIZE, LOG_NAME, MAGIC, META_NAME, VERSION, crc32, deed_parts)
 from bookfs.formats.detect import epoch_says_vere, identify_fd, looks_padded, slot_crc_ok
@@ -297,17 +297,12 @@ class Book(SingleFileLog):
         if i < k:
             return False
         seen = self._index
-        fd, offsets = self._fd, seen.offsets
         count, end = self._view[1], self._view[2]
-        while k <= i:
-            nxt = offsets[k + 1] if k + 1 < count else end
-            head = os.pread(fd, 8, offsets[k])
-            if len(head) != 8 or DEED_LEN.unpack(head)[0] + DEED_OVERHEAD != nxt - offsets[k]:
-                self._chain_ok = k
-                self._index_lied(event, offsets[k], seen)
-                return True
-            k += 1
+        k = confirm_chain(self._fd, seen.offsets, k, i, count, end, DEED_OVERHEAD)
         self._chain_ok = k
+        if k <= i:
+            self._index_lied(event, seen.offsets[k], seen)
+            return True
         return False
 
     def _index_lied(self, event: int, at: int, seen: OffsetIndex) -> None:

@@ -97,3 +97,56 @@ def scan_deeds(fd: int, index: OffsetIndex, size: int, *, trailer: int,
         progress(off - reported)
     index.end = off
     return off
+
+
+_WALK_DEEDS = 1 << 16  # deeds confirmed per vectorised step of confirm_chain
+_WALK_BYTES = 64 << 20  # at most this many bytes read per step (else one pread a deed)
+
+
+def confirm_chain(fd: int, offsets, k: int, i: int, count: int, end: int,
+                  overhead: int) -> int:
+    """Check that deeds ``k .. i`` of an index chain: each deed's ``len_d`` (at
+    ``offsets[j]``) plus ``overhead`` spans exactly to the next offset (the last deed's,
+    to ``end``; ``count`` deeds in all).  Returns the first ``j`` that breaks the chain,
+    or ``i + 1``.  Reads the deeds' bytes in steps of up to :data:`_WALK_DEEDS` deeds and
+    :data:`_WALK_BYTES` bytes and compares every ``len_d`` of a step at once (numpy); a
+    step over larger deeds reads each ``len_d`` alone.  So a persisted index of 10
+    million small deeds is confirmed at the speed of reading the log, not of 10 million
+    ``pread`` calls."""
+    import numpy as np
+
+    offs = np.frombuffer(offsets, dtype=np.uint64)
+    lens = np.arange(8, dtype=np.int64)
+    while k <= i:
+        j = min(i + 1, k + _WALK_DEEDS)  # deeds k .. j-1 in this step
+        stop = int(offs[j]) if j < count else end
+        start = int(offs[k])
+        if stop - start > _WALK_BYTES:
+            j = k + 1  # a big deed (or a lie): alone, by one pread
+            stop = int(offs[j]) if j < count else end
+            head = os.pread(fd, 8, start)
+            if len(head) != 8 or DEED_LEN.unpack(head)[0] + overhead != stop - start:
+                return k
+            k = j
+            continue
+        data = np.frombuffer(os.pread(fd, max(stop - start, 0), start), dtype=np.uint8)
+        rel = offs[k:j].astype(np.int64) - start
+        if len(data) < stop - start or (rel < 0).any() or int(rel.max()) + 8 > len(data):
+            # a short read (the file was cut) or offsets out of order (a lie): this step
+            # one deed at a time
+            for m in range(k, j):
+                nxt = int(offs[m + 1]) if m + 1 < count else end
+                head = os.pread(fd, 8, int(offs[m]))
+                if len(head) != 8 or DEED_LEN.unpack(head)[0] + overhead != nxt - int(offs[m]):
+                    return m
+            k = j
+            continue
+        nxt = np.empty(j - k, dtype=np.int64)
+        nxt[:-1] = offs[k + 1:j].astype(np.int64)
+        nxt[-1] = stop
+        got = data[(rel[:, None] + lens).astype(np.intp)].copy().view("<u8").ravel()
+        ok = got.astype(np.int64) + overhead == nxt - offs[k:j].astype(np.int64)
+        if not ok.all():
+            return k + int(np.argmin(ok))
+        k = j
+    return k

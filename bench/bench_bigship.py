@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""A ship of millions of events (issue 34.6): every figure the issue asks for, on one log
+made by ``bench/make_ship.py``.  Steps, in order, each timed (wall clock):
+
+ 1. the first index build: ``bookfs info SHIP`` with an empty index cache (a framing scan
+    of the whole log, with its progress bar on stderr), as MB/s of the log;
+ 2. ``bookfs info SHIP`` again (its index persisted), ``--rounds`` times;
+ 3. ``bookfs mount SHIP MNT -o ro`` until it returns (the daemon answers ready only once it
+    serves requests), ``--rounds`` fresh mounts; the daemon's RSS after each;
+ 4. the date pass: a mount whose index (built by step 1's scan) has no dates decodes
+    them in the background and saves them; timed until the index file holds them all;
+ 5. on fresh mounts after ``drop_caches``: ``find MNT/events -type f | wc -l``, then
+    ``ls -l MNT/events > /dev/null``, the daemon's RSS after each; the same ``find`` with
+    ``-o ro,readdirplus=auto``;
+ 6. ``bookfs verify --nouns SHIP``: every CRC and every payload decoded, as MB/s;
+ 7. Spark over the mount: ``spark.read.format("bookfs").load(MNT).count()`` and a full
+    scan of every column into Spark's ``noop`` sink (``--no-spark`` leaves it out).
+
+Prints a Markdown table.  MB = 10^6 bytes.  Needs root (drop_caches) and /dev/fuse.
+
+    python bench/bench_bigship.py SHIP [--rounds 5] [--no-spark]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+for p in (REPO, HERE):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import psutil  # noqa: E402
+
+from bench_mount import drop_caches  # noqa: E402
+from tests.mounting import daemon_pid, mounted  # noqa: E402
+
+BOOKFS = [sys.executable, "-m", "bookfs.cli"]
+
+
+def timed(cmd: list[str] | str, **kw) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, shell=isinstance(cmd, str),
+                   **kw)
+    return time.perf_counter() - t
+
+
+def rss_mb(mnt: str) -> float:
+    return psutil.Process(daemon_pid(mnt)).memory_info().rss / 1e6
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("ship", help="a Book directory (bench/make_ship.py)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--no-spark", action="store_true")
+    a = p.parse_args(argv)
+    ship = os.path.abspath(a.ship)
+    size = os.path.getsize(os.path.join(ship, "book.log"))
+    work = tempfile.mkdtemp(prefix="bench_bigship.")
+    cache = os.path.join(work, "cache")
+    env = dict(os.environ, BOOKFS_CACHE_DIR=cache, BOOKFS_PROGRESS="1",
+               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    os.environ.update(BOOKFS_CACHE_DIR=cache, PYTHONPATH=env["PYTHONPATH"])
+    mnt = os.path.join(work, "mnt")
+    os.makedirs(mnt)
+    rows = []
+
+    def row(what, values, unit, target=""):
+        v = sorted(values)
+        rows.append((what, v[0], statistics.median(v), v[-1], unit, target, len(v)))
+        print(f"{what}: {statistics.median(v):.3f} {unit} ({v[0]:.3f}..{v[-1]:.3f})",
+              file=sys.stderr, flush=True)
+
+    load0 = os.getloadavg()[0]
+    drop_caches()
+    t = timed(BOOKFS + ["info", ship], env=env)  # progress bar on stderr
+    row("first index build (bookfs info, empty cache), MB/s", [size / 1e6 / t], "MB/s",
+        "≥ 200")
+    row("bookfs info, index persisted", [timed(BOOKFS + ["info", ship], env=env)
+                                         for _ in range(a.rounds)], "s", "≤ 1")
+    # the index a scan builds has no dates: the first mount's date pass decodes them (a
+    # log bookfs wrote has them from its writer); timed until the index file holds all
+    from bookfs.formats.book import Book
+    t = time.perf_counter()
+    with mounted(ship, mnt, "-o", "ro"):
+        while True:
+            with Book.open(ship) as book:
+                if len(book.dates) >= book.count:
+                    break
+            time.sleep(2)
+        count = book.count
+    row("date pass (first mount, in the background), events/s",
+        [count / (time.perf_counter() - t)], "ev/s")
+    ready, rss_ready = [], []
+    for _ in range(a.rounds):
+        t = time.perf_counter()
+        with mounted(ship, mnt, "-o", "ro"):
+            ready.append(time.perf_counter() - t)
+            rss_ready.append(rss_mb(mnt))
+    row("mount ready (-o ro), index persisted", ready, "s", "≤ 1")
+    row("daemon RSS after mount", rss_ready, "MB", "≤ 150")
+    finds, lss, rss_after = [], [], []
+    for _ in range(max(1, a.rounds // 2)):
+        with mounted(ship, mnt, "-o", "ro"):
+            drop_caches()
+            finds.append(timed(f"find {mnt}/events -type f | wc -l"))
+            rss_after.append(rss_mb(mnt))
+        with mounted(ship, mnt, "-o", "ro"):
+            drop_caches()
+            lss.append(timed(f"ls -l {mnt}/events > /dev/null"))
+            rss_after.append(rss_mb(mnt))
+    row("find MNT/events -type f, fresh mount", finds, "s")
+    row("ls -l MNT/events, fresh mount", lss, "s")
+    row("daemon RSS after find / ls -l", rss_after, "MB", "≤ 150")
+    auto = []
+    for _ in range(max(1, a.rounds // 2)):
+        with mounted(ship, mnt, "-o", "ro,readdirplus=auto"):
+            drop_caches()
+            auto.append(timed(f"find {mnt}/events -type f | wc -l"))
+    row("find, -o readdirplus=auto, fresh mount", auto, "s")
+    drop_caches()
+    t = timed(BOOKFS + ["verify", "--nouns", ship], env=env)
+    row("bookfs verify --nouns (cold), MB/s", [size / 1e6 / t], "MB/s", "≥ 200")
+    if not a.no_spark:
+        from bookfs.spark import register, session
+        spark = session()
+        register(spark)
+        with mounted(ship, mnt, "-o", "ro"):
+            df = spark.read.format("bookfs").load(mnt)
+            t = time.perf_counter()
+            n = df.count()
+            row(f"Spark count ({n:,} rows)", [time.perf_counter() - t], "s")
+            t = time.perf_counter()
+            df.write.format("noop").mode("overwrite").save()
+            row("Spark full scan, every column, noop sink", [time.perf_counter() - t], "s")
+            rss_after.append(rss_mb(mnt))
+        spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"ship {ship}: {size / 1e6:,.0f} MB of log; 1-minute load {load0:.2f} at the "
+          f"start, {os.getloadavg()[0]:.2f} at the end\n")
+    print("| measure | min | median | max | unit | target | runs |")
+    print("|---|---:|---:|---:|---|---|---:|")
+    for what, lo, med, hi, unit, target, k in rows:
+        print(f"| {what} | {lo:.3f} | {med:.3f} | {hi:.3f} | {unit} | {target} | {k} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
