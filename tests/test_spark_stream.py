@@ -133,7 +133,7 @@ def run_driver(env, *args, **kw) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
-def wait_for_last(mnt: str, last: int, timeout: float = 10.0) -> bool:
+def wait_for_last(mnt: str, last: int, timeout: float = 60.0) -> bool:
     """Wait until the mount's ``info`` says ``last: <last>``."""
     from bookfs.formats.info import parse
 
