@@ -112,8 +112,6 @@ async def date_pass(log, *, idle: float = 1.0, save_after: int = 1) -> None:
                 await trio.to_thread.run_sync(log.persist_dates)
                 pending = 0
             await trio.sleep(idle)
-    except trio.Cancelled:
-        raise
-    except Exception as e:  # noqa: BLE001 - the pass is an optimisation: never the mount's end
+    except Exception as e:  # trio.Cancelled is a BaseException: the unmount passes  # noqa: BLE001 - the pass is an optimisation: never the mount's end
         log_name = getattr(log, "log_path", log)
         logging.getLogger(__name__).warning("%s: the date pass stopped: %s", log_name, e)
