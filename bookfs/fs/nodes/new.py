@@ -220,15 +220,13 @@ class Committed(NamedTuple):
     threads: tuple[int, ...] = ()
 
     def by_writer(self, ctx) -> bool:
-        """Whether the request ``ctx`` comes from the writer's process: one of its
-        threads, or a thread of the same thread group (``/proc/<tid>/task/<thread>``
-        exists only then: ``fs/proc/base.c``, ``proc_task_lookup()``; RCU, no lock of the
-        caller's).  Without a caller (operations driven directly), True."""
+        """Whether the request ``ctx`` comes from the writer: the thread that created the
+        file or the one that closed it, by the caller's thread id the kernel sends with
+        every request (a handler reads no other process's ``/proc``: DESIGN.md).
+        Without a caller (operations driven directly), True."""
         if ctx is None or not self.threads:
             return True
-        tid = ctx.pid
-        return tid in self.threads or any(os.path.exists(f"/proc/{tid}/task/{t}")
-                                          for t in self.threads)
+        return ctx.pid in self.threads
 
 
 class Recent:
