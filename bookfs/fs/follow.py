@@ -305,7 +305,7 @@ class Follower:
         """Make the kernel forget the attributes the log's growth changed (a worker
         thread, as every notification: see ``_invalidate_kernel``)."""
         try:
-            await trio.to_thread.run_sync(self._drop_attrs_sync, self.changing_inodes())
+            await trio.to_thread.run_sync(self.drop_attrs_now, self.changing_inodes())
         except Exception:  # never let a system task kill the mount
             log.exception("invalidating the kernel's cached attributes failed")
 
