@@ -198,3 +198,15 @@ def test_no_date_sentinel_is_never_a_real_mtime(tmp_path, kind):
         want = 0 if kind == "noun" else NO_DATE
         assert book.dates.get(0) == want
         assert EventDates(book).mtime_ns(1) == (0 if kind == "noun" else book.mtime_ns(1))
+
+
+def test_a_date_past_what_an_mtime_holds_never_fails_the_save(tmp_path):
+    """A date in year 9000 is an @da the rule accepts, but no signed 64-bit count of
+    nanoseconds holds it: the save recorded it and raised OverflowError after its
+    fdatasync, so the append was refused although it was in the log."""
+    far = dated(220_000_000_000)  # about year 8941
+    with Book.open(tmp_path, writable=True, create=True) as book:
+        book.save(1, [far, dated(1_600_000_000)])
+        assert book.count == 2
+        assert list(book.dates.values(0, 2)) == [NO_DATE, 1_600_000_000 * 10**9]
+        assert EventDates(book).mtime_ns(1) == book.mtime_ns(1)

@@ -90,11 +90,14 @@ class DateColumn:
         if len(self) != position:
             return
         dates = array("q")
-        for p in payloads:
-            if not isinstance(p, (bytes, bytearray, memoryview)):
-                break
-            ns = payload_date_ns(p)
-            dates.append(NO_DATE if ns is None else ns)
+        try:
+            for p in payloads:
+                if not isinstance(p, (bytes, bytearray, memoryview)):
+                    break
+                ns = payload_date_ns(p)
+                dates.append(NO_DATE if ns is None else ns)
+        except Exception as e:  # noqa: BLE001 - a saved event's date never fails its save
+            log.warning("dates not recorded past position %d: %s", position + len(dates), e)
         self.add(position, dates)
 
     def _spill_tail(self) -> None:

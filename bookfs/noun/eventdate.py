@@ -54,4 +54,8 @@ def payload_date_ns(payload) -> int | None:
     if len(body) > WHOLE:
         body = body[:PREFIX]
     date = date_of(body)
-    return None if date is None else da_ns(date)
+    if date is None:
+        return None
+    ns = da_ns(date)
+    # an mtime is a signed 64-bit count of ns: years 1678..2262; a date outside has none
+    return ns if -(1 << 63) + 2 <= ns < (1 << 63) else None
