@@ -115,37 +115,40 @@ def confirm_chain(fd: int, offsets, k: int, i: int, count: int, end: int,
     ``pread`` calls."""
     import numpy as np
 
-    offs = np.frombuffer(offsets, dtype=np.uint64)
     lens = np.arange(8, dtype=np.int64)
     while k <= i:
         j = min(i + 1, k + _WALK_DEEDS)  # deeds k .. j-1 in this step
-        stop = int(offs[j]) if j < count else end
-        start = int(offs[k])
+        # a copy of this step's offsets (an array slice): a buffer exported from the live
+        # array would make a writer's append to it fail (BufferError)
+        offs = np.frombuffer(offsets[k:min(j + 1, count)], dtype=np.uint64).astype(np.int64)
+        stop = int(offs[j - k]) if j < count else end
+        start = int(offs[0])
         if stop - start > _WALK_BYTES:
             j = k + 1  # a big deed (or a lie): alone, by one pread
-            stop = int(offs[j]) if j < count else end
+            stop = int(offs[1]) if j < count else end
             head = os.pread(fd, 8, start)
             if len(head) != 8 or DEED_LEN.unpack(head)[0] + overhead != stop - start:
                 return k
             k = j
             continue
         data = np.frombuffer(os.pread(fd, max(stop - start, 0), start), dtype=np.uint8)
-        rel = offs[k:j].astype(np.int64) - start
+        rel = offs[:j - k] - start
         if len(data) < stop - start or (rel < 0).any() or int(rel.max()) + 8 > len(data):
             # a short read (the file was cut) or offsets out of order (a lie): this step
             # one deed at a time
             for m in range(k, j):
-                nxt = int(offs[m + 1]) if m + 1 < count else end
-                head = os.pread(fd, 8, int(offs[m]))
-                if len(head) != 8 or DEED_LEN.unpack(head)[0] + overhead != nxt - int(offs[m]):
+                nxt = int(offs[m + 1 - k]) if m + 1 < count else end
+                off = int(offs[m - k])
+                head = os.pread(fd, 8, off)
+                if len(head) != 8 or DEED_LEN.unpack(head)[0] + overhead != nxt - off:
                     return m
             k = j
             continue
         nxt = np.empty(j - k, dtype=np.int64)
-        nxt[:-1] = offs[k + 1:j].astype(np.int64)
+        nxt[:-1] = offs[1:j - k]
         nxt[-1] = stop
         got = data[(rel[:, None] + lens).astype(np.intp)].copy().view("<u8").ravel()
-        ok = got.astype(np.int64) + overhead == nxt - offs[k:j].astype(np.int64)
+        ok = got.astype(np.int64) + overhead == nxt - offs[:j - k]
         if not ok.all():
             return k + int(np.argmin(ok))
         k = j
