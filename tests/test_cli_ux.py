@@ -491,14 +491,18 @@ def test_spark_ctrl_c_leaves_the_output_as_it_was(tree, tmp_path):
     assert (tmp_path / "probe.out").read_text() == "pyspark"  # the probe sees Spark runs
     before = _tree_bytes(out)
     assert json.loads((out / "state.json").read_text())["high_water"] == 20
-    proc = _popen(f"{BOOKFS} spark {tree / 'mnt'} --out {out} --incremental", tmp_path)
+    # the run waits at its last point before publishing (the whole run staged) until the
+    # Ctrl-C, so it comes in time however loaded the machine (it was sent once a line
+    # was read, and a starved test read it after the run had finished)
+    proc = _popen(f"{BOOKFS} spark {tree / 'mnt'} --out {out} --incremental", tmp_path,
+                  env={**os.environ, "BOOKFS_SPARK_PAUSE": "staged"})
     err_lines: list[str] = []
 
-    def reading() -> bool:  # the job is under way
+    def staged() -> bool:  # the run is written and waits to be published
         err_lines.append(proc.stderr.readline())
-        return "bookfs spark: reading events" in err_lines[-1]
+        return "BOOKFS_SPARK_PAUSE=staged: waiting here" in err_lines[-1]
 
-    _sigint_when(proc, reading, timeout=300)
+    _sigint_when(proc, staged, timeout=300)
     stdout, rest = proc.communicate(timeout=120)
     assert proc.returncode == 130, "".join(err_lines) + rest
     assert "Traceback" not in "".join(err_lines) + rest + stdout

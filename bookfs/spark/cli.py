@@ -58,6 +58,9 @@ from bookfs.formats.fileio import fsync_dir
 from bookfs.spark.summary import pace, render_summary, summarize  # noqa: F401 (re-exported)
 
 FAIL_ENV = "BOOKFS_SPARK_FAIL"
+#: Tests only: the point (``staged``) where a run waits for Ctrl-C, so a test interrupts
+#: it there however slowly the machine runs.
+PAUSE_ENV = "BOOKFS_SPARK_PAUSE"
 #: ``--mode`` values (DataFrameWriter's names; ``errorifexists`` is ``error``).
 MODES = ("error", "errorifexists", "append", "overwrite", "ignore")
 #: Digits of a run's number in its directory name (``run=000001``).
@@ -77,10 +80,16 @@ class InjectedFailure(BaseException):
     """Raised at the point ``$BOOKFS_SPARK_FAIL`` names (the command exits with 75)."""
 
 
-def _fail_point(name: str) -> None:
+def _fail_point(name: str, aborted=None) -> None:
+    """Raise :class:`InjectedFailure` at ``name`` if ``$BOOKFS_SPARK_FAIL`` names it; wait
+    there until ``aborted()`` (a Ctrl-C) if ``$BOOKFS_SPARK_PAUSE`` does."""
     if os.environ.get(FAIL_ENV) == name:
         _status(f"{FAIL_ENV}={name}: stopping here on purpose")
         raise InjectedFailure(name)
+    if aborted is not None and os.environ.get(PAUSE_ENV) == name:
+        _status(f"{PAUSE_ENV}={name}: waiting here for Ctrl-C on purpose")
+        while not aborted():
+            time.sleep(0.05)
 
 
 def _write_json(path: str, obj) -> None:
@@ -364,7 +373,7 @@ class _Job:
                     "incremental": args.incremental,
                     "mountpoint": os.path.abspath(args.mountpoint), "bulk": args.bulk}
         _write_json(os.path.join(stage, MANIFEST), manifest)
-        _fail_point("staged")
+        _fail_point("staged", lambda: self.abort)
         self._check_abort()  # the last point where Ctrl-C leaves OUT as it was
         if not replace:  # --incremental, append (and error/ignore into an empty data/)
             os.makedirs(data, exist_ok=True)
