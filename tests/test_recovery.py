@@ -430,7 +430,7 @@ def test_random_damage_yields_a_committed_prefix_and_keeps_the_evidence(case):
 def test_parallel_crc_check_finds_the_first_bad_deed(tmp_path, monkeypatch, bad_event):
     """Large ranges are split across forked workers; the smallest failing index wins,
     wherever it falls, and a clean log gives None."""
-    from bookfs.formats import recovery as rec
+    from bookfs.formats import deedcheck as rec
 
     monkeypatch.setattr(rec, "_PARALLEL_BYTES", 1)
     d = tmp_path / "log"

@@ -148,7 +148,7 @@ def cmd_verify(args) -> int:
             nouns = CheckReport(log.directory, log.format)
             with _progress_bar(log.log_bytes, "nouns") as bar:
                 check_nouns(log, nouns, bob_dir=bob_dir_for(log.directory),
-                            progress=bar.update)
+                            progress=bar.update, crc_failed={e for e, _ in bad})
             for p in nouns.problems:
                 print(p.message)
         if nouns is not None:

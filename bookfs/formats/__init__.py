@@ -12,8 +12,10 @@
 ``lmdb_log``        LMDB epochs (read-only)
 ``pier``            a pier = ordered epochs, one numbering; ``identify``/``open_source``
                     pick the format
-``recovery``        the Recovery ladder (check → repair → salvage), its report types, the
-                    UIP deed checks (CRC, torn tail, quarantine) and what every ladder shares
+``recovery``        the Recovery ladder (check → repair → salvage), its report types,
+                    quarantine, the noun check and what every ladder shares
+``deedcheck``       the UIP deed checks: CRC (streamed; forked past 256 MiB), valid deeds
+                    in a damaged region, the torn tail
 ``book_recovery``   the ladder for the UIP layout
 ``vere_recovery``   the ladder for vere's layout
 ``lmdb_recovery``   the ladder for LMDB epochs (check and salvage)

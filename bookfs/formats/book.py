@@ -42,7 +42,7 @@ from bookfs.errors import (BadMagic, BadVersion, BookError, ContiguityError, Too
 from bookfs.formats.index import (FileStamp, OffsetIndex, discard_index, load_index,
     save_index)
 from bookfs.formats.datecolumn import DateColumn, fill
-from bookfs.formats.framing import confirm_chain, scan_framing
+from bookfs.formats.framing import confirm_chain, newest_deeds, scan_framing
 from bookfs.formats.layout import (DEED_LEN, DEED_OVERHEAD, DEED_TAIL, FIR_OFFSET, HEADER,
     HEADER_SIZE, LOG_NAME, MAGIC, META_NAME, VERSION, crc32, deed_parts)
 from bookfs.formats.detect import epoch_says_vere, identify_fd, looks_padded, slot_crc_ok
@@ -370,6 +370,20 @@ class Book(SingleFileLog):
         self._check_len(event, off, n, os.pread(self._fd, 8, off))
         if not recovery.deed_crc_ok(self._fd, off, n):
             self._corrupt(event, off)
+
+    def newest_heads(self, most: int, size: int) -> Iterator[bytes]:
+        """The first ``size`` bytes of the payloads of up to ``most`` of the newest deeds,
+        newest first, each CRC-checked, found from the published end back without the
+        index (:func:`~bookfs.formats.framing.newest_deeds`).  For a caller that wants
+        the log's newest payloads and not their event numbers (``info``'s dates): a few
+        reads whatever the log's size, where a read by number first confirms the index's
+        chain of deeds up to it (:meth:`_confirm_offset`: the whole log, once an open)."""
+        _, count, end = self._view
+        floor = self._index.offsets[0] if count else end
+        for start, n in newest_deeds(self._fd, floor, end, most):
+            if not recovery.deed_crc_ok(self._fd, start, n):
+                return
+            yield os.pread(self._fd, min(size, n), start + 8)
 
     def verify(self, *, progress: Progress | None = None) -> list[tuple[int, int]]:
         """Check every deed's CRC.  Returns ``(event, offset)`` of each bad deed.  The chain

@@ -153,3 +153,27 @@ def confirm_chain(fd: int, offsets, k: int, i: int, count: int, end: int,
             return k + int(np.argmin(ok))
         k = j
     return k
+
+
+def newest_deeds(fd: int, floor: int, end: int, most: int, *,
+                 overhead: int = DEED_TAIL_SIZE + 8) -> list[tuple[int, int]]:
+    """``(offset, payload size)`` of up to ``most`` deeds walked back from ``end``, newest
+    first: each found by its trailing ``let_d`` (the deed before ``pos`` starts at ``pos -
+    let_d - overhead``), which must match its ``len_d`` and keep the deed at or after
+    ``floor`` (the first deed's offset).  Stops at the first that does not.  Framing
+    only: the caller checks each CRC.  Without an index, so a log's newest deeds cost a
+    few reads whatever its size; with ``let_d`` at each deed's end, the walk from the end
+    meets the same deeds a walk from the header does."""
+    out: list[tuple[int, int]] = []
+    pos = end
+    while len(out) < most and pos > floor:
+        tail = os.pread(fd, 8, pos - 8)
+        if len(tail) != 8:
+            break
+        (n,) = DEED_LEN.unpack(tail)
+        start = pos - n - overhead
+        if n > pos or start < floor or os.pread(fd, 8, start) != tail:
+            break
+        out.append((start, n))
+        pos = start
+    return out

@@ -50,6 +50,40 @@ def _event_date(log: EventLog, event: int) -> int | None:
     return date
 
 
+def _newest_date(log: EventLog) -> int | None:
+    """The @da of the newest dated event among the last :data:`DATE_SEARCH`, read from
+    the log's end without the index's chain (a log with ``newest_heads``, the UIP Book:
+    a read by number would first confirm the chain of deeds up to the last event, the
+    whole log); None when the log has no such reader or none of those is dated (the
+    caller then reads by number).  Cached as :func:`_event_date` is, by the log's
+    published size."""
+    from bookfs.errors import BookError
+    from bookfs.noun import peek_event
+
+    heads = getattr(log, "newest_heads", None)
+    if heads is None:
+        return None
+    key = (getattr(log, "generation", 0), "newest", log.log_bytes)
+    try:
+        cache = _date_cache.setdefault(log, OrderedDict())
+    except TypeError:
+        cache = OrderedDict()
+    if key in cache:
+        return cache[key]
+    date = None
+    try:
+        for head in heads(DATE_SEARCH, 4 + DATE_PEEK):
+            date = peek_event(head[4:])[0]
+            if date is not None:
+                break
+    except (BookError, OSError):
+        date = None
+    cache[key] = date
+    if len(cache) > _DATE_CACHE_SIZE:
+        cache.popitem(last=False)
+    return date
+
+
 def date_range(log: EventLog) -> dict | None:
     """``{"first", "last"}`` (@da text) and ``{"first_utc", "last_utc"}`` (ISO 8601) of
     the first and last dated events, looking at most :data:`DATE_SEARCH` events in from
@@ -62,8 +96,10 @@ def date_range(log: EventLog) -> dict | None:
     found = []
     for events in (range(first, min(last, first + DATE_SEARCH - 1) + 1),
                    range(last, max(first, last - DATE_SEARCH + 1) - 1, -1)):
-        date = next((d for d in map(lambda e: _event_date(log, e), events) if d is not None),
-                    None)
+        date = _newest_date(log) if found else None
+        if date is None:
+            date = next((d for d in map(lambda e: _event_date(log, e), events)
+                         if d is not None), None)
         if date is None:
             return None
         found.append(date)

@@ -16,7 +16,7 @@ The rules (``docs/format.md`` states them for users):
    The quarantine file is reported; ``bookfs fsck --salvage`` can recover events from it.
 5. A read-only open never modifies anything; it simply stops at the valid prefix.
 
-Here are those checks of UIP deeds, the reports an open and ``bookfs fsck`` make
+Here are the reports an open and ``bookfs fsck`` make
 (:class:`RecoveryReport`, :class:`CheckReport`), and the ladder every format fills in
 (:class:`Recovery`: check → repair → salvage; :class:`BookDirRecovery` for the two Book
 layouts), with the steps they share (``meta.bin``, the noun check, quarantine).  Each format's ladder
@@ -26,30 +26,26 @@ is beside its engine (``book_recovery.py``, ``vere_recovery.py``, ``lmdb_recover
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import os
 import time
 from dataclasses import dataclass, field
 
-from bookfs.formats.fileio import fsync_dir, pread_into
+# the deed checks live in deedcheck.py; named here too, beside the rules they serve
+from bookfs.formats import deedcheck
+from bookfs.formats.deedcheck import (deed_crc_ok, find_valid_deeds,  # noqa: F401
+                                      first_bad_deed, in_workers, is_torn_tail)
+from bookfs.formats.fileio import fsync_dir
 from bookfs.formats.lock import WriterLock, lock_path_for
 from bookfs.formats.layout import (
-    DEED_LEN,
-    DEED_OVERHEAD,
-    DEED_TAIL,
     FILE_MODE,
     LOG_NAME,
-    MAX_PAYLOAD,
-    MIN_PAYLOAD,
     QUARANTINE_PREFIX,
-    crc32,
 )
 
 log = logging.getLogger(__name__)
-
-_CRC_CHUNK = 8 << 20  # bytes per pread when checking large deeds / ranges
-_SALVAGE_WINDOW = 64 << 20  # bytes examined at a time by find_valid_deeds
 
 
 @dataclass
@@ -81,171 +77,6 @@ class VereRecoveryReport(RecoveryReport):
                 and self.header_repaired is None)
 
 
-def deed_crc_ok(fd: int, off: int, n: int) -> bool:
-    """Stream the CRC of the deed at ``off`` with payload ``n`` (constant memory)."""
-    tail = os.pread(fd, 12, off + 8 + n)
-    if len(tail) != 12:  # the deed does not fit in the file (it was cut)
-        return False
-    want_crc, let = DEED_TAIL.unpack(tail)
-    if let != n:
-        return False
-    crc = 0
-    pos, stop = off, off + 8 + n
-    while pos < stop:
-        chunk = os.pread(fd, min(_CRC_CHUNK, stop - pos), pos)
-        if not chunk:
-            return False
-        crc = crc32(chunk, crc)
-        pos += len(chunk)
-    return crc == want_crc
-
-
-_PARALLEL_BYTES = 256 << 20  # ranges larger than this are checked by several processes
-
-
-def first_bad_deed(fd: int, offsets, start_i: int, end: int, *, progress=None,
-                   workers: int | None = None) -> int | None:
-    """Index (into ``offsets``) of the first deed from ``start_i`` on whose CRC fails, or
-    ``None``.  A range of more than 256 MiB is split between ``workers`` processes (one
-    per CPU by default; forked, so the offsets are shared copy-on-write), each checking a
-    contiguous part; the smallest failing index wins."""
-    count = len(offsets)
-    if start_i >= count:
-        return None
-    workers = workers or os.cpu_count() or 1
-    if workers < 2 or end - offsets[start_i] < _PARALLEL_BYTES:
-        return _first_bad_serial(fd, offsets, start_i, end, progress=progress)
-    bounds = [start_i + (count - start_i) * k // workers for k in range(workers + 1)]
-    children = []
-    for k in range(1, workers):
-        lo, hi = bounds[k], bounds[k + 1]
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # child: check [lo, hi) and report, touching nothing else
-            code = 1
-            try:
-                os.close(r)
-                bad = _first_bad_serial(fd, offsets[lo:hi], 0,
-                                        offsets[hi] if hi < count else end)
-                os.write(w, str(-1 if bad is None else lo + bad).encode())
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(w)
-        children.append((pid, r, offsets[lo], offsets[hi] if hi < count else end))
-    try:
-        mine = _first_bad_serial(fd, offsets[: bounds[1]], start_i,
-                                 offsets[bounds[1]] if bounds[1] < count else end,
-                                 progress=progress)
-    finally:
-        results = []
-        for pid, r, lo_off, hi_off in children:
-            with os.fdopen(r, "rb") as f:
-                text = f.read().decode() or "error"
-            _, status = os.waitpid(pid, 0)
-            if status != 0 or text == "error":
-                raise OSError(f"CRC check of bytes {lo_off}..{hi_off} failed in a worker")
-            results.append(int(text))
-            if progress is not None:
-                progress(hi_off - lo_off)
-    if mine is not None:
-        return mine
-    return next((b for b in results if b >= 0), None)
-
-
-def _first_bad_serial(fd: int, offsets, start_i: int, end: int, *,
-                      progress=None) -> int | None:
-    """``first_bad_deed`` in this process: big sequential chunks, each deed checked in
-    place."""
-    count = len(offsets)
-    i = start_i
-    if i >= count:
-        return None
-    scratch = bytearray(min(_CRC_CHUNK, end - offsets[i]))  # no 8 MiB to check one small deed
-    while i < count:
-        base = offsets[i]
-        nxt0 = offsets[i + 1] if i + 1 < count else end
-        if nxt0 - base > _CRC_CHUNK:  # one big deed: stream it
-            if not deed_crc_ok(fd, base, nxt0 - base - DEED_OVERHEAD):
-                return i
-            if progress is not None:
-                progress(nxt0 - base)
-            i += 1
-            continue
-        # read as many whole deeds as fit in one chunk
-        j = i
-        while j < count:
-            nxt = offsets[j + 1] if j + 1 < count else end
-            if nxt - base > _CRC_CHUNK:
-                break
-            j += 1
-        stop = offsets[j] if j < count else end
-        mv = pread_into(fd, scratch, stop - base, base)
-        if len(mv) != stop - base:
-            return i  # the file is shorter than the index says
-        u32 = [mv[a : a + (len(mv) - a) // 4 * 4].cast("I") for a in range(4)]
-        rel = [o - base for o in offsets[i:j]]
-        rel.append(stop - base)
-        for a, b in zip(rel, rel[1:]):
-            t = b - 12  # where the stored CRC sits
-            if crc32(mv[a:t]) != u32[t & 3][t >> 2]:
-                return i + rel.index(a)
-        if progress is not None:
-            progress(stop - base)
-        i = j
-    return None
-
-
-def find_valid_deeds(fd: int, start: int, stop: int, *, limit: int | None = None) -> list[int]:
-    """Offsets in ``[start, stop)`` where a valid deed (framing and CRC) begins, trying every
-    byte offset.  A candidate is accepted only when its length trailer and CRC agree.  Deeds
-    must end by ``stop``.  Stops after ``limit`` finds.  Vectorised with numpy, so scanning a
-    region of hundreds of MB takes seconds, not hours."""
-    import numpy as np
-
-    found: list[int] = []
-    pos = start
-    while pos < stop - (MIN_PAYLOAD + DEED_OVERHEAD) + 1:
-        win = min(_SALVAGE_WINDOW, stop - pos)
-        buf = os.pread(fd, win + 7, pos)
-        arr = np.frombuffer(buf, dtype=np.uint8)
-        cands = []
-        for a in range(8):
-            usable = (len(arr) - a) // 8 * 8
-            if usable <= 0:
-                continue
-            lens = arr[a : a + usable].view("<u8")
-            starts = pos + a + 8 * np.arange(len(lens), dtype=np.int64)
-            ok = (lens >= MIN_PAYLOAD) & (lens <= MAX_PAYLOAD)
-            ok &= starts < pos + win
-            room = (stop - starts - DEED_OVERHEAD).astype(np.int64)
-            ok &= lens.astype(np.int64) <= room
-            cands.extend(starts[ok].tolist())
-        cands.sort()
-        for off in cands:
-            (n,) = DEED_LEN.unpack(os.pread(fd, 8, off))
-            if deed_crc_ok(fd, off, n):
-                found.append(off)
-                if limit is not None and len(found) >= limit:
-                    return found
-        pos += win
-    return found
-
-
-def is_torn_tail(fd: int, off: int, size: int) -> bool:
-    """True when ``[off, size)`` can only be an incomplete final deed (rule 3)."""
-    region = size - off
-    if region >= 8:
-        (n,) = DEED_LEN.unpack(os.pread(fd, 8, off))
-        if not (MIN_PAYLOAD <= n <= MAX_PAYLOAD) or off + n + DEED_OVERHEAD <= size:
-            return False  # announces no deed, or a complete one that failed its checks
-        if region >= MIN_PAYLOAD + DEED_OVERHEAD:
-            (let,) = DEED_LEN.unpack(os.pread(fd, 8, size - 8))
-            if let + DEED_OVERHEAD == region:
-                return False  # a whole deed whose len_d was damaged, not an incomplete one
-    return not find_valid_deeds(fd, off + 1, size, limit=1)
-
-
 def quarantine(dir_fd_path: str, fd: int, off: int, size: int) -> str:
     """Copy ``[off, size)`` of the log to a new quarantine file beside it, durably.
     Returns its path.  The file name says what it is and where the bytes came from."""
@@ -260,7 +91,7 @@ def quarantine(dir_fd_path: str, fd: int, off: int, size: int) -> str:
         os.fchmod(out, FILE_MODE)  # regardless of umask, like the log itself
         pos = off
         while pos < size:
-            chunk = os.pread(fd, min(_CRC_CHUNK, size - pos), pos)
+            chunk = os.pread(fd, min(deedcheck._CRC_CHUNK, size - pos), pos)
             if not chunk:
                 break
             os.write(out, chunk)
@@ -439,6 +270,7 @@ MUGS_NOTE = ("--mugs is --nouns: an event's stored mug is the mug of Arvo's stat
 
 #: payloads up to this are read whole to be decode-checked; larger ones in slices
 NOUN_WHOLE = 16 << 20
+_NOUN_RUN = 4096  # events read in one run by check_nouns (at most deedcheck._CRC_CHUNK bytes)
 
 
 def bob_dir_for(path: str | None) -> str | None:
@@ -457,7 +289,8 @@ def bob_dir_for(path: str | None) -> str | None:
     return None
 
 
-def check_nouns(lg, rep: CheckReport, *, bob_dir: str | None = None, progress=None) -> None:
+def check_nouns(lg, rep: CheckReport, *, bob_dir: str | None = None, progress=None,
+                crc_failed=None, workers: int | None = None) -> None:
     """Decode-check every readable event of the open log ``lg``
     (:func:`bookfs.noun.payload.payload_problem`: a 4-byte mug, then a jam that cues
     completely and exactly, or vere's ram encoding; the stored mug is not compared, being
@@ -465,38 +298,108 @@ def check_nouns(lg, rep: CheckReport, *, bob_dir: str | None = None, progress=No
     does not decode, naming the byte where parsing failed, and counts the events checked
     (``rep.nouns_checked``, ``rep.nouns_ram``).  Events the format itself refuses (a CRC
     or framing failure) are skipped: ``check`` reports them already.  Read-only: nothing
-    is repaired or cut because an event does not decode."""
-    from bookfs.errors import CorruptDeed
-    from bookfs.noun.payload import not_a_noun, payload_problem
-    from bookfs.noun.ram import is_ram
+    is repaired or cut because an event does not decode.
 
+    ``crc_failed``: the events whose check the format has just failed, when every other
+    event's was just checked (``bookfs verify``'s first pass: ``lg.verify()``, which also
+    confirms the index).  Then a single-file log's payloads are read in runs of up to
+    8 MiB without checking their CRCs a second time, and a log of more
+    than 256 MiB is split between ``workers`` processes (one per CPU by default; forked,
+    each checking a contiguous range of events: ``deedcheck.in_workers``)."""
     if not lg.count:
         return
-    path = getattr(lg, "log_path", None) or getattr(lg, "data_path", None) or lg.directory
     first, last = lg.gulf()
-    for event in range(first, last + 1):
-        try:
-            size = lg.payload_size(event)
-            if size > NOUN_WHOLE:  # checked by the format, then read in slices
-                lg.verify_event(event)
-                ram = is_ram(lg.read_slice(event, 4, 5))
-                found = payload_problem(size, lambda off, n: lg.read_slice(event, off, n),
-                                        bob_dir)
-            else:
-                mv = memoryview(lg.read(event))
-                size = len(mv)
-                ram = is_ram(mv[4:9])
-                found = payload_problem(size, lambda off, n: mv[off:off + n], bob_dir)
-        except CorruptDeed:
-            continue
-        rep.nouns_ram += ram
-        rep.nouns_checked += 1
-        if found is not None:
-            rep.problems.append(Problem("noun", None, not_a_noun(event, found), event=event,
-                                        path=path, payload_offset=found.offset))
-        if progress is not None:
-            progress(size)
+    batched = crc_failed is not None and hasattr(lg, "read_payloads_unchecked") \
+        and hasattr(lg, "payload_bounds")
+    skip = frozenset(crc_failed or ())
+    workers = workers or os.cpu_count() or 1
+    if not batched or workers < 2 or lg.log_bytes < deedcheck._PARALLEL_BYTES:
+        found = _nouns_range(lg, first, last, bob_dir, progress, skip if batched else None)
+        _add_nouns(lg, rep, found)
+        return
+    bounds = [first + (last + 1 - first) * k // workers for k in range(workers + 1)]
 
+    def part(k: int, progress=None):  # events bounds[k] .. bounds[k + 1] - 1
+        return _nouns_range(lg, bounds[k], bounds[k + 1] - 1, bob_dir, progress, skip)
+
+    def done(_, found) -> None:
+        if progress is not None:
+            progress(found[3])
+
+    for found in in_workers(workers, part, progress, done, "the noun check"):
+        _add_nouns(lg, rep, found)
+
+
+def _add_nouns(lg, rep: CheckReport, found) -> None:
+    from bookfs.noun.payload import not_a_noun
+
+    checked, ram, problems, _ = found
+    path = getattr(lg, "log_path", None) or getattr(lg, "data_path", None) or lg.directory
+    rep.nouns_checked += checked
+    rep.nouns_ram += ram
+    for event, problem in problems:
+        rep.problems.append(Problem("noun", None, not_a_noun(event, problem), event=event,
+                                    path=path, payload_offset=problem.offset))
+
+
+def _nouns_range(lg, lo: int, hi: int, bob_dir, progress, skip) -> tuple:
+    """:func:`check_nouns` of events ``lo..hi``: ``(checked, ram, [(event, problem)],
+    payload bytes)``.  ``skip``: None to read each event checked by the format (its
+    failures skipped); else the events to skip, the rest read in runs, unchecked."""
+    from bookfs.errors import CorruptDeed
+    from bookfs.noun.payload import payload_problem
+    from bookfs.noun.ram import is_ram
+
+    checked = ram = nbytes = 0
+    problems = []
+    event = lo
+    while event <= hi:
+        if skip is None or lg.payload_size(event) > NOUN_WHOLE:
+            run = None  # one event, read as the format reads it
+        else:
+            bounds = lg.payload_bounds(event, min(_NOUN_RUN, hi - event + 1))
+            run = max(bisect.bisect_right(bounds, bounds[0] + deedcheck._CRC_CHUNK) - 1, 1)
+        if run is None:
+            try:
+                size = lg.payload_size(event)
+                if size > NOUN_WHOLE:  # checked by the format, then read in slices
+                    lg.verify_event(event)
+                    ev = event
+                    r = is_ram(lg.read_slice(event, 4, 5))
+                    got = payload_problem(size, lambda off, n: lg.read_slice(ev, off, n),
+                                          bob_dir)
+                    payloads = None
+                else:
+                    payloads = [memoryview(lg.read(event))]
+            except CorruptDeed:
+                event += 1
+                continue
+            if payloads is None:
+                checked, ram, nbytes = checked + 1, ram + r, nbytes + size
+                if got is not None:
+                    problems.append((event, got))
+                if progress is not None:
+                    progress(size)
+                event += 1
+                continue
+        else:
+            payloads = lg.read_payloads_unchecked(event, event + run - 1)
+        done = 0
+        for j, mv in enumerate(payloads):
+            if skip and event + j in skip:
+                continue
+            size = len(mv)
+            ram += is_ram(mv[4:9])
+            got = payload_problem(size, lambda off, n: mv[off:off + n], bob_dir)
+            if got is not None:
+                problems.append((event + j, got))
+            checked += 1
+            done += size
+        nbytes += done
+        if progress is not None:
+            progress(done)
+        event += len(payloads)
+    return checked, ram, problems, nbytes
 
 def check_meta_file(directory: str, rep: CheckReport) -> bool:
     """Report a missing or wrong-sized ``meta.bin`` in ``rep``; True if it is missing

@@ -39,7 +39,8 @@ Either way no event is duplicated or skipped by ``--incremental``.  A lock file
 
 Failure injection for tests: ``BOOKFS_SPARK_FAIL=staged`` exits (status 75) after the
 staging directory is complete, ``BOOKFS_SPARK_FAIL=published`` after the rename and before
-the mark is recorded (in-process, :func:`run` raises :class:`InjectedFailure` there).
+the mark is recorded (in-process, :func:`run` raises :class:`InjectedFailure` there);
+``BOOKFS_SPARK_PAUSE=staged`` waits there for a Ctrl-C.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import glob
 import json
 import os
 import shutil
@@ -58,8 +60,6 @@ from bookfs.formats.fileio import fsync_dir
 from bookfs.spark.summary import pace, render_summary, summarize  # noqa: F401 (re-exported)
 
 FAIL_ENV = "BOOKFS_SPARK_FAIL"
-#: Tests only: the point (``staged``) where a run waits for Ctrl-C, so a test interrupts
-#: it there however slowly the machine runs.
 PAUSE_ENV = "BOOKFS_SPARK_PAUSE"
 #: ``--mode`` values (DataFrameWriter's names; ``errorifexists`` is ``error``).
 MODES = ("error", "errorifexists", "append", "overwrite", "ignore")
@@ -81,8 +81,6 @@ class InjectedFailure(BaseException):
 
 
 def _fail_point(name: str, aborted=None) -> None:
-    """Raise :class:`InjectedFailure` at ``name`` if ``$BOOKFS_SPARK_FAIL`` names it; wait
-    there until ``aborted()`` (a Ctrl-C) if ``$BOOKFS_SPARK_PAUSE`` does."""
     if os.environ.get(FAIL_ENV) == name:
         _status(f"{FAIL_ENV}={name}: stopping here on purpose")
         raise InjectedFailure(name)
@@ -208,8 +206,6 @@ OLD_LAYOUT = "event_bucket="
 def _old_layout(out: str) -> str | None:
     """A directory of ``OUT/data`` in the layout of an earlier bookfs (``event_bucket=N``
     at the top or under a ``run=``), if there is one."""
-    import glob
-
     data = glob.escape(os.path.join(out, "data"))
     for pattern in (OLD_LAYOUT + "*", "run=*/" + OLD_LAYOUT + "*"):
         found = sorted(glob.glob(os.path.join(data, pattern)))
@@ -359,8 +355,6 @@ class _Job:
         self._check_abort()
         _status(f"writing Parquet to {stage} (by day, sorted by event)")
         bs.write_parquet(df, stage)
-        import glob
-
         empty = not glob.glob(os.path.join(stage, "**", "*.parquet"), recursive=True)
         summary = {"events": 0} if empty else summarize(spark, stage)
         if not summary["events"]:

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Small events read cold and warm (issue 34.3), side by side in interleaved rounds.
+
+The events: ``--reads`` random events of at most 16 KiB of a ``bookfs sample`` log of
+``--events`` events.  Each round reads them (open, one ``os.read``, close, from this
+process), in turn, from:
+
+  bookfs         a fresh ``bookfs mount -o ro``: no OPEN, FLUSH or RELEASE (patched
+                 pyfuse3's no-open path), a LOOKUP and a READ per event
+  local          the same events as files on the local disk
+  constfs        ``bench/constfs.py --sizes``: pyfuse3 serving files of the same sizes from
+                 memory with bookfs's caching choices (the floor: LOOKUP, OPEN, READ)
+
+cold (a fresh mount, then ``drop_caches``) and then warm (the same list again).  Prints
+min / median / max reads per second and the ratios within each round, and the 1-minute
+load.  Needs root and /dev/fuse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+from array import array
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+for p in (REPO, HERE):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+from bench_mount import SMALL, Proc, drop_caches, make_sample, name, read_files  # noqa: E402
+from tests.mounting import mounted  # noqa: E402
+
+from bookfs.formats.book import Book  # noqa: E402
+
+
+class _At:
+    """A context giving a root directory: ``enter()`` makes it ready, ``leave()`` ends it."""
+
+    def __init__(self, root, ctx=None):
+        self.root, self.ctx = root, ctx
+
+    def __enter__(self):
+        if self.ctx is not None:
+            self.ctx.__enter__()
+        return self.root
+
+    def __exit__(self, *exc):
+        return self.ctx.__exit__(*exc) if self.ctx is not None else False
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--events", type=int, default=100_000, help="sample events (100000)")
+    p.add_argument("--reads", type=int, default=20_000, help="random small events (20000)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--dir", help="work directory (default: a new one under /tmp)")
+    a = p.parse_args(argv)
+    work = a.dir or tempfile.mkdtemp(prefix="bench_smallread.")
+    os.makedirs(work, exist_ok=True)
+    os.environ["BOOKFS_CACHE_DIR"] = os.path.join(work, "cache")
+    os.environ["PYTHONPATH"] = REPO + os.pathsep + os.environ.get("PYTHONPATH", "")
+    src = os.path.join(work, "sample")
+    if not os.path.exists(src):
+        make_sample(work, a.events)
+    with Book.open(src) as book:
+        sizes = [book.payload_size(e) for e in range(1, book.count + 1)]
+        rnd = random.Random(3)
+        pick = rnd.sample([e for e, n in enumerate(sizes, 1) if n <= SMALL], a.reads)
+        local = os.path.join(work, "local")
+        os.makedirs(os.path.join(local, "events"), exist_ok=True)
+        for e in pick:
+            with open(os.path.join(local, "events", name(e)), "wb") as f:
+                f.write(book.read(e))
+    sizes_path = os.path.join(work, "sizes.u64")
+    with open(sizes_path, "wb") as f:
+        array("Q", sizes).tofile(f)
+    psz = [sizes[e - 1] for e in pick]
+    mnt = os.path.join(work, "mnt")
+    os.makedirs(mnt, exist_ok=True)
+    log = os.path.join(work, "bookfs.log")
+    targets = {
+        "bookfs": lambda: _At(mnt, mounted(src, mnt, "-o", "ro", log_file=log)),
+        "local": lambda: _At(local),
+        "constfs": lambda: _At(mnt, Proc([sys.executable, os.path.join(HERE, "constfs.py"),
+                                          mnt, "--sizes", sizes_path], mnt,
+                                         os.path.join(work, "constfs.log"))),
+    }
+    got = {w: {k: [] for k in targets} for w in ("cold", "warm")}
+    load0 = os.getloadavg()[0]
+    for r in range(a.rounds):
+        for key, make in targets.items():
+            with make() as root:
+                paths = [f"{root}/events/{name(e)}" for e in pick]
+                drop_caches()
+                got["cold"][key].append(len(paths) / read_files(paths, psz))
+                got["warm"][key].append(len(paths) / read_files(paths, psz))
+        print(f"round {r + 1}: " + ", ".join(f"{w} {k} {got[w][k][-1]:,.0f}/s"
+                                             for w in got for k in targets),
+              file=sys.stderr, flush=True)
+    print(f"{a.reads} random small events of a {a.events}-event sample log, {a.rounds} "
+          f"rounds; 1-minute load {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at "
+          "the end")
+    for w, per in got.items():
+        print(f"{w} (reads/s, min / median / max):")
+        for k, v in per.items():
+            print(f"  {k:14} {min(v):,.0f} / {statistics.median(v):,.0f} / {max(v):,.0f}")
+        for ref in ("constfs", "local"):
+            q = [x / b for x, b in zip(per["bookfs"], per[ref])]
+            print(f"  bookfs / {ref:8} {min(q):.2f} / {statistics.median(q):.2f} / "
+                  f"{max(q):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
