@@ -33,9 +33,11 @@ def reference(fd, offsets, k, i, count, end, overhead) -> int:
 @given(sizes=st.lists(st.integers(4, 3000), min_size=1, max_size=120),
        seed=st.integers(0, 2**32), lie=st.sampled_from(["none", "shift", "swap", "end",
                                                         "cut"]),
-       step_deeds=st.integers(1, 40), step_bytes=st.integers(8, 20000))
+       step_deeds=st.integers(1, 40), step_bytes=st.integers(8, 20000),
+       alone=st.sampled_from([0, 30, 256]))
 def test_confirm_chain_agrees_with_the_rule(tmp_path_factory, monkeypatch, sizes, seed, lie,
-                                            step_deeds, step_bytes):
+                                            step_deeds, step_bytes, alone):
+    monkeypatch.setattr(framing, "_WALK_ALONE", alone)  # 0: always the vectorised steps
     monkeypatch.setattr(framing, "_WALK_DEEDS", step_deeds)
     monkeypatch.setattr(framing, "_WALK_BYTES", step_bytes)
     rng = random.Random(seed)

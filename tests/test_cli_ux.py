@@ -503,7 +503,24 @@ def test_spark_ctrl_c_leaves_the_output_as_it_was(tree, tmp_path):
         return "BOOKFS_SPARK_PAUSE=staged: waiting here" in err_lines[-1]
 
     _sigint_when(proc, staged, timeout=300)
-    stdout, rest = proc.communicate(timeout=120)
+    said: list[str] = []  # what the Ctrl-C brings, up to the command's last line
+    reader = threading.Thread(target=lambda: said.extend(iter(proc.stderr.readline, "")),
+                              daemon=True)
+    reader.start()
+    try:  # the command itself; Spark's JVM (its child, in its group) may take longer
+        proc.wait(timeout=120)
+        deadline = time.monotonic() + 60
+        while not any(x.startswith("bookfs spark: interrupted") for x in said):
+            assert time.monotonic() < deadline, "".join(said)
+            time.sleep(0.05)
+    except subprocess.TimeoutExpired:
+        ps = subprocess.run(["ps", "-o", "pid,stat,etime,args", "-g", str(proc.pid)],
+                            capture_output=True, text=True).stdout
+        raise AssertionError(f"no exit 120 s after Ctrl-C:\n{ps}{''.join(said)}") from None
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    stdout, rest = proc.stdout.read(), "".join(said)
     assert proc.returncode == 130, "".join(err_lines) + rest
     assert "Traceback" not in "".join(err_lines) + rest + stdout
     after = rest.strip().splitlines()

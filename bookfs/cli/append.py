@@ -82,7 +82,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from bookfs.formats.layout import MIN_PAYLOAD
-from bookfs.fs.commit import NEXT_KEY, REFUSALS_HEADER
+from bookfs.formats.info import NEXT_KEY, REFUSALS_HEADER
 from bookfs.fs.mountinfo import bookfs_mount_at
 from bookfs.noun.payload import check_payload_file
 

@@ -101,6 +101,7 @@ def scan_deeds(fd: int, index: OffsetIndex, size: int, *, trailer: int,
 
 _WALK_DEEDS = 1 << 16  # deeds confirmed per vectorised step of confirm_chain
 _WALK_BYTES = 64 << 20  # at most this many bytes read per step (else one pread a deed)
+_WALK_ALONE = 256  # walks of fewer deeds than this: one pread a deed
 
 
 def confirm_chain(fd: int, offsets, k: int, i: int, count: int, end: int,
@@ -112,7 +113,15 @@ def confirm_chain(fd: int, offsets, k: int, i: int, count: int, end: int,
     :data:`_WALK_BYTES` bytes and compares every ``len_d`` of a step at once (numpy); a
     step over larger deeds reads each ``len_d`` alone.  So a persisted index of 10
     million small deeds is confirmed at the speed of reading the log, not of 10 million
-    ``pread`` calls."""
+    ``pread`` calls; a walk of at most :data:`_WALK_ALONE` deeds reads each ``len_d``
+    alone (no numpy to load for a small log)."""
+    if i - k < _WALK_ALONE:
+        for m in range(k, i + 1):
+            nxt = offsets[m + 1] if m + 1 < count else end
+            head = os.pread(fd, 8, offsets[m])
+            if len(head) != 8 or DEED_LEN.unpack(head)[0] + overhead != nxt - offsets[m]:
+                return m
+        return i + 1
     import numpy as np
 
     lens = np.arange(8, dtype=np.int64)

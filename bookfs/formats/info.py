@@ -13,6 +13,10 @@ DATE_SEARCH = 32  # events read from each end of the log to find the first and l
 DATE_PEEK = 64 << 10  # payload bytes read to find an event's date (its head is tiny)
 DATE_READ_WHOLE = 1 << 20  # payloads up to this are read (and checked) whole
 _DATE_CACHE_SIZE = 256  # dates kept per open log
+#: A read-write mount's info file: the line with the next free event number, and the
+#: section of the last refused appends and meta writes (``bookfs append`` reads both).
+NEXT_KEY = "next"
+REFUSALS_HEADER = "last refusals"
 #: open log -> {(generation, event): date}; an entry goes with its log object
 _date_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 

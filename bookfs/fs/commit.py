@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import pyfuse3
 import trio
 
+from bookfs.formats.info import NEXT_KEY, REFUSALS_HEADER  # noqa: F401 (re-exported)
 from bookfs.formats.eventlog import EventLog
 from bookfs.errors import BookError
 from bookfs.formats.layout import MAX_PAYLOAD, MIN_PAYLOAD
@@ -47,8 +48,6 @@ log = logging.getLogger(__name__)
 OPEN, READY, DONE, FAILED = "open", "ready", "done", "failed"
 SAVE, HOLD, FAIL = "save", "hold", "fail"  # a commit check's outcomes (HOLD: not the last)
 REFUSALS_KEPT = 20  # refused appends and meta writes remembered for the info file
-REFUSALS_HEADER = "last refusals"  # the info file's section (bookfs append reads it)
-NEXT_KEY = "next"  # the info file's line with the next free event number (read-write)
 
 
 def refuse(err: int, message: str) -> pyfuse3.FUSEError:
