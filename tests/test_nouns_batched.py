@@ -8,6 +8,8 @@ exactly what the per-event check reports."""
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -39,6 +41,8 @@ def test_batched_and_forked_checks_report_what_the_per_event_check_does(
     with Book.open(d, writable=True, create=True) as book:
         book.save(1, payloads)
     bad = data.draw(st.sampled_from([None, *range(1, len(payloads) + 1)]))
+    if os.path.getsize(d / "book.log") < 64:  # under vere's header slot: a damaged log
+        bad = None  # that small is refused as ambiguous (detect.py), not checked
     if bad is not None:  # flip a payload byte: its CRC fails
         with Book.open(d) as book:
             off = book.index.offsets[bad - 1] + 8 + 2

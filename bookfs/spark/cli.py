@@ -39,8 +39,7 @@ Either way no event is duplicated or skipped by ``--incremental``.  A lock file
 
 Failure injection for tests: ``BOOKFS_SPARK_FAIL=staged`` exits (status 75) after the
 staging directory is complete, ``BOOKFS_SPARK_FAIL=published`` after the rename and before
-the mark is recorded (in-process, :func:`run` raises :class:`InjectedFailure` there);
-``BOOKFS_SPARK_PAUSE=staged`` waits there for a Ctrl-C.
+the mark is recorded (in-process, :func:`run` raises :class:`InjectedFailure` there).
 """
 
 from __future__ import annotations
@@ -60,7 +59,6 @@ from bookfs.formats.fileio import fsync_dir
 from bookfs.spark.summary import pace, render_summary, summarize  # noqa: F401 (re-exported)
 
 FAIL_ENV = "BOOKFS_SPARK_FAIL"
-PAUSE_ENV = "BOOKFS_SPARK_PAUSE"
 #: ``--mode`` values (DataFrameWriter's names; ``errorifexists`` is ``error``).
 MODES = ("error", "errorifexists", "append", "overwrite", "ignore")
 #: Digits of a run's number in its directory name (``run=000001``).
@@ -80,14 +78,10 @@ class InjectedFailure(BaseException):
     """Raised at the point ``$BOOKFS_SPARK_FAIL`` names (the command exits with 75)."""
 
 
-def _fail_point(name: str, aborted=None) -> None:
+def _fail_point(name: str) -> None:
     if os.environ.get(FAIL_ENV) == name:
         _status(f"{FAIL_ENV}={name}: stopping here on purpose")
         raise InjectedFailure(name)
-    if aborted is not None and os.environ.get(PAUSE_ENV) == name:
-        _status(f"{PAUSE_ENV}={name}: waiting here for Ctrl-C on purpose")
-        while not aborted():
-            time.sleep(0.05)
 
 
 def _write_json(path: str, obj) -> None:
@@ -367,7 +361,7 @@ class _Job:
                     "incremental": args.incremental,
                     "mountpoint": os.path.abspath(args.mountpoint), "bulk": args.bulk}
         _write_json(os.path.join(stage, MANIFEST), manifest)
-        _fail_point("staged", lambda: self.abort)
+        _fail_point("staged")
         self._check_abort()  # the last point where Ctrl-C leaves OUT as it was
         if not replace:  # --incremental, append (and error/ignore into an empty data/)
             os.makedirs(data, exist_ok=True)
