@@ -364,10 +364,21 @@ def _sigint_when(proc: subprocess.Popen, ready, timeout: float = 120) -> None:
     os.killpg(proc.pid, signal.SIGINT)
 
 
+def _foreground() -> None:
+    """In the child: SIGINT and SIGQUIT at their defaults, as a terminal's foreground job
+    has them.  A suite started in the background by a non-interactive shell (``.ci/run
+    &``) inherits them ignored (POSIX: an asynchronous list ignores both), and a Python
+    that starts with SIGINT ignored keeps ignoring it: Ctrl-C never reached ``bookfs
+    spark``, whose run then finished (exit 0)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def _popen(args: str, cwd, **kw) -> subprocess.Popen:
     # bash -c 'exec ...': the command is the group leader, with SIGINT at its default
     return subprocess.Popen(["bash", "-c", f"exec {args}"], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_foreground, **kw)
 
 
 def test_sample_ctrl_c_then_resume(tmp_path):
@@ -524,8 +535,8 @@ def test_spark_ctrl_c_leaves_the_output_as_it_was(tree, tmp_path):
                 os.killpg(proc.pid, signal.SIGKILL)
         if proc.returncode != 0:
             break
-        # the run ended before the Ctrl-C came (a starved test read its line late): the
-        # output as it was, and again
+        # the run ended before the Ctrl-C came (a test starved of CPU read the line
+        # late): the output as it was, and again
         shutil.rmtree(out)
         shutil.copytree(snapshot, out, symlinks=True)
     stdout, rest = proc.stdout.read(), "".join(said)
