@@ -105,7 +105,9 @@ def test_item3_every_short_cut_is_refused_untouched_by_the_api(tmp_path, where):
             assert identify(src)[0] == "uip"  # a bare header: an empty UIP log
 
 
-CLI_LENGTHS = [0, 15, 16, 17, 31, 47]  # each side of every bound, and one inside
+# one cut of each kind through every tool (the API test above refuses every length, 0..47):
+# no header, a cut header, a whole UIP header and part of vere's slot, just short of it
+CLI_LENGTHS = [0, 15, 17, 47]
 
 
 def _cli_tools(src: Path, mnt: Path, out: Path):
