@@ -34,7 +34,7 @@ def main(argv=None) -> int:
         from bookfs.cli.commands import _register_optional
         from bookfs.cli.commands import main as _main
 
-        _register_optional()  # the subcommands' modules (commands.main's first step)
+        _register_optional(sys.argv[1:] if argv is None else list(argv))  # as main does
     finally:
         _signal.signal(_signal.SIGINT, before)
     try:

@@ -370,11 +370,35 @@ def build_parser() -> argparse.ArgumentParser:
 _EXTRA_COMMANDS: list = []
 
 
-def _register_optional() -> None:
+#: The subcommands other modules add, by name: each module is loaded only for its own
+#: command (or when the command line names none of them: ``--help``, a typo, a global
+#: option's value first), so that ``bookfs umount`` does not load Spark, say.
+OPTIONAL_COMMANDS = {"fsck": "bookfs.cli.fsck", "migrate": "bookfs.cli.migrate",
+                     "spark": "bookfs.spark.cli", "show": "bookfs.cli.show",
+                     "report": "bookfs.cli.report", "top": "bookfs.cli.top",
+                     "append": "bookfs.cli.append"}
+#: Modules that add lines to ``info`` (``rows:``, the Spark row builder in use), and the
+#: commands that show an ``info``: ``bookfs info`` and a mount's ``info`` file.
+INFO_FIELD_MODULES = ("bookfs.spark.rows",)
+_INFO_COMMANDS = ("info", "mount")
+_CORE_COMMANDS = ("mount", "umount", "info", "verify", "sample")
+
+
+def _register_optional(argv: list[str] | None = None) -> None:
+    """Load the modules the command line ``argv`` needs (every one when ``argv`` is None
+    or names no known command first): their subcommands (``register``) and their lines
+    of ``info`` (``info_fields``)."""
     import importlib
 
-    for name in ("bookfs.cli.fsck", "bookfs.cli.migrate", "bookfs.spark.cli", "bookfs.cli.show",
-                 "bookfs.cli.report", "bookfs.cli.top", "bookfs.cli.append", "bookfs.spark.rows"):
+    first = next((a for a in argv if not a.startswith("-")), None) if argv is not None \
+        else None
+    if first in OPTIONAL_COMMANDS:
+        names = [OPTIONAL_COMMANDS[first]]
+    elif first in _CORE_COMMANDS:
+        names = list(INFO_FIELD_MODULES) if first in _INFO_COMMANDS else []
+    else:
+        names = [*OPTIONAL_COMMANDS.values(), *INFO_FIELD_MODULES]
+    for name in names:
         try:
             module = importlib.import_module(name)
         except ImportError:
@@ -383,7 +407,7 @@ def _register_optional() -> None:
         if register is not None and register not in _EXTRA_COMMANDS:
             _EXTRA_COMMANDS.append(register)
         fields = getattr(module, "info_fields", None)
-        if fields is not None:  # lines of info (the Spark row builder), on every path
+        if fields is not None:  # lines of info (the Spark row builder)
             from bookfs.formats.info import add_fields
 
             add_fields(fields)
@@ -418,11 +442,12 @@ def main(argv: list[str] | None = None) -> int:
     from bookfs.errors import BookError
     from bookfs.fs.mount import MountError, OptionError
 
-    _register_optional()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    _register_optional(argv)
     parser = build_parser()
     commands = next(a.choices for a in parser._actions
                     if isinstance(a, argparse._SubParsersAction))
-    argv = mount_calling_form(sys.argv[1:] if argv is None else list(argv), commands)
+    argv = mount_calling_form(argv, commands)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="bookfs: %(message)s")
