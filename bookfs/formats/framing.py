@@ -116,12 +116,7 @@ def confirm_chain(fd: int, offsets, k: int, i: int, count: int, end: int,
     ``pread`` calls; a walk of at most :data:`_WALK_ALONE` deeds reads each ``len_d``
     alone (no numpy to load for a small log)."""
     if i - k < _WALK_ALONE:
-        for m in range(k, i + 1):
-            nxt = offsets[m + 1] if m + 1 < count else end
-            head = os.pread(fd, 8, offsets[m])
-            if len(head) != 8 or DEED_LEN.unpack(head)[0] + overhead != nxt - offsets[m]:
-                return m
-        return i + 1
+        return _walk_alone(fd, offsets, k, i + 1, count, end, overhead)
     import numpy as np
 
     lens = np.arange(8, dtype=np.int64)
@@ -132,25 +127,19 @@ def confirm_chain(fd: int, offsets, k: int, i: int, count: int, end: int,
         offs = np.frombuffer(offsets[k:min(j + 1, count)], dtype=np.uint64).astype(np.int64)
         stop = int(offs[j - k]) if j < count else end
         start = int(offs[0])
-        if stop - start > _WALK_BYTES:
+        alone = stop - start > _WALK_BYTES
+        if alone:
             j = k + 1  # a big deed (or a lie): alone, by one pread
-            stop = int(offs[1]) if j < count else end
-            head = os.pread(fd, 8, start)
-            if len(head) != 8 or DEED_LEN.unpack(head)[0] + overhead != stop - start:
-                return k
-            k = j
-            continue
-        data = np.frombuffer(os.pread(fd, max(stop - start, 0), start), dtype=np.uint8)
-        rel = offs[:j - k] - start
-        if len(data) < stop - start or (rel < 0).any() or int(rel.max()) + 8 > len(data):
-            # a short read (the file was cut) or offsets out of order (a lie): this step
-            # one deed at a time
-            for m in range(k, j):
-                nxt = int(offs[m + 1 - k]) if m + 1 < count else end
-                off = int(offs[m - k])
-                head = os.pread(fd, 8, off)
-                if len(head) != 8 or DEED_LEN.unpack(head)[0] + overhead != nxt - off:
-                    return m
+        else:
+            data = np.frombuffer(os.pread(fd, max(stop - start, 0), start), dtype=np.uint8)
+            rel = offs[:j - k] - start
+            # a short read (the file was cut) or offsets out of order (a lie)
+            alone = len(data) < stop - start or (rel < 0).any() \
+                or int(rel.max()) + 8 > len(data)
+        if alone:  # this step one deed at a time
+            m = _walk_alone(fd, offsets, k, j, count, end, overhead)
+            if m < j:
+                return m
             k = j
             continue
         nxt = np.empty(j - k, dtype=np.int64)
@@ -162,6 +151,18 @@ def confirm_chain(fd: int, offsets, k: int, i: int, count: int, end: int,
             return k + int(np.argmin(ok))
         k = j
     return k
+
+
+def _walk_alone(fd: int, offsets, k: int, j: int, count: int, end: int,
+                overhead: int) -> int:
+    """:func:`confirm_chain`'s rule for deeds ``k .. j - 1``, one ``pread`` of ``len_d``
+    a deed: the first that breaks the chain, or ``j``."""
+    for m in range(k, j):
+        nxt = offsets[m + 1] if m + 1 < count else end
+        head = os.pread(fd, 8, offsets[m])
+        if len(head) != 8 or DEED_LEN.unpack(head)[0] + overhead != nxt - offsets[m]:
+            return m
+    return j
 
 
 def newest_deeds(fd: int, floor: int, end: int, most: int, *,

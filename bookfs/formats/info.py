@@ -21,37 +21,45 @@ REFUSALS_HEADER = "last refusals"
 _date_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def _cached(log: EventLog, key, compute):
+    """``compute()``, kept per open log object under ``key`` (the least recently used of
+    more than :data:`_DATE_CACHE_SIZE` dropped): the entries go with the log object, so
+    another open of the same directory (the log may have been replaced meanwhile: a
+    fleet closes and reopens its ships) never sees this one's dates."""
+    try:
+        cache = _date_cache.setdefault(log, OrderedDict())
+    except TypeError:  # a log that cannot be weakly referenced: nothing is cached
+        return compute()
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    value = cache[key] = compute()
+    if len(cache) > _DATE_CACHE_SIZE:
+        cache.popitem(last=False)
+    return value
+
+
 def _event_date(log: EventLog, event: int) -> int | None:
     """The @da of a ship event (``[date ovum]``), None for any other.  Only the head of the
     jam is decoded (:func:`~bookfs.noun.peek_event`); a small payload is read and checked
     whole, a large one checked by streaming and then only its first bytes read.  Cached
-    per open log object by (generation, event): events do not change within a generation
-    of one open, and another open of the same directory (the log may have been replaced
-    meanwhile: a fleet closes and reopens its ships) never sees this one's dates."""
+    (:func:`_cached`) by (generation, event): events do not change within a generation of
+    one open.  A damaged event has no date to show (verify and fsck report it), and is not
+    cached."""
     from bookfs.errors import BookError
     from bookfs.noun import peek_event
 
-    key = (getattr(log, "generation", 0), event)
-    try:
-        cache = _date_cache.setdefault(log, OrderedDict())
-    except TypeError:  # a log that cannot be weakly referenced: nothing is cached
-        cache = OrderedDict()
-    if key in cache:
-        cache.move_to_end(key)
-        return cache[key]
-    try:
+    def head() -> bytes:
         if log.payload_size(event) <= DATE_READ_WHOLE:
-            head = log.read(event)[4:4 + DATE_PEEK]
-        else:
-            log.verify_event(event)
-            head = log.read_slice(event, 4, DATE_PEEK)
-    except BookError:  # a damaged event has no date to show; verify and fsck report it
+            return log.read(event)[4:4 + DATE_PEEK]
+        log.verify_event(event)
+        return log.read_slice(event, 4, DATE_PEEK)
+
+    try:
+        return _cached(log, (getattr(log, "generation", 0), event),
+                       lambda: peek_event(head())[0])
+    except BookError:
         return None
-    date = peek_event(head)[0]
-    cache[key] = date
-    if len(cache) > _DATE_CACHE_SIZE:
-        cache.popitem(last=False)
-    return date
 
 
 def _newest_date(log: EventLog) -> int | None:
@@ -59,33 +67,24 @@ def _newest_date(log: EventLog) -> int | None:
     the log's end without the index's chain (a log with ``newest_heads``, the UIP Book:
     a read by number would first confirm the chain of deeds up to the last event, the
     whole log); None when the log has no such reader or none of those is dated (the
-    caller then reads by number).  Cached as :func:`_event_date` is, by the log's
-    published size."""
+    caller then reads by number).  Cached (:func:`_cached`) by the log's published
+    size."""
     from bookfs.errors import BookError
     from bookfs.noun import peek_event
 
     heads = getattr(log, "newest_heads", None)
     if heads is None:
         return None
-    key = (getattr(log, "generation", 0), "newest", log.log_bytes)
-    try:
-        cache = _date_cache.setdefault(log, OrderedDict())
-    except TypeError:
-        cache = OrderedDict()
-    if key in cache:
-        return cache[key]
-    date = None
-    try:
-        for head in heads(DATE_SEARCH, 4 + DATE_PEEK):
-            date = peek_event(head[4:])[0]
-            if date is not None:
-                break
-    except (BookError, OSError):
-        date = None
-    cache[key] = date
-    if len(cache) > _DATE_CACHE_SIZE:
-        cache.popitem(last=False)
-    return date
+
+    def newest() -> int | None:
+        try:
+            return next((d for d in (peek_event(h[4:])[0]
+                                     for h in heads(DATE_SEARCH, 4 + DATE_PEEK))
+                         if d is not None), None)
+        except (BookError, OSError):
+            return None
+
+    return _cached(log, (getattr(log, "generation", 0), "newest", log.log_bytes), newest)
 
 
 def date_range(log: EventLog) -> dict | None:
@@ -97,19 +96,20 @@ def date_range(log: EventLog) -> dict | None:
     first, last = log.gulf()
     if not last:
         return None
-    found = []
-    for events in (range(first, min(last, first + DATE_SEARCH - 1) + 1),
-                   range(last, max(first, last - DATE_SEARCH + 1) - 1, -1)):
-        date = _newest_date(log) if found else None
-        if date is None:
-            date = next((d for d in map(lambda e: _event_date(log, e), events)
-                         if d is not None), None)
-        if date is None:
-            return None
-        found.append(date)
-    return {"first": format_da(found[0]), "last": format_da(found[1]),
-            "first_utc": da_to_datetime(found[0]).isoformat(),
-            "last_utc": da_to_datetime(found[1]).isoformat()}
+
+    def search(events) -> int | None:
+        return next((d for d in (_event_date(log, e) for e in events) if d is not None),
+                    None)
+
+    oldest = search(range(first, min(last, first + DATE_SEARCH - 1) + 1))
+    newest = _newest_date(log)
+    if newest is None:
+        newest = search(range(last, max(first, last - DATE_SEARCH + 1) - 1, -1))
+    if oldest is None or newest is None:
+        return None
+    return {"first": format_da(oldest), "last": format_da(newest),
+            "first_utc": da_to_datetime(oldest).isoformat(),
+            "last_utc": da_to_datetime(newest).isoformat()}
 
 
 def loobean(byte: int) -> str:
