@@ -29,7 +29,7 @@ for p in (REPO, HERE):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from bench_mount import Proc, drop_caches, read_big, shell_time  # noqa: E402
+from bench_mount import At, Proc, drop_caches, read_big, shell_time  # noqa: E402
 from tests.mounting import mounted, noun_payload  # noqa: E402
 
 from bookfs.formats.book import Book  # noqa: E402
@@ -82,20 +82,13 @@ def main(argv=None) -> int:
                 return self.m.__exit__(*exc)
         return Ctx()
 
-    class Local:
-        def __enter__(self):
-            return local
-
-        def __exit__(self, *exc):
-            return False
-
     targets = {
         "bookfs": bookfs,
         "bookfs-128k": lambda: bookfs(128),
-        "local": Local,
-        "constfs": lambda: _Const(Proc([sys.executable, os.path.join(HERE, "constfs.py"),
-                                         mnt, "--count", "1", "--size", str(size)], mnt,
-                                        os.path.join(work, "constfs.log")), const),
+        "local": lambda: At(local),
+        "constfs": lambda: At(const, Proc([sys.executable, os.path.join(HERE, "constfs.py"),
+                                            mnt, "--count", "1", "--size", str(size)], mnt,
+                                           os.path.join(work, "constfs.log"))),
     }
     ways = ("dd cold", "read cold", "dd warm", "read warm")
     t = {w: {k: [] for k in targets} for w in ways}
@@ -125,18 +118,6 @@ def main(argv=None) -> int:
             print(f"  bookfs speed / {ref:11} {min(r):.2f} / {statistics.median(r):.2f} / "
                   f"{max(r):.2f}")
     return 0
-
-
-class _Const:
-    def __init__(self, proc, path):
-        self.proc, self.path = proc, path
-
-    def __enter__(self):
-        self.proc.__enter__()
-        return self.path
-
-    def __exit__(self, *exc):
-        return self.proc.__exit__(*exc)
 
 
 if __name__ == "__main__":

@@ -148,6 +148,22 @@ class Proc:
         return self.proc.pid
 
 
+class At:
+    """A context that gives a root to read from: ``root``, made ready by ``ctx`` (a mount,
+    a FUSE daemon) if there is one, and ended with it."""
+
+    def __init__(self, root, ctx=None):
+        self.root, self.ctx = root, ctx
+
+    def __enter__(self):
+        if self.ctx is not None:
+            self.ctx.__enter__()
+        return self.root
+
+    def __exit__(self, *exc):
+        return self.ctx.__exit__(*exc) if self.ctx is not None else False
+
+
 # --- measurements ---------------------------------------------------------------------------
 
 

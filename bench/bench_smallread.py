@@ -32,25 +32,11 @@ for p in (REPO, HERE):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from bench_mount import SMALL, Proc, drop_caches, make_sample, name, read_files  # noqa: E402
+from bench_mount import (SMALL, At, Proc, drop_caches, make_sample, name,  # noqa: E402
+                         read_files)
 from tests.mounting import mounted  # noqa: E402
 
 from bookfs.formats.book import Book  # noqa: E402
-
-
-class _At:
-    """A context giving a root directory: ``enter()`` makes it ready, ``leave()`` ends it."""
-
-    def __init__(self, root, ctx=None):
-        self.root, self.ctx = root, ctx
-
-    def __enter__(self):
-        if self.ctx is not None:
-            self.ctx.__enter__()
-        return self.root
-
-    def __exit__(self, *exc):
-        return self.ctx.__exit__(*exc) if self.ctx is not None else False
 
 
 def main(argv=None) -> int:
@@ -86,9 +72,9 @@ def main(argv=None) -> int:
     os.makedirs(mnt, exist_ok=True)
     log = os.path.join(work, "bookfs.log")
     targets = {
-        "bookfs": lambda: _At(mnt, mounted(src, mnt, "-o", "ro", log_file=log)),
-        "local": lambda: _At(local),
-        "constfs": lambda: _At(mnt, Proc([sys.executable, os.path.join(HERE, "constfs.py"),
+        "bookfs": lambda: At(mnt, mounted(src, mnt, "-o", "ro", log_file=log)),
+        "local": lambda: At(local),
+        "constfs": lambda: At(mnt, Proc([sys.executable, os.path.join(HERE, "constfs.py"),
                                           mnt, "--sizes", sizes_path], mnt,
                                          os.path.join(work, "constfs.log"))),
     }
