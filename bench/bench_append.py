@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -60,13 +61,30 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def timed(pid: int | None, mnt: str, first: int, seconds: float, threads: int
+def timed(pids: tuple[int, ...], mnt: str, first: int, seconds: float, threads: int
           ) -> tuple[float, float | None]:
-    """(appends/s, daemon CPU µs per append) of one run of :func:`appends`."""
-    before = cpu_seconds(pid) if pid else 0.0
-    done, t = appends(mnt, first, seconds, threads, PAYLOAD, fsync=pid is None)
-    cpu = (cpu_seconds(pid) - before) * 1e6 / done if pid else None
-    return done / t, cpu
+    """(appends/s, daemons' CPU µs per append) of one run of :func:`appends`: the CPU of
+    every process in ``pids`` (a read-write bookfs mount's daemon and its read-only
+    companion, which follows each commit: ``fs/companion.py``)."""
+    before = list(map(cpu_seconds, pids))
+    done, t = appends(mnt, first, seconds, threads, PAYLOAD, fsync=not pids)
+    parts = [(cpu_seconds(p) - b) * 1e6 / done for p, b in zip(pids, before)]
+    if len(parts) > 1:
+        print(f"  daemon CPU per append: {' + '.join(f'{x:,.0f}' for x in parts)} µs "
+              "(the read-write daemon + its companion)", file=sys.stderr)
+    return done / t, sum(parts) if pids else None
+
+
+def companion_pid(mnt: Path) -> int | None:
+    """The read-only companion daemon of the mount at ``mnt``, from its ``info`` file's
+    ``reads:`` line (None while there is none)."""
+    for _ in range(100):  # the mount reports ready just before it names its companion
+        info = (mnt / "info").read_text()
+        found = re.search(r"companion connection \(daemon pid (\d+)\)", info)
+        if found or "companion is starting" not in info:
+            return int(found.group(1)) if found else None
+        time.sleep(0.01)
+    return None
 
 
 def run_bookfs(work: Path, seconds: float, threads: int, *options: str):
@@ -78,7 +96,8 @@ def run_bookfs(work: Path, seconds: float, threads: int, *options: str):
                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
     pid = int(re.search(r"daemon pid (\d+)", out.stdout + out.stderr).group(1))
     try:
-        return timed(pid, f"{mnt}/new", first, seconds, threads)
+        pids = (pid, companion_pid(mnt))
+        return timed(tuple(p for p in pids if p), f"{mnt}/new", first, seconds, threads)
     finally:
         subprocess.run([sys.executable, "-m", "bookfs.cli", "umount", str(mnt)], cwd=ROOT,
                        check=True, capture_output=True,
@@ -103,7 +122,7 @@ def run_constfs(work: Path, seconds: float, threads: int, *args: str):
     cmd = [sys.executable, str(HERE / "constfs.py"), str(mnt), "--count", "0", *args]
     proc = Proc(cmd, str(mnt), str(work / "constfs.out"))
     with proc:
-        return timed(proc.pid, f"{mnt}/new", 1, seconds, threads)
+        return timed((proc.pid,), f"{mnt}/new", 1, seconds, threads)
 
 
 def run_floor(work: Path, seconds: float, threads: int):
@@ -119,7 +138,7 @@ def run_direct(work: Path, seconds: float, threads: int):
     if d.exists():
         subprocess.run(["rm", "-rf", str(d)], check=True)
     d.mkdir()
-    return timed(None, str(d), 1, seconds, threads)
+    return timed((), str(d), 1, seconds, threads)
 
 
 def main() -> int:
@@ -128,9 +147,12 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
     p.add_argument("--writers", type=int, default=8, help="concurrent writers (default 8)")
     p.add_argument("--dir", help="work directory (default: a new one under $TMPDIR)")
-    p.add_argument("--profile", action="store_true",
-                   help="then one more 1-writer run of bookfs under cProfile "
-                        "(BOOKFS_PROFILE): the event loop's CPU per append, by function")
+    p.add_argument("--profile", type=int, metavar="WRITERS", nargs="?", const=1,
+                   help="then one more run of bookfs with WRITERS writers (default 1) under "
+                        "cProfile (BOOKFS_PROFILE): each daemon's CPU per append, by function")
+    p.add_argument("--only", metavar="NAMES",
+                   help="run only these sources, comma-separated (default: every one: "
+                        "floor,bookfs,bookfs-unchecked,bookfs-noprobe,requests,direct)")
     a = p.parse_args()
     work = Path(a.dir or tempfile.mkdtemp(prefix="bookfs-bench-append-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -140,6 +162,12 @@ def main() -> int:
     runners = {"floor": run_floor, "bookfs": run_bookfs, "bookfs-unchecked": run_bookfs_unchecked,
                "bookfs-noprobe": run_bookfs_noprobe,
                "requests": run_requests, "direct": run_direct}
+    if a.only:
+        unknown = set(a.only.split(",")) - set(runners)
+        if unknown:
+            p.error(f"--only: unknown source(s) {', '.join(sorted(unknown))}; expected some of "
+                    f"{','.join(runners)}")
+        runners = {k: v for k, v in runners.items() if k in a.only.split(",")}
     rates: dict[tuple[str, int], list[float]] = {}
     cpus: dict[tuple[str, int], list[float]] = {}
     load_before = os.getloadavg()
@@ -166,6 +194,8 @@ def main() -> int:
                         ("bookfs-noprobe", "bookfs new/, the rule's /proc probe skipped"),
                         ("requests", "pyfuse3 answering the same requests, no I/O"),
                         ("direct", "plain files + fsync, no FUSE")):
+        if name not in runners:
+            continue
         one, many = med[(name, 1)], med[(name, n)]
         c = (f"{cpu[(name, 1)]:,.0f} / {cpu[(name, n)]:,.0f} µs" if (name, 1) in cpu
              else "–")
@@ -175,27 +205,37 @@ def main() -> int:
     print()
     print(f"medians of {a.rounds} interleaved rounds (min–max in brackets); 1-minute load "
           f"{load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after")
-    for t in (1, n):
-        print(f"the payload check costs {1 - med[('bookfs', t)] / med[('bookfs-unchecked', t)]:+.1%}"
-              f" of bookfs's rate with {t} writer(s) (checked over -o unchecked_payloads)")
-    for t in (1, n):
-        cost = (med[("bookfs-noprobe", t)] - med[("bookfs", t)]) / med[("floor", t)]
-        print(f"the commit rule's probe costs {cost:+.1%} of the floor's rate with {t} "
-              f"writer(s) (bookfs without the probe minus bookfs, over the floor)")
-    print(f"bookfs 1 writer / floor 1 writer: {med[('bookfs', 1)] / med[('floor', 1)]:.2f}×; "
-          f"bookfs {n} writers / bookfs 1 writer: "
-          f"{med[('bookfs', n)] / med[('bookfs', 1)]:.2f}×; "
-          f"bookfs {n} writers / floor {n} writers: "
-          f"{med[('bookfs', n)] / med[('floor', n)]:.2f}×; "
-          f"bookfs {n} writers / requests-only {n} writers: "
-          f"{med[('bookfs', n)] / med[('requests', n)]:.2f}×")
-    for t in (1, n):  # within each round: bookfs and the floor ran minutes apart at most
-        per = [b / f for b, f in zip(rates[("bookfs", t)], rates[("floor", t)])]
-        print(f"bookfs / floor with {t} writer(s), within each round: "
-              + ", ".join(f"{x:.2f}" for x in per)
-              + f"; >= 0.9x in {sum(x >= 0.9 for x in per)} of {len(per)} rounds")
-    if a.profile:
-        profile(work, a.seconds)
+    def have(*names: str) -> bool:
+        return all(x in runners for x in names)
+
+    if have("bookfs", "bookfs-unchecked"):
+        for t in (1, n):
+            print(f"the payload check costs {1 - med[('bookfs', t)] / med[('bookfs-unchecked', t)]:+.1%}"
+                  f" of bookfs's rate with {t} writer(s) (checked over -o unchecked_payloads)")
+    if have("bookfs", "bookfs-noprobe", "floor"):
+        for t in (1, n):
+            cost = (med[("bookfs-noprobe", t)] - med[("bookfs", t)]) / med[("floor", t)]
+            print(f"the commit rule's probe costs {cost:+.1%} of the floor's rate with {t} "
+                  f"writer(s) (bookfs without the probe minus bookfs, over the floor)")
+    if have("bookfs", "floor"):
+        print(f"bookfs 1 writer / floor 1 writer: {med[('bookfs', 1)] / med[('floor', 1)]:.2f}×; "
+              f"bookfs {n} writers / floor {n} writers: "
+              f"{med[('bookfs', n)] / med[('floor', n)]:.2f}×")
+        for t in (1, n):  # within each round: bookfs and the floor ran minutes apart at most
+            per = [b / f for b, f in zip(rates[("bookfs", t)], rates[("floor", t)])]
+            print(f"bookfs / floor with {t} writer(s), within each round: "
+                  + ", ".join(f"{x:.2f}" for x in per)
+                  + f"; >= 0.9x in {sum(x >= 0.9 for x in per)} of {len(per)} rounds")
+    if have("bookfs", "requests"):  # issue 34, item 4
+        per = [b / r for b, r in zip(rates[("bookfs", n)], rates[("requests", n)])]
+        cper = [b / r for b, r in zip(cpus[("bookfs", n)], cpus[("requests", n)])]
+        print(f"bookfs {n} writers / requests {n} writers, within each round: "
+              + ", ".join(f"{x:.2f}" for x in per) + f"; median {statistics.median(per):.2f}×"
+              f" (target >= 0.8x); daemon CPU per append, bookfs / requests: "
+              + ", ".join(f"{x:.2f}" for x in cper) + f"; median {statistics.median(cper):.2f}×"
+              " (target <= 1.5x)")
+    if a.profile is not None:
+        profile(work, a.seconds, a.profile)
     return 0
 
 
@@ -216,40 +256,47 @@ def _layer(file: str, name: str) -> str:
     return "other Python (stdlib)"
 
 
-def profile(work: Path, seconds: float, top: int = 25) -> None:
-    """One more 1-writer run of bookfs with ``BOOKFS_PROFILE``: where the event loop's
-    CPU goes, in µs per append (cProfile's own overhead included, so the total is above
-    the unprofiled daemon CPU; the shares are what to read)."""
-    import pstats
-
+def profile(work: Path, seconds: float, writers: int, top: int = 25) -> None:
+    """One more run of bookfs with ``BOOKFS_PROFILE``: where each daemon's event loop
+    spends its CPU (the read-write daemon's, then its read-only companion's), in µs per
+    append (cProfile's own overhead included, so the totals are above the unprofiled
+    daemon CPU; the shares are what to read)."""
     path = work / "daemon.prof"
     with Book.open(work / "log") as b:
         before = b.last
     os.environ["BOOKFS_PROFILE"] = str(path)
     try:
-        run_bookfs(work, seconds, 1)
+        run_bookfs(work, seconds, writers)
     finally:
         os.environ.pop("BOOKFS_PROFILE", None)
     with Book.open(work / "log") as b:
         done = b.last - before
+    print(f"\nprofile: {done} appends, {writers} writer(s) (thread CPU time of each event "
+          "loop; the commit thread's pwrite and fdatasync are not in it)")
+    for name, file in (("the read-write daemon", path), ("its read-only companion",
+                                                         Path(f"{path}.ro"))):
+        if file.exists():
+            _print_profile(name, file, done, top)
+
+
+def _print_profile(name: str, path: Path, done: int, top: int) -> None:
+    import pstats
+
     st = pstats.Stats(str(path))
-    total = st.total_tt * 1e6 / done
-    print(f"\nprofile: {done} appends, 1 writer; the event loop thread's CPU under cProfile "
-          f"{total:,.0f} µs per append (thread CPU time; the commit thread's pwrite and "
-          "fdatasync are not in it)")
+    print(f"\n{name}: the event loop's CPU under cProfile {st.total_tt * 1e6 / done:,.0f} µs "
+          "per append")
     groups: dict[str, float] = {}
-    for (file, line, name), (cc, nc, tt, ct, callers) in st.stats.items():
-        groups[_layer(file, name)] = groups.get(_layer(file, name), 0.0) + tt
+    for (file, line, fn), (cc, nc, tt, ct, callers) in st.stats.items():
+        groups[_layer(file, fn)] = groups.get(_layer(file, fn), 0.0) + tt
     print("| layer | µs per append | share |\n|---|---:|---:|")
     for layer, tt in sorted(groups.items(), key=lambda kv: -kv[1]):
         print(f"| {layer} | {tt * 1e6 / done:,.1f} | {tt / st.total_tt:.1%} |")
     print()
     print("| µs per append (own time) | share | function |\n|---:|---:|---|")
     rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]
-    for (file, line, name), (cc, nc, tt, ct, callers) in rows:
+    for (file, line, fn), (cc, nc, tt, ct, callers) in rows:
         where = f"{Path(file).name}:{line}" if file != "~" else "builtin"
-        print(f"| {tt * 1e6 / done:,.1f} | {tt / st.total_tt:.1%} | {name} ({where}) |")
-
+        print(f"| {tt * 1e6 / done:,.1f} | {tt / st.total_tt:.1%} | {fn} ({where}) |")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -44,7 +44,9 @@ stay on the read-write connection with every durability rule.
   drops the attributes and, with a negative offset, no page): the next ``stat`` asks the
   companion, which reads the commit mark.  No wait on the companion: the kernel does it
   on the write.  Where the descriptor cannot be had, the companion's own follower drops
-  them when inotify tells it of the commit, a millisecond or so later.
+  them when inotify tells it of the commit: a millisecond or so later, or up to
+  ``FOLLOW_BURST`` (20 ms) in a burst of commits, which it takes together
+  (``fs/follow.py``).
 * **When the companion dies**, the read-write daemon (which watches it through a pidfd)
   detaches the binds, so the read-write connection's own ``events/`` shows through
   again: slower, never wrong.

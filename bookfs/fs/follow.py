@@ -46,6 +46,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FOLLOW_EVERY = 1.0  # seconds between a read-only mount's checks of the log
+#: seconds a read-only mount's follower lets pass after one look before it looks again for
+#: inotify's next report, unless a lookup waits under ``follow/``: a writer committing
+#: thousands of times a second is followed at most this often, not once per commit
+#: (issue 34, item 4: the read-write mount's companion followed each of its commits)
+FOLLOW_BURST = 0.02
 
 
 class Follower:
@@ -64,6 +69,7 @@ class Follower:
         self.known = fs.book.gulf()  # the range the kernel may have cached
         self._syncing = False  # a worker is making the log's new bytes durable
         self.watching = False  # inotify wakes the loop (watch()); else it polls
+        self.looked = trio.Event()  # set by the loop after each look (watch() waits for it)
 
     # --- generation slots (inodes.py; issue 19, item 1) ----------------------------------
 
@@ -226,10 +232,19 @@ class Follower:
         rename over it, a roll), at once when a wait under ``follow/`` begins
         (``tail.py``), and every ``FOLLOW_EVERY`` seconds besides, so a change inotify
         does not report (a network filesystem) is noticed too; without inotify, every
-        ``WAITING_EVERY`` seconds while a lookup waits."""
+        ``WAITING_EVERY`` seconds while a lookup waits.
+
+        Bursts are taken together: a change reported within ``FOLLOW_BURST`` of the last
+        look is looked at when that time is up (every change reported meanwhile with it),
+        unless a lookup waits under ``follow/``.  Nothing a reader asks for waits for
+        this loop: a lookup of an event not seen yet, and a ``stat`` of a directory, look
+        at the log themselves (:meth:`follow`); what the loop adds is the kernel's
+        attributes dropped (``_drop_attrs``) and ``follow/`` woken, so a directory's
+        cached size may lag a commit by ``FOLLOW_BURST`` more at most."""
         tail = self.fs.tail
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.watch)
+            looked = -FOLLOW_BURST
             while True:
                 if tail.waiting and not self.watching:
                     await trio.sleep(WAITING_EVERY)
@@ -237,20 +252,30 @@ class Follower:
                     tail.arrived = trio.Event()
                     with trio.move_on_after(FOLLOW_EVERY):
                         await tail.arrived.wait()
+                    with trio.move_on_at(looked + FOLLOW_BURST):  # a burst: wait out
+                        while not tail.waiting:  # its interval, unless a wait begins
+                            tail.arrived = trio.Event()
+                            await tail.arrived.wait()
+                looked = trio.current_time()
                 try:
                     self.follow(inline_sync=False)
                 except Exception:
                     log.exception("following the log failed; trying again")
+                finally:
+                    self.looked.set()
 
     async def watch(self) -> None:
         """Wake the loop whenever the kernel reports a change to a file the log names
         (``watch_paths()`` of the engine: the log file, its directory, the commit mark
         and its directory; a pier's ``.urb/log``): one ``inotify`` descriptor, read
         when the kernel says it is readable, so a commit reaches waiting readers in
-        well under a millisecond more than the writer's own publish.  The watches are
-        placed again by path after every wake, so a file renamed over the log, or a new
-        epoch, is watched from then on (a watch follows an inode).  Without inotify
-        (the limit of watches reached, say) the loop polls instead."""
+        well under a millisecond more than the writer's own publish.  After a wake it
+        waits for the loop's look before it reads again, so a burst of commits costs one
+        read and one look per ``FOLLOW_BURST`` (the kernel queues, and merges, what it
+        reports meanwhile).  The watches are placed again by path after every wake, so a
+        file renamed over the log, or a new epoch, is watched from then on (a watch
+        follows an inode).  Without inotify (the limit of watches reached, say) the loop
+        polls instead."""
         try:
             from inotify_simple import INotify, flags
         except ImportError:  # pragma: no cover - a dependency
@@ -278,7 +303,9 @@ class Follower:
                 self.watching = placed > 0
                 await trio.lowlevel.wait_readable(ino.fileno())
                 ino.read(timeout=0)  # drain: one wake for every change so far
+                looked = self.looked = trio.Event()
                 self.fs.tail.arrived.set()
+                await looked.wait()
         finally:
             self.watching = False
             ino.close()

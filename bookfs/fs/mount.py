@@ -377,7 +377,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
             nursery.cancel_scope.cancel()
 
     try:
-        _run_profiled(trio.run, run)
+        _run_profiled(trio.run, run, suffix=".ro" if readonly else "")
     finally:
         try:
             pyfuse3.close(unmount=True)
@@ -391,7 +391,8 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
 
 #: Environment variable: a file to write a :mod:`cProfile` of the daemon's event loop to at
 #: unmount (``pstats`` format; the event-loop thread's CPU time, so waiting in ``epoll``
-#: counts as nothing), for benchmarks that say where a request's CPU goes
+#: counts as nothing; a read-only mount writes it with ``.ro`` appended, so that a
+#: read-write mount's companion does not overwrite its daemon's), for benchmarks that say where a request's CPU goes
 #: (bench/bench_append.py --profile).
 PROFILE_ENV = "BOOKFS_PROFILE"
 
@@ -456,12 +457,14 @@ async def _companion(ops, source, mountpoint, opts, log_file, debug, ready) -> N
     await trio.to_thread.run_sync(got.unbind)
 
 
-def _run_profiled(run, *args) -> None:
-    """``run(*args)``, under :mod:`cProfile` when :data:`PROFILE_ENV` names a file."""
+def _run_profiled(run, *args, suffix: str = "") -> None:
+    """``run(*args)``, under :mod:`cProfile` when :data:`PROFILE_ENV` names a file (the
+    profile goes to that name plus ``suffix``)."""
     path = os.environ.get(PROFILE_ENV)
     if not path:
         run(*args)
         return
+    path += suffix
     import cProfile
 
     prof = cProfile.Profile(time.thread_time)  # CPU of the loop's thread, not waits
