@@ -65,7 +65,7 @@ def timed(pids: tuple[int, ...], mnt: str, first: int, seconds: float, threads: 
           ) -> tuple[float, float | None]:
     """(appends/s, daemons' CPU µs per append) of one run of :func:`appends`: the CPU of
     every process in ``pids`` (a read-write bookfs mount's daemon and its read-only
-    companion, which follows each commit: ``fs/companion.py``)."""
+    companion, which follows each commit: ``fs/daemon/companion.py``)."""
     before = list(map(cpu_seconds, pids))
     done, t = appends(mnt, first, seconds, threads, PAYLOAD, fsync=not pids)
     parts = [(cpu_seconds(p) - b) * 1e6 / done for p, b in zip(pids, before)]

@@ -4,7 +4,7 @@
 The event: ``--mb`` MiB (default 256) of random bytes wrapped as a noun payload, the only
 large event of a Book log.  Each round reads it, in turn, from:
 
-  bookfs        a fresh ``bookfs mount -o ro`` (its readahead raised to 1 MiB: fs/mount.py)
+  bookfs        a fresh ``bookfs mount -o ro`` (its readahead raised to 1 MiB: fs/daemon/mount.py)
   bookfs-128k   the same with the mount's readahead set back to the kernel's 128 KiB
   local         the same bytes as one file on the local disk
   constfs       ``bench/constfs.py --count 1 --size N``: pyfuse3 serving N constant bytes
@@ -33,7 +33,7 @@ from bench_mount import At, Proc, drop_caches, read_big, shell_time  # noqa: E40
 from tests.mounting import mounted, noun_payload  # noqa: E402
 
 from bookfs.formats.book import Book  # noqa: E402
-from bookfs.fs.mountinfo import mount_at  # noqa: E402
+from bookfs.fs.daemon.mountinfo import mount_at  # noqa: E402
 
 
 def set_readahead(mnt: str, kb: int) -> None:

@@ -7,7 +7,7 @@ The same small events (``bookfs sample``), served six ways:
   ro          ``bookfs mount -o ro`` with the patched pyfuse3 (no-open reads by inode)
   ro-stock    the same with ``BOOKFS_STOCK_PYFUSE3=1`` (today's path on stock pyfuse3)
   rw          ``bookfs mount`` (read-write) with the patched pyfuse3: events/ is its
-              read-only companion's (issue 22.1, ``bookfs/fs/companion.py``)
+              read-only companion's (issue 22.1, ``bookfs/fs/daemon/companion.py``)
   rw-single   the same with ``-o single_connection``: events read through the
               read-write connection (noflush), the path before issue 22.1
   rw-stock    ``bookfs mount`` (read-write) with ``BOOKFS_STOCK_PYFUSE3=1``

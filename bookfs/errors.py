@@ -4,6 +4,7 @@ is one) and says what was expected and what was found."""
 from __future__ import annotations
 
 import errno as _errno
+import logging
 
 
 class BookError(Exception):
@@ -121,3 +122,23 @@ class UnsafeDirectory(BookError):
 
 class ReadOnly(BookError):
     errno = _errno.EROFS
+
+
+class Refused(BookError):
+    """A request bookfs turns down on purpose, with its own ``errno``: an append or a meta
+    write refused (the contiguity rule, a payload that is no event, a close that is not
+    the writer's), a file of an older generation of the log (ESTALE), ...  Built by
+    :func:`refuse`, which logs the reason once; the FUSE adapter answers its ``errno``
+    without logging it again (``fs/ops.py``, ``guarded``), and ``bookfs append`` prints
+    it.  Nothing was changed."""
+
+    def __init__(self, err: int, message: str):
+        super().__init__(message)
+        self.errno = err
+
+
+def refuse(err: int, message: str) -> Refused:
+    """Log a refusal once, in one line, and build the :class:`Refused` to raise."""
+    logging.getLogger("bookfs.refused").warning(
+        "refused (%s): %s", _errno.errorcode.get(err, err), message)
+    return Refused(err, message)

@@ -34,7 +34,7 @@ fi
 stamp="$venv/.bookfs-installed"
 need_install=0
 if [ ! -f "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ] ||
-        [ "$here/bookfs/fs/_fdscan.c" -nt "$stamp" ] ||
+        [ "$here/bookfs/fs/append/_fdscan.c" -nt "$stamp" ] ||
         [ "$here/bookfs/noun/_core.pyx" -nt "$stamp" ] ||
         [ "$here/bookfs/spark/_rows.pyx" -nt "$stamp" ]; then
     need_install=1

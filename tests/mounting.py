@@ -145,7 +145,7 @@ def umount_quietly(mountpoint: str) -> None:
     suite); its failures are ignored, as a cleanup's.  The ``bookfs umount`` command
     itself is tested where it is the subject."""
     from bookfs.errors import BookError
-    from bookfs.fs.mount import MountError, umount
+    from bookfs.fs.daemon.mount import MountError, umount
 
     with contextlib.redirect_stdout(io.StringIO()), \
             contextlib.suppress(MountError, BookError, OSError):

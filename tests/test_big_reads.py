@@ -1,5 +1,5 @@
 """Big events stream in large READ requests (issue 34.2): the mount raises its backing
-device's readahead (``fs/readahead.py``), so the kernel asks for up
+device's readahead (``fs/daemon/readahead.py``), so the kernel asks for up
 to 1 MiB at a time instead of 128 KiB, and a big event read every way still gives its
 bytes exactly."""
 
@@ -12,8 +12,8 @@ import subprocess
 import pytest
 
 from bookfs.formats.book import Book
-from bookfs.fs.readahead import READ_AHEAD_KB
-from bookfs.fs.mountinfo import mount_at
+from bookfs.fs.daemon.readahead import READ_AHEAD_KB
+from bookfs.fs.daemon.mountinfo import mount_at
 from mounting import mounted
 from mounting import noun_payload
 

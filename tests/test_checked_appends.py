@@ -232,7 +232,7 @@ def test_a_ram_payload_is_checked(m, src):
 def test_setting_another_xattr_does_not_stop_the_opt_out(m, src):
     with pytest.raises(OSError) as e:
         os.setxattr(f"{m}/events/1", "user.other", b"1")
-    # EROFS: events/ is the read-only companion's mount (fs/companion.py)
+    # EROFS: events/ is the read-only companion's mount (fs/daemon/companion.py)
     assert e.value.errno in (errno.EOPNOTSUPP, errno.EROFS)
     n = next_number(m)
     fd = os.open(f"{m}/new/{n}", os.O_WRONLY | os.O_CREAT)
@@ -321,9 +321,9 @@ def test_the_check_is_fed_as_the_writes_arrive_not_at_the_close():
     finishes the scan; a write elsewhere is read back at the close."""
     import trio
 
-    from bookfs.fs.commit import WorkerThread
-    from bookfs.fs.nodes.new import PayloadStream
-    from bookfs.fs.staging import Staging
+    from bookfs.fs.append.commit_queue import WorkerThread
+    from bookfs.fs.append.check import PayloadStream
+    from bookfs.fs.append.staging import Staging
 
     data = event(big_noun(8))
     reads = []

@@ -1,4 +1,4 @@
-"""bookfs.fs.closer on real processes and real descriptors, without a mount: the probe
+"""bookfs.fs.append.rule on real processes and real descriptors, without a mount: the probe
 reads only ``/proc`` of the closing task, so a plain file, its inode and its filesystem's
 device stand in for a new/ file.  The mount-level behaviour is in test_commit_rule.py."""
 
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bookfs.fs import closer as C
+from bookfs.fs.append import rule as C
 from mount_fixtures import wait_for
 
 
@@ -135,7 +135,7 @@ def test_descriptors_closing_during_the_probe_are_skipped(target, tmp_path):
     assert verdicts == {C.LAST}
 
 
-@pytest.mark.skipif(C.SCAN != "C", reason="bookfs/fs/_fdscan.c did not build")
+@pytest.mark.skipif(C.SCAN != "C", reason="bookfs/fs/append/_fdscan.c did not build")
 def test_the_c_scan_answers_as_the_python_scan(target, tmp_path):
     """Seeded: tables of assorted descriptors (the file or others, read-only, write-only,
     read-write, O_CLOEXEC or not, up to 300 of them): the C scan lists exactly the

@@ -1,4 +1,4 @@
-"""A read-write mount's read-only companion (issue 22.1, ``bookfs/fs/companion.py``),
+"""A read-write mount's read-only companion (issue 22.1, ``bookfs/fs/daemon/companion.py``),
 through real mounts: what is bound where, what ``info`` says, unmounting (``bookfs
 umount``, a plain ``fusermount3 -u``, SIGTERM), the companion dying under a served mount,
 and ``-o single_connection``.  That a warm read costs no request, and an append is read

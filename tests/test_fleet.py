@@ -39,7 +39,7 @@ def fleet(tmp_path) -> Path:
 
 
 def test_inode_map_round_trips():
-    from bookfs.fs import fleet_inodes as F
+    from bookfs.fs.fleet import inodes as F
     from bookfs.fs import inodes as I
 
     m = F.InodeMap()
@@ -227,7 +227,7 @@ def test_info_summarises_the_fleet(fleet, tmp_path):
 
 def test_ships_share_one_bounded_cache():
     from bookfs.fs.cache import EventCache
-    from bookfs.fs.fleet_ship import ShipCache
+    from bookfs.fs.fleet.ship import ShipCache
 
     shared = EventCache(max_bytes=100)
     a, b = ShipCache(shared), ShipCache(shared)

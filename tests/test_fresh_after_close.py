@@ -2,7 +2,7 @@
 reader can ask about ``events/`` includes event N: its size (the event count), its
 listing, the name itself and ``info``'s ``last:``, on a read-write mount whose reads go
 through the read-only companion (another kernel connection, whose cached attributes the
-commit must drop before the close is answered: ``fs/companion.py``) and on a single
+commit must drop before the close is answered: ``fs/daemon/companion.py``) and on a single
 connection.  Before, ``stat MNT/events`` showed the old count in 88 of 2,000 appends:
 the kernel kept the directory's attributes for ``CHANGING`` (1 s)."""
 

@@ -30,8 +30,8 @@ from mount_fixtures import (  # noqa: F401
 
 from bookfs.formats.book import Book
 from bookfs.formats.layout import MIN_PAYLOAD
-from bookfs.fs import staging as staging_mod
-from bookfs.fs.staging import Staging
+from bookfs.fs.append import staging as staging_mod
+from bookfs.fs.append.staging import Staging
 
 SIZE = 3000  # the payload the patterns write
 LINE = re.compile(r"^  \S+ \S+ \S+ (\S+) (\S+) pid \S+: (.*)$")

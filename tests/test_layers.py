@@ -149,3 +149,48 @@ def test_the_tree_reads_like_the_architecture_page():
     assert sorted(p.name for p in PKG.iterdir() if p.is_dir() and p.name != "__pycache__") \
         == sorted(set(LAYERS) - {"vocabulary"})
     assert os.path.isfile(PKG / "errors.py") and os.path.isfile(PKG / "types.py")
+
+
+def _all_imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, at run time or for type checking, top-level name
+    included (``pyfuse3``, ``bookfs.fs.ops``)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return out
+
+
+def test_the_append_engine_imports_no_fuse():
+    """``bookfs/fs/append/`` runs without a mount (issue 36, item 1): none of its modules,
+    nor any bookfs module they import, directly or not, imports pyfuse3."""
+    engine = [m for m in MODULES if m.startswith("bookfs.fs.append")]
+    assert engine, "bookfs/fs/append/ is gone"
+    seen, todo, bad = set(), list(engine), []
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        imports = _all_imports(MODULES[m])
+        if any(i == "pyfuse3" or i.startswith("pyfuse3.") for i in imports):
+            bad.append(m)
+        todo += [i for i in imports if i in MODULES]
+    assert not bad, f"the append engine reaches pyfuse3 through {sorted(bad)}"
+
+
+@pytest.mark.parametrize("package", sorted(m for m, p in MODULES.items()
+                                           if p.name == "__init__.py" and m != "bookfs"))
+def test_each_package_map_names_its_files(package):
+    """A package's docstring is its map (issue 36, item 5: front doors that do not drift):
+    it names each of its modules and subpackages as ````name````, one line each."""
+    path = MODULES[package]
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    here = path.parent
+    names = sorted({p.stem for p in here.glob("*.py") if p.stem not in ("__init__", "__main__")}
+                   | {p.name for p in here.iterdir() if (p / "__init__.py").is_file()})
+    missing = [n for n in names if f"``{n}``" not in doc]
+    assert not missing, f"{path.relative_to(ROOT)}: its map does not name {missing}"

@@ -115,7 +115,7 @@ def test_events_are_immutable(rw):
     assert err_of(os.truncate, e, 0) == errno.EROFS
     assert err_of(os.unlink, e) in (errno.EPERM, errno.EROFS)
     assert err_of(os.rename, e, f"{m}/events/000000000099") in (errno.EPERM, errno.EROFS)
-    # events/ is the read-only companion's mount (fs/companion.py): a rename from it
+    # events/ is the read-only companion's mount (fs/daemon/companion.py): a rename from it
     # into new/ crosses mounts, EXDEV
     assert err_of(os.rename, e, f"{m}/new/11") in (errno.EPERM, errno.EROFS, errno.EXDEV)
     assert create_errno(f"{m}/events/11") == errno.EROFS

@@ -324,7 +324,7 @@ def test_umount_lazy_detaches_busy_mount_then_daemon_exits(small_src, mnt, where
     refused (one line, exit 1, naming the holder); umount -l detaches at once and the
     process reads on.  Held in meta/ (the read-write connection), the daemon keeps
     serving the open file and holding the writer lock until the process lets go.  Held in
-    events/ (the read-only companion's, fs/companion.py), the companion serves it and the
+    events/ (the read-only companion's, fs/daemon/companion.py), the companion serves it and the
     read-write daemon, with nothing of its own held, exits and frees the lock at once."""
     lock = lock_path_for(str(small_src))
     with mounted(small_src, mnt):

@@ -82,7 +82,7 @@ def test_read_only_mount_reads_without_opens(log, tmp_path):
 @needs_patch
 def test_read_write_mount_reads_like_a_read_only_one(log, tmp_path):
     """Issue 22.1: a read-write mount's warm read of an event costs no request at all,
-    as on a read-only mount: events/ is its read-only companion's (fs/companion.py), a
+    as on a read-only mount: events/ is its read-only companion's (fs/daemon/companion.py), a
     second connection that answered OPEN and FLUSH with ENOSYS.  Both daemons log to the
     one file, so a request to either is counted.  An append is listed and read at once
     (read after acknowledge)."""

@@ -22,7 +22,7 @@ import time
 import pytest
 
 from bookfs.formats.book import Book
-from bookfs.fs.mount import LOG_KEEP
+from bookfs.fs.daemon.mount import LOG_KEEP
 from bookfs.noun import jam
 from bookfs.noun.event import event_text
 from mounting import BOOKFS, daemon_pid, force_unmount, mounted, proc_stat, run_bookfs
@@ -226,7 +226,7 @@ def test_each_event_is_rendered_once_whatever_its_name(crafted, tmp_path):
     """pretty/3, pretty/03, pretty/003 and pretty/0003 opened at once: one rendering (the
     daemon's CPU grows by about one rendering's cost, not four).  Read-only, so the
     daemon measured is the one rendering (a read-write mount's pretty/ is its read-only
-    companion's, fs/companion.py)."""
+    companion's, fs/daemon/companion.py)."""
     with mounted(crafted, tmp_path / "mnt", "-o", "ro") as mnt:
         pid = daemon_pid(mnt)
         before = daemon_cpu(pid)

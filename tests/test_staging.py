@@ -11,7 +11,7 @@ import pytest
 
 from bookfs.formats.book import Book
 from bookfs.errors import PayloadTooLarge
-from bookfs.fs.staging import Staging, StagingFrozen
+from bookfs.fs.append.staging import Staging, StagingFrozen
 
 
 def test_truncate_far_spills_to_a_sparse_file():

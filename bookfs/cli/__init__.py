@@ -5,6 +5,13 @@
 ``append``    ``bookfs append``: files as events through ``new/``
 ``show``      ``bookfs show``: events as readable nouns
 ``report``    ``bookfs report``: charts and an index.html in one streaming pass
+``report_stats`` the classic report's pass and charts
+``report_by`` ``bookfs report --by KEY``: what fills a log, as a table, JSON or a page
+``breakdown`` events grouped by a key: bytes, share, growth, biggest event
+``breakdown_html`` the page of ``report --by KEY --out DIR``
+``heads``     every event's head, from any source, fast (what ``--by`` and ``top`` group by)
+``top``       ``bookfs top``: what is being appended right now
+``fleetinfo`` ``bookfs info`` on a fleet mount
 ``fsck``      ``bookfs fsck``: each format's Recovery (check, repair, salvage)
 ``migrate``   ``bookfs migrate``: one pier's log into another layout
 ``sample``    deterministic, realistic sample logs

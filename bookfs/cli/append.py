@@ -83,7 +83,7 @@ from datetime import datetime
 
 from bookfs.formats.layout import MIN_PAYLOAD
 from bookfs.formats.info import NEXT_KEY, REFUSALS_HEADER
-from bookfs.fs.mountinfo import bookfs_mount_at
+from bookfs.fs.daemon.mountinfo import bookfs_mount_at
 from bookfs.noun.payload import check_payload_file
 
 CHUNK = 1 << 20  # bytes per write

@@ -92,7 +92,7 @@ def log_source(text: str) -> str:
     mount whose ``fsname=`` hides its source is refused in one line."""
     existing_dir(text)
     from bookfs.formats.fleet import FLEET_MARKER
-    from bookfs.fs.mountinfo import mount_at
+    from bookfs.fs.daemon.mountinfo import mount_at
 
     if os.path.isfile(os.path.join(text, FLEET_MARKER)):
         return text  # a fleet mount: `info` summarises it; the other tools refuse it

@@ -167,11 +167,11 @@ def cmd_verify(args) -> int:
 
 
 def cmd_mount(args) -> int:
-    from bookfs.fs.mount import mount
+    from bookfs.fs.daemon.mount import mount
 
     opts = args.options
     if args.fleet:
-        from bookfs.fs.fleet_mount import mount_fleet
+        from bookfs.fs.fleet.daemon import mount_fleet
 
         return mount_fleet(args.source, args.mountpoint, options=opts,
                            foreground=args.foreground, debug=args.debug,
@@ -182,7 +182,7 @@ def cmd_mount(args) -> int:
 
 
 def cmd_umount(args) -> int:
-    from bookfs.fs.mount import MountError, umount
+    from bookfs.fs.daemon.mount import MountError, umount
 
     try:
         return umount(args.mountpoint, lazy=args.lazy)
@@ -268,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log what happens")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    from bookfs.fs.mount import LOG_KEEP, options_help
+    from bookfs.fs.daemon.mount import LOG_KEEP, options_help
 
     s = sub.add_parser("mount", help="mount a log", description=(
         "Mount SOURCE at MOUNTPOINT: events/<N> read-only, meta/<key>, new/ to append, "
@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the ``bookfs`` command; returns its exit status.  Expected errors become one
     line (see the module docstring); anything else propagates with its traceback."""
     from bookfs.errors import BookError
-    from bookfs.fs.mount import MountError, OptionError
+    from bookfs.fs.daemon.mount import MountError, OptionError
 
     argv = sys.argv[1:] if argv is None else list(argv)
     _register_optional(argv)

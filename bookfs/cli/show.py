@@ -277,7 +277,7 @@ def _eio_hint(e: OSError, source: str) -> str:
 
     if e.errno != errno.EIO:
         return ""
-    from bookfs.fs.mountinfo import mount_at
+    from bookfs.fs.daemon.mountinfo import mount_at
 
     m = mount_at(source)
     log = m.bookfs_source if m is not None and m.is_bookfs and m.bookfs_source else "the log"

@@ -10,6 +10,7 @@
 ``vere_deeds``      vere's deeds: framing scan, batch CRC, framed deeds at any offset
 ``detect``          telling the two Book layouts apart, without guessing
 ``lmdb_log``        LMDB epochs (read-only)
+``lmdb_snapshots``  reading a live LMDB store without its lock file
 ``pier``            a pier = ordered epochs, one numbering; ``identify``/``open_source``
                     pick the format
 ``recovery``        the Recovery ladder (check → repair → salvage), its report types,
@@ -24,6 +25,12 @@
 ``salvage``         what a salvage writes: batched events, the bytes left out, publishing
 ``index``           the persisted offset index (8 B/event), validated and rebuilt when stale;
                     the framing scan of both Book layouts
+``framing``         the framing scan of both Book layouts, and walks from the log's end
+``datecolumn``      each event's date, kept beside the offset index
+``shipcard``        a ship's card: what a fleet mount shows of a log it has not opened
+``mark``            the commit mark: a writer's word to readers in other processes
+``committed``       what a reader is given: only what is committed
+``fleet``           a directory of piers, one per ship, named as ``mount --fleet`` shows
 ``segments``        the bulk view: the log cut into byte ranges of whole deeds
 ``info``            the summary of any opened log (``bookfs info``, a mount's ``info`` file)
 ``lock``            the single-writer lock

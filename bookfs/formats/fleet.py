@@ -14,7 +14,7 @@ well under a second and no log is opened to list it:
   directory name keeps the @p) or when the directory name is itself not a plain name.
 
 Each ship keeps a small integer *ship id* while it is in the directory: the FUSE layer
-builds inode numbers from it (``fs/fleet_inodes.py``).  A ship that is removed and comes
+builds inode numbers from it (``fs/fleet/inodes.py``).  A ship that is removed and comes
 back (or a name that now shows another directory) gets a new id, so no inode of the old
 log, which the kernel may still cache, is ever one of the new log's.  Ids are given in
 name order at the first scan, so they are the same across remounts while the directory
@@ -94,7 +94,7 @@ def _lmdb_who(directory: str) -> int | None:
 class FleetDir:
     """The ships of the fleet directory ``directory``, as last scanned."""
 
-    #: ship ids go up to this (exclusive): the inode layout's ship field (fleet_inodes.py)
+    #: ship ids go up to this (exclusive): the inode layout's ship field (fs/fleet/inodes.py)
     MAX_SHIPS = (1 << 22) - 1
 
     def __init__(self, directory: str):

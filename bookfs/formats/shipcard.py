@@ -46,7 +46,7 @@ layout Book directory or a single LMDB epoch has none (:func:`write_card` declin
 fleet opens it to answer, as before.
 
 A live ship: the fleet's read-only open takes no lock and a pier whose ``.vere.lock`` a
-running vere holds is opened and followed, not an error (``fs/fleet.py``); its figures do
+running vere holds is opened and followed, not an error (``fs/fleet/ops.py``); its figures do
 not depend on the lock, so the lock is no witness.  Each commit of the running vere
 changes ``book.log`` or ``data.mdb`` (size, mtime, ctime), so its card goes stale and it is
 opened as without one; a card only stands in for an open that would succeed and show the

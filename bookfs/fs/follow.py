@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING
 import pyfuse3
 import trio
 
+from bookfs.errors import refuse
 from bookfs.fs import inodes as I
-from bookfs.fs.commit import refuse
 from bookfs.fs.tail import WAITING_EVERY
 
 if TYPE_CHECKING:
@@ -174,7 +174,7 @@ class Follower:
 
     def resume(self, token: tuple, known: tuple[int, int], slot: int | None,
                slot_refs: list[int]) -> None:
-        """A fleet's ship opened again (``fs/fleet.py``): take over what the kernel may
+        """A fleet's ship opened again (``fs/fleet/ops.py``): take over what the kernel may
         still hold of its last open (the slot in use and the lookups of each slot not
         forgotten yet); when its log is not the one ``token`` named then (replaced or
         rewritten while closed: the engine's ``continues()``; an engine that cannot

@@ -68,20 +68,25 @@ import time
 
 import pyfuse3
 
-from bookfs.errors import BookError
+from bookfs.errors import BookError, Refused, refuse
 from bookfs.formats.book import Book
 from bookfs.formats.eventlog import EventLog
 from bookfs.formats.segments import DEFAULT_SPAN, Segments
-from bookfs.fs import closer
 from bookfs.fs import inodes as I
-from bookfs.fs.commit import CommitQueue, Refusals, Reservation, WorkerThread, refuse
+from bookfs.fs.append import rule
+from bookfs.fs.append.commit_queue import (
+    CommitQueue,
+    Refusals,
+    Reservation,
+    WorkerThread,
+)
 from bookfs.fs.follow import Follower
 from bookfs.fs.nodes.base import BytesHandle, Kind, Modes, make_attrs, source_modes
 from bookfs.fs.nodes.dirs import Directories
 from bookfs.fs.nodes.events import EventFiles, EventHandle
 from bookfs.fs.nodes.follow_dir import FollowFiles
 from bookfs.fs.nodes.meta import MetaFiles, MetaWriteHandle
-from bookfs.fs.nodes.new import PROBE_DEADLINE, NewFiles
+from bookfs.fs.nodes.new import NewFiles
 from bookfs.fs.nodes.pretty import PrettyFiles
 from bookfs.fs.nodes.segments import SegmentFiles, SegmentHandle
 from bookfs.fs.tail import DEFAULT_TIMEOUT, Tail
@@ -104,7 +109,9 @@ def _interrupted(ctx):
 
 
 def guarded(fn):
-    """Turn anything but FUSEError into an errno, so no exception can kill the mount."""
+    """Turn anything but FUSEError into an errno, so no exception can kill the mount: a
+    :class:`~bookfs.errors.Refused` (logged when it was built) and any other bookfs error
+    answer their own errno, anything else EIO."""
 
     @functools.wraps(fn)
     async def wrapper(self, *args):
@@ -114,6 +121,8 @@ def guarded(fn):
             return await fn(self, *args)
         except pyfuse3.FUSEError:
             raise
+        except Refused as e:  # turned down on purpose: logged once where it was built
+            raise pyfuse3.FUSEError(e.errno) from None
         except BookError as e:
             log.warning("%s: %s", fn.__name__, e)
             raise pyfuse3.FUSEError(e.errno) from None
@@ -134,7 +143,7 @@ def fuse_path(readonly: bool) -> str:
         return "patched pyfuse3: no-open reads by inode, noflush, cached listings"
     if "noflush" in FEATURES:
         return ("patched pyfuse3: noflush, cached listings (opens kept for new/ and "
-                f"meta/); the commit rule's descriptor scan in {closer.SCAN}")
+                f"meta/); the commit rule's descriptor scan in {rule.SCAN}")
     refused = "" if readonly else "; appends and meta writes refused"
     return (f"stock pyfuse3: a request for every open and close{refused} "
             "(mount_scripts/setup.sh builds the patched one)")
@@ -169,9 +178,9 @@ class BookOperations(pyfuse3.Operations):
         # follower of a read-only mount (follow.py)
         self.tail = Tail(self, follow_timeout)
         self.queue = CommitQueue(book, stall_timeout=stall_timeout, spill_dir=spill_dir,
-                                 refusals=self.refusals, check_deadline=PROBE_DEADLINE,
+                                 refusals=self.refusals, check_deadline=rule.PROBE_DEADLINE,
                                  on_commit=self._committed)
-        #: a read-write mount's read-only companion, once it runs (fs/companion.py)
+        #: a read-write mount's read-only companion, once it runs (fs/daemon/companion.py)
         self.companion = None
         self._handles: dict[int, object] = {}
         # handles start at a random point, so a new/ file's inode (2^48 + its handle)
@@ -181,7 +190,7 @@ class BookOperations(pyfuse3.Operations):
         self._uid, self._gid, self.modes = source_modes(book, self.readonly, owner=owner,
                                                         umask=umask)
         self.mounted_ns = time.time_ns()
-        #: how event reads reach the log, for info's ``reads:`` (``fs/companion.py``)
+        #: how event reads reach the log, for info's ``reads:`` (``fs/daemon/companion.py``)
         self.reads_note = "through this connection (the read-only companion is starting)"
         # fewer requests (module docstring): which of pyfuse3's extensions this mount uses
         self.no_open = self.readonly and "read_inode" in FEATURES
@@ -192,9 +201,9 @@ class BookOperations(pyfuse3.Operations):
         # -o readdirplus=auto: the kernel sends plain READDIR where nobody stats the
         # entries (find -type f): no inode per entry (fs/nodes/dirs.py, "Listings")
         self.readdirplus_auto = False
-        self.mounts = closer.Mounts(None)  # set_device() once mounted
+        self.mounts = rule.Mounts(None)  # set_device() once mounted
         # what tells the kernel about this mount's inodes: pyfuse3's own functions, which
-        # a fleet's ship replaces by ones that map its inodes into the fleet's (fs/fleet.py)
+        # a fleet's ship replaces by ones that map its inodes into the fleet's (fs/fleet/ops.py)
         self.readdir_reply = pyfuse3.readdir_reply
         self.invalidate_inode = pyfuse3.invalidate_inode
         self.invalidate_entry = pyfuse3.invalidate_entry
@@ -281,7 +290,7 @@ class BookOperations(pyfuse3.Operations):
         under ``follow/`` look again, and every kernel connection that shows this log's
         directories forgets their attributes, which an append changed (``events/``'s
         size is the event count): this connection's, and the companion's
-        (``fs/companion.py``), so a ``stat`` right after the close returned asks again.
+        (``fs/daemon/companion.py``), so a ``stat`` right after the close returned asks again.
         Attributes only: no page, so nothing waits for a request in flight."""
         self.tail.published()
         inodes = self.follower.changing_inodes()
@@ -292,7 +301,7 @@ class BookOperations(pyfuse3.Operations):
 
     def source_here(self) -> bool:
         """Whether the log's source is still where this mount found it (a fleet's ship
-        checks its directory: ``fleet_ship.py``); a single mount follows its path."""
+        checks its directory: ``fs/fleet/ship.py``); a single mount follows its path."""
         return True
 
     async def follow_loop(self) -> None:
@@ -399,7 +408,7 @@ class BookOperations(pyfuse3.Operations):
     def set_device(self, device: str) -> None:
         """The mount's ``major:minor`` (from mountinfo, once mounted): how the commit rule
         knows this mount's descriptors in another process's table."""
-        self.mounts = closer.Mounts(device)
+        self.mounts = rule.Mounts(device)
 
     @guarded
     async def create(self, parent_inode, name, mode, flags, ctx):

@@ -51,8 +51,8 @@ from typing import TYPE_CHECKING
 import pyfuse3
 import trio
 
-from bookfs.fs.commit import refuse
-from bookfs.fs.options import DEFAULT_FOLLOW_TIMEOUT as DEFAULT_TIMEOUT
+from bookfs.errors import refuse
+from bookfs.fs.daemon.options import DEFAULT_FOLLOW_TIMEOUT as DEFAULT_TIMEOUT
 from bookfs.types import EventNum
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ class Tail:
         still shows this filesystem (``/proc/self/mountinfo``, the daemon's own); after
         a lazy unmount none does, and the waiters answer ESHUTDOWN, so the detached
         filesystem is released and the daemon ends."""
-        from bookfs.fs.mountinfo import mount_devices
+        from bookfs.fs.daemon.mountinfo import mount_devices
 
         device = self.fs.mounts.device
         while True:

@@ -1,14 +1,24 @@
-"""Nouns, as pure functions: the codec (:mod:`~bookfs.noun.codec`: jam, cue, mug), the
-auras bookfs reads (:mod:`~bookfs.noun.aura`: @da, @p), an event's head without cueing it
-(:mod:`~bookfs.noun.peek`), and the dojo-style rendering (:mod:`bookfs.noun.render`,
-:mod:`bookfs.noun.view`, :mod:`bookfs.noun.event`).
+"""Nouns, as pure functions.
 
-The names of the codec, the scanner (:mod:`~bookfs.noun.scanner`), the auras and
-:func:`peek_event` are re-exported here; other layers import them from this package
-(``from bookfs.noun import cue``).  ``jam``, ``cue``, ``mug``, ``scan`` and ``Scanner`` are
-the compiled core's (``bookfs/noun/_core.pyx``) when it built, else the pure reference's:
-:data:`CORE` says which (``"compiled"`` or ``"pure"``), :data:`CORE_REASON` why not
-compiled, and :func:`core_description` puts it in one line for ``info``.
+``codec``      jam, cue and mug in pure Python: the reference
+``scanner``    a validating scanner for jam bitstreams (the reference of the compiled one)
+``ram``        vere's second event encoding, *ram*: detect, decode, encode
+``ramscan``    a validating scanner for ram, fed in chunks
+``payload``    what an event's payload must be, decided in one place
+``aura``       the auras bookfs reads: @da (a date) and @p (a ship's name)
+``peek``       an event's head (date, wire, card tag) read without cueing the event
+``eventdate``  an event's date: Arvo's ``now`` when it ran
+``route``      where an event goes: its vane and the Gall agent it names
+``view``       the views the renderer reads a noun through
+``render``     nouns as a person reads them: the dojo's notation
+``event``      one event as text (``bookfs show``, ``pretty/N``)
+
+The names of the codec, the scanner, the auras and :func:`peek_event` are re-exported
+here; other layers import them from this package (``from bookfs.noun import cue``).
+``jam``, ``cue``, ``mug``, ``scan`` and ``Scanner`` are the compiled core's
+(``bookfs/noun/_core.pyx``) when it built, else the pure reference's: :data:`CORE` says
+which (``"compiled"`` or ``"pure"``), :data:`CORE_REASON` why not compiled, and
+:func:`core_description` puts it in one line for ``info``.
 """
 from bookfs import compiled as _compiled
 

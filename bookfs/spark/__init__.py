@@ -1,8 +1,15 @@
-"""Spark over a mount: the pipeline (:mod:`~bookfs.spark.pipeline`: a session, ``binaryFile``
-reads, Parquet by day), the rows both read (:mod:`~bookfs.spark.rows`: columns, decoding,
-segment planning), the data source (:mod:`~bookfs.spark.source`:
-``spark.read.format("bookfs")`` and ``readStream``) and ``bookfs spark``
-(:mod:`~bookfs.spark.cli`).
+"""Spark over a mount.
+
+``pipeline``    a session, ``binaryFile`` reads of a mount, Parquet by day
+``rows``        the rows of the event table as Arrow batches, made in the Python workers
+``decoding``    the columns and what one payload gives them: the reference both row
+                builders follow (the compiled one is ``_rows.pyx``)
+``columns``     the columns of ``format("bookfs")`` and the projections a read may ask for
+``partitions``  what one task reads, and how a read is cut into tasks
+``source``      ``spark.read.format("bookfs")`` and ``readStream``: the data source
+``master``      is ``spark://HOST:PORT`` a Spark master (before Spark starts)
+``summary``     what a ``bookfs spark`` run prints when it is done
+``cli``         ``bookfs spark MOUNTPOINT --out DIR``
 
 ``from bookfs import spark as bs`` gives the public names of the pipeline and the rows;
 ``bs.ROWS`` says which row builder the workers use (``"compiled"``,

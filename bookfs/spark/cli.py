@@ -244,7 +244,7 @@ def check_inputs(args) -> tuple[str, int, int | None, str]:
     """
     from bookfs.errors import UsageError
 
-    from bookfs.fs.mountinfo import mount_at
+    from bookfs.fs.daemon.mountinfo import mount_at
 
     mnt = args.mountpoint
     found = mount_at(mnt)

@@ -8,6 +8,7 @@
 ``segments``  ``segments/<K>``: the log's bytes in fixed spans (a plain UIP-layout log)
 ``new``       ``new/<N>``: appends, committed on the writer's last close (the commit rule)
 ``meta``      ``meta/<key>``: the log's metadata fields, read and rewritten whole
+``follow_dir`` ``follow/<N>`` and ``follow/next``: lookups that wait for the event
 ``dirs``      the directories (root, ``events/``, ``epochs/``, ...), their listings, and
               the info files (``info``, ``epochs/*/info``)
 

@@ -29,9 +29,15 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pyfuse3
 
-from bookfs.formats.layout import (EPOC_NAME, EPOCH_NAME, LMDB_DATA_NAME, LOG_NAME, META_NAME,
-                                   PIER_LOG_DIR)
-from bookfs.fs.commit import refuse
+from bookfs.errors import refuse
+from bookfs.formats.layout import (
+    EPOC_NAME,
+    EPOCH_NAME,
+    LMDB_DATA_NAME,
+    LOG_NAME,
+    META_NAME,
+    PIER_LOG_DIR,
+)
 
 if TYPE_CHECKING:
     from bookfs.fs.ops import BookOperations
@@ -218,7 +224,7 @@ def source_bits(directory: str, uid: int, gid: int, standing: str | None = None)
 def directory_bits(path: str, uid: int, gid: int, umask: int | None = None) -> int:
     """The read and search bits (``0o555`` at most) that the directory ``path`` gives
     the classes of a mount whose root shows owner ``uid`` and group ``gid`` (a fleet's
-    root: ``fs/fleet.py``): for each class, the bits every user of it has on ``path``
+    root: ``fs/fleet/ops.py``): for each class, the bits every user of it has on ``path``
     (:func:`surely`), if every one of them can search every directory above it; none if
     it cannot be looked at.  With ``umask=``, ``0o555 & ~umask``."""
     if umask is not None:

@@ -47,9 +47,9 @@ from array import array
 
 import pyfuse3
 
-from bookfs.formats.info import render, summary
+from bookfs.errors import refuse
+from bookfs.formats.info import NEXT_KEY, render, summary
 from bookfs.fs import inodes as I
-from bookfs.fs.commit import NEXT_KEY, refuse
 
 #: The ``payloads:`` line of a read-write mount's info: whether new/ checks what it saves.
 PAYLOADS_CHECKED = ("checked: a 4-byte mug, then a jam that cues exactly or a ram "
@@ -71,7 +71,7 @@ def fixed_attrs(make, modes, ino: int, count: int, mtime_ns: int,
     from the figures they show: the mount's ``modes``, the log's event ``count``
     (``events/``'s size), its newest event's mtime ``mtime_ns`` (of every one) and
     ``info_size``.  An open log's :class:`Directories` and a fleet's closed ship
-    (``fs/fleet_ship.py``) both answer with this, so the kernel sees the same attributes
+    (``fs/fleet/ship.py``) both answer with this, so the kernel sees the same attributes
     whether the ship's log is open or not."""
     if ino == I.INFO:
         return make(ino, stat.S_IFREG | modes.read, info_size, mtime_ns, GROWING,
@@ -223,7 +223,7 @@ class Directories(Kind):
         info["fuse"] = fs.fuse_path()
         info[NEXT_KEY] = fs.queue.next_free()
         info["payloads"] = (PAYLOADS_CHECKED if fs.new_files.checked else PAYLOADS_UNCHECKED)
-        info["reads"] = fs.reads_note  # fs/companion.py
+        info["reads"] = fs.reads_note  # fs/daemon/companion.py
         return (render(info) + fs.refusals.render()).encode()
 
     def _epoch_info(self, k: int) -> bytes:
@@ -372,7 +372,7 @@ class Directories(Kind):
     def _run_ok(self, log) -> bool:
         """Whether a listing of ``log``'s events may go a batch per call
         (``pyfuse3.readdir_reply_run``): the patched pyfuse3 has it, this mount hands the
-        kernel its own inode numbers (a fleet maps them: ``fs/fleet.py``), and the log's
+        kernel its own inode numbers (a fleet maps them: ``fs/fleet/ops.py``), and the log's
         sizes come from an offset index."""
         return (self._reply_run is not None and self.fs.readdir_reply is pyfuse3.readdir_reply
                 and hasattr(log, "payload_bounds"))

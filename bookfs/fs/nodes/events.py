@@ -30,9 +30,9 @@ import stat
 import pyfuse3
 import trio
 
+from bookfs.errors import refuse
 from bookfs.fs import inodes as I
 from bookfs.fs.cache import EventCache
-from bookfs.fs.commit import refuse
 from bookfs.fs.dates import EventDates
 from bookfs.fs.nodes.base import FOREVER, Kind, negative
 

@@ -30,12 +30,12 @@ import trio
 
 from bookfs.errors import BookError
 from bookfs.formats.layout import META_FIELDS, META_KEYS
-from bookfs.fs import closer
 from bookfs.fs import inodes as I
-from bookfs.fs.closer import Writer
+from bookfs.fs.append import rule
+from bookfs.fs.append.rule import Writer
+from bookfs.fs.append.staging import Staging
 from bookfs.fs.nodes.base import CHANGING, FOREVER, BytesHandle, Kind
-from bookfs.fs.nodes.new import closing, need_rule
-from bookfs.fs.staging import Staging
+from bookfs.fs.nodes.new import need_rule
 
 log = logging.getLogger(__name__)
 
@@ -158,16 +158,17 @@ class MetaFiles(Kind):
             return
         path = f"meta/{h.key}"
         pid = h.writer.thread
-        verdict, why = await closing(fs, h.writer, I.META_INODES[h.key], ctx)
+        verdict, why = await rule.closing(fs.prober, fs.mounts, h.writer, I.META_INODES[h.key],
+                                          ctx, mounted=bool(fs.mountpoint))
         size = META_FIELDS[h.key][1]
-        if verdict == closer.COPY or (verdict == closer.HELD and not h.poisoned
+        if verdict == rule.COPY or (verdict == rule.HELD and not h.poisoned
                                       and len(h.staging) != size):
             return  # a copy's close, or a dup's before the field is whole
         # a dup's close of a whole field saves it: every open of a key shares its inode,
         # so a second open in the writer's table looks like a dup, and its close must
         # not be left unsaved
         h.dirty = False
-        if verdict in (closer.KILLED, closer.UNKNOWN):
+        if verdict in (rule.KILLED, rule.UNKNOWN):
             h.poisoned = 0
             raise fs.refusals.refuse(path, errno.EIO, f"{path}: not saved: {why}", pid)
         if h.poisoned:

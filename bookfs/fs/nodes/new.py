@@ -19,22 +19,22 @@ Every byte of an event is written by its writer (issue 33, item 2): the staging 
 keeps the ranges written (``staging.Written``), and a file with a hole (a ``pwrite`` or
 ``lseek`` past the end, a gap between writes, an ``ftruncate`` up) is refused at its last
 close, checked or not: EINVAL, nothing saved, the first hole's offsets in the refusal
-(:func:`hole_refusal`).  A writer that scatters more than ``staging.MAX_RANGES`` separate
+(:func:`~bookfs.fs.append.check.hole_refusal`).  A writer that scatters more than ``staging.MAX_RANGES`` separate
 pieces at once gets EINVAL at that write, and the file is poisoned.
 
 Durability: ``new/<N>`` commits on the writer's **last** close of the open file, told
 from the others by what the kernel sends with each FLUSH and WRITE (the commit rule:
-``closer.py`` and docs/reliability.md): the close of a ``dup``, a forked child's exit or
+``rule.py`` and docs/reliability.md): the close of a ``dup``, a forked child's exit or
 an ``exec``'s copy commits nothing, and a writer killed by a signal commits nothing.
 Where the rule cannot tell, the append fails (EIO) with nothing committed.  A close that
 returns 0 has its event saved and ``fdatasync``'d, in order, by the ordered group-commit
-queue (``commit.py``); ``fsync`` adds nothing.  A write that fails poisons the file: its
+queue (``fs/append/commit_queue.py``); ``fsync`` adds nothing.  A write that fails poisons the file: its
 last close fails with that errno and nothing is saved.  A file whose last descriptor is
 closed by a process other than its writer is abandoned, nothing saved.  The rule needs
 the patched pyfuse3 (``request_owner``); on stock pyfuse3 ``new/`` and ``meta/`` writes
 are refused (EROFS) with a line that says so (:func:`need_rule`).
 
-Payloads are checked (issue 21; :class:`PayloadStream`): a ``new/<N>`` file must hold a
+Payloads are checked (issue 21; :class:`~bookfs.fs.append.check.PayloadStream`): a ``new/<N>`` file must hold a
 4-byte mug and a jam that cues completely and exactly, or vere's ram encoding, whatever
 the mug (Arvo's after the event: only a replay checks it;
 :class:`~bookfs.noun.payload.PayloadCheck`).  The check is fed
@@ -62,7 +62,6 @@ from __future__ import annotations
 import errno
 import functools
 import logging
-import os
 import re
 import stat
 import time
@@ -71,140 +70,26 @@ from typing import NamedTuple
 
 import pyfuse3
 
-from bookfs.errors import BookError
-from bookfs.fs import closer
+from bookfs.errors import BookError, refuse
 from bookfs.fs import inodes as I
-from bookfs.fs.closer import Writer
-from bookfs.fs.commit import HOLD, Reservation, WorkerThread, refuse
+from bookfs.fs.append import rule
+from bookfs.fs.append.check import PayloadStream, hole_refusal
+from bookfs.fs.append.commit_queue import Reservation, WorkerThread
+from bookfs.fs.append.rule import Writer
 from bookfs.fs.nodes.base import CHANGING, Kind
-from bookfs.fs.staging import CHUNK, Staging
-from bookfs.noun.payload import PayloadCheck, Problem
 
 log = logging.getLogger(__name__)
 
-PROBE_DEADLINE = 10.0  # seconds the commit rule's /proc probe may take (closer.probe)
-#: ``BOOKFS_BENCH_SKIP_PROBE=1`` (benchmarks only: bench/bench_append.py's "bookfs-noprobe"
-#: source) commits at every close of the writer's table without probing it, so the probe's
-#: cost can be measured; it gives up the dup and killed-writer checks.
-SKIP_PROBE = bool(os.environ.get("BOOKFS_BENCH_SKIP_PROBE"))
 
 
 #: the extended attribute that turns the payload check off for one ``new/<N>`` file
 UNCHECKED_XATTR = b"user.bookfs.unchecked"
-#: writes (and rests to scan at close) below this are scanned on the event loop; a larger
-#: one moves the file's check to the worker thread for good
-INLINE_BYTES = 64 << 10
-#: bytes handed to the worker thread and not yet scanned, per file, before a write waits
-QUEUED_BYTES = 16 << 20
 #: seconds a ``new/<N>`` name answers lookups as its event once its writer's close
 #: committed it (:class:`Committed`), and how many such names are kept at most
 COMMITTED_FOR = 30.0
 COMMITTED_KEPT = 256
 #: a temporary name of rsync without ``--inplace`` (``.43.Xy12ab``), which renames it
 RSYNC_TEMP = re.compile(rb"\.([0-9]+)\.[A-Za-z0-9]{6}")
-
-
-# --- the payload check -------------------------------------------------------------------
-
-class PayloadStream:
-    """The payload check of one ``new/<N>`` file, fed as its contiguous written prefix
-    grows (:meth:`wrote`), finished at its writer's last close (:meth:`verdict`).
-
-    ``fed`` bytes from the start have been handed to the check, in order.  A write at
-    ``fed`` is handed over at once: scanned on the event loop while the file's writes are
-    small, else queued on ``worker`` (one thread, first in first out, so the order holds),
-    with at most :data:`QUEUED_BYTES` waiting.  A write beyond ``fed`` leaves a gap: it and
-    what follows are read back from the staging buffer at the close.  A write inside the
-    bytes already handed over, a truncate below them, or a write after a close that turned
-    out not to be the last (the check was finished) makes the check *stale*: it starts
-    over, from the staging buffer, at the next close."""
-
-    def __init__(self, worker: WorkerThread):
-        self.worker = worker
-        self._reset()
-        self.changes = 0  # writes and truncates seen (a verdict is for one state)
-        self._verdict: Problem | None | bool = False  # False: none yet
-
-    def _reset(self) -> None:
-        self.check = PayloadCheck()
-        self.fed = 0
-        self.stale = False
-        self.threaded = False  # the check is fed on the worker from now on
-        self._queued: list[tuple[object, int]] = []  # (done, bytes) handed to the worker
-
-    def _changed(self) -> None:
-        self.changes += 1
-        if self._verdict is not False:  # finished at a close that was not the last
-            self._verdict, self.stale = False, True
-
-    async def wrote(self, off: int, data: bytes) -> None:
-        """``data`` was written at ``off`` (the staging buffer holds it)."""
-        self._changed()
-        if self.stale:
-            return
-        if off != self.fed:
-            self.stale = off < self.fed  # a gap is read back at the close
-            return
-        self.fed += len(data)
-        if not self.threaded and len(data) < INLINE_BYTES:
-            self.check.feed(data)
-            return
-        self.threaded = True
-        done, _ = self.worker.submit(self.check.feed, data)
-        self._queued.append((done, len(data)))
-        queued = self._queued
-        while queued and queued[0][0].is_set():
-            queued.pop(0)
-        while queued and sum(n for _, n in queued) > QUEUED_BYTES:
-            await queued[0][0].wait()  # the scan is behind: the writer waits for it
-            queued.pop(0)
-
-    def truncated(self, size: int) -> None:
-        self._changed()
-        if size < self.fed:
-            self.stale = True
-
-    async def verdict(self, staging: Staging) -> Problem | None:
-        """None if the bytes written are an event's payload, else why not;
-        the rest of the scan (what was not fed yet) runs on the worker thread when it is
-        large or the check is fed there already."""
-        while self._verdict is False:
-            changes = self.changes
-            if self.stale:
-                self._reset()
-            start, end = self.fed, len(staging)
-            self.fed = end
-            if self.threaded or end - start >= INLINE_BYTES:
-                self.threaded = True
-                verdict = await self.worker.run(self._finish, self.check, staging, start, end)
-                self._queued = []
-            else:
-                verdict = self._finish(self.check, staging, start, end)
-            if self.changes == changes:
-                self._verdict = verdict
-            else:  # written meanwhile (another thread of the writer): again, from scratch
-                self.stale = True
-        return self._verdict  # type: ignore[return-value]
-
-    @staticmethod
-    def _finish(check: PayloadCheck, staging: Staging, start: int,
-                end: int) -> Problem | None:
-        return check.feed_from(staging.read, start, end, CHUNK)
-
-
-def hole_refusal(staging: Staging) -> str | None:
-    """Why a file with bytes nobody wrote cannot be an event (issue 33, item 2), naming
-    its first hole, or None if every byte of it was written."""
-    hole = staging.first_hole()
-    if hole is None:
-        return None
-    a, b = hole
-    size = len(staging)
-    n = staging.written.holes(size)
-    more = "" if n == 1 else f", the first of {n:,} holes"
-    return (f"bytes {a:,} to {b - 1:,} ({b - a:,} of {size:,}{more}) were never written: "
-            "every byte of an event must be written by its writer (a pwrite or lseek past "
-            "the end, a gap between writes or a truncate up leaves a hole)")
 
 
 # --- names of events this mount just committed ---------------------------------------------
@@ -292,35 +177,12 @@ def need_rule(fs, path: str, ctx) -> None:
             "say which process closes a file", ctx.pid)
 
 
-async def closing(fs, writer: Writer | None, inode: int, ctx) -> tuple[str, str]:
-    """What this FLUSH is (the commit rule, ``closer.py``): ``(verdict, why)`` with
-    verdict COPY (another table: commit nothing), HELD (the writer's table holds
-    another descriptor), LAST (commit), KILLED or UNKNOWN (commit nothing; fail).
-
-    Decided from the request where it can be (a copy's close costs no probe); the
-    writer's closes are probed off the event loop, with ``PROBE_DEADLINE``.  Without
-    a mount (operations driven directly) or a caller (``ctx`` None), every close is
-    the last."""
-    if writer is None or ctx is None or not fs.mountpoint:
-        return closer.LAST, ""
-    known = writer.closing(ctx)
-    if known is False:
-        return closer.COPY, ""
-    if SKIP_PROBE:
-        return closer.LAST, ""
-    try:
-        return await fs.prober.run(closer.probe, ctx.pid, writer, inode, fs.mounts,
-                                   known, deadline=PROBE_DEADLINE)
-    except TimeoutError as e:
-        return closer.UNKNOWN, f"the close could not be judged ({e})"
-
-
 class NewFiles(Kind):
-    """``new/<N>`` files being written (a :class:`~bookfs.fs.commit.Reservation` each)."""
+    """``new/<N>`` files being written (a :class:`~bookfs.fs.append.commit_queue.Reservation` each)."""
 
     def __init__(self, fs):
         super().__init__(fs)
-        #: payloads are checked (False: ``-o unchecked_payloads``, set by ``mount.py``)
+        #: payloads are checked (False: ``-o unchecked_payloads``, set by ``fs/daemon/mount.py``)
         self.checked = True
         self.checker = WorkerThread("bookfs-check")
         self.recent = Recent()  # names whose event this mount just committed
@@ -465,21 +327,22 @@ class NewFiles(Kind):
             # the writer's table is not known yet: another thread closes (the writer's,
             # or a forked child's).  Judged before anything is frozen, since a child's
             # close must not stop the writer's writes.
-            verdict, why = await closing(fs, writer, I.staging_inode(fh), ctx)
-            if verdict == closer.COPY:
+            verdict, why = await rule.closing(fs.prober, fs.mounts, writer, I.staging_inode(fh),
+                                              ctx, mounted=bool(fs.mountpoint))
+            if verdict == rule.COPY:
                 return
-            if verdict != closer.UNKNOWN and not writer.table:
+            if verdict != rule.UNKNOWN and not writer.table:
                 writer.table = ctx.lock_owner  # a thread of the writer: its table now
-            if verdict == closer.HELD:
+            if verdict == rule.HELD:
                 if h.poisoned:
                     raise pyfuse3.FUSEError(h.poisoned)
                 return
-            if verdict in (closer.KILLED, closer.UNKNOWN):
+            if verdict in (rule.KILLED, rule.UNKNOWN):
                 if h.state == "open":
                     fs.queue.abandon(h, why, errno.EIO)  # noted in the refusals
                 raise pyfuse3.FUSEError(errno.EIO)
-        elif h.state == "open" and ctx is not None and fs.mountpoint and not SKIP_PROBE:
-            check = functools.partial(self._judge_close, ctx.pid, writer,
+        elif h.state == "open" and ctx is not None and fs.mountpoint and not rule.SKIP_PROBE:
+            check = functools.partial(rule.commit_check, ctx.pid, writer, fs.mounts,
                                       I.staging_inode(fh), known)
         if h.state == "open" and not h.poisoned:
             # every byte written (checked or not), then the payload's check, finished
@@ -497,18 +360,6 @@ class NewFiles(Kind):
             self.recent.add(h.name.encode(), h.number, I.staging_inode(fh), threads)
         elif h.poisoned:
             raise pyfuse3.FUSEError(h.poisoned)  # a dup's close: its write failed
-
-    def _judge_close(self, tid: int, writer: Writer, inode: int, known,
-                     scans: dict) -> object:
-        """The commit queue's check of a writer's close (on the commit thread; ``scans``
-        shared by one batch): None to commit, ``HOLD`` if it was not the last close,
-        ``(EIO, why)`` to fail."""
-        verdict, why = closer.probe(tid, writer, inode, self.fs.mounts, known, scans)
-        if verdict == closer.LAST:
-            return None
-        if verdict in (closer.HELD, closer.COPY):
-            return HOLD
-        return errno.EIO, why
 
     # --- extended attributes: the per-file opt-out of the payload check ------------------
 

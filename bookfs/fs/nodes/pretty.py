@@ -27,8 +27,8 @@ import stat
 import pyfuse3
 import trio
 
+from bookfs.errors import refuse
 from bookfs.fs import inodes as I
-from bookfs.fs.commit import refuse
 from bookfs.fs.nodes.base import FOREVER, BytesHandle, Kind, negative
 
 PRETTY_KEPT = 64  # renderings of pretty/N kept for reads by inode (each at most ~64 KiB)

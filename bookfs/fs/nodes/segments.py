@@ -26,9 +26,9 @@ import stat
 import pyfuse3
 import trio
 
+from bookfs.errors import refuse
 from bookfs.formats.segments import Segment
 from bookfs.fs import inodes as I
-from bookfs.fs.commit import refuse
 from bookfs.fs.nodes.base import FOREVER, GROWING, Kind
 
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 import errno
 import os
 
-from bookfs.fs.mountinfo import mount_devices
+from bookfs.fs.append.commit_queue import HOLD
+from bookfs.fs.daemon.mountinfo import mount_devices
 
 #: probe verdicts
 COPY = "copy"  # the closing task is not the writer: a copy's close commits nothing
@@ -36,6 +37,11 @@ HELD = "held"  # the writer's table still holds another descriptor of the file (
 LAST = "last"  # the writer's last descriptor: commit
 KILLED = "killed"  # the writer is exiting because a signal killed it: commit nothing
 UNKNOWN = "unknown"  # cannot be told (the closer's /proc unreadable): fail, commit nothing
+PROBE_DEADLINE = 10.0  # seconds the commit rule's /proc probe may take (rule.probe)
+#: ``BOOKFS_BENCH_SKIP_PROBE=1`` (benchmarks only: bench/bench_append.py's "bookfs-noprobe"
+#: source) commits at every close of the writer's table without probing it, so the probe's
+#: cost can be measured; it gives up the dup and killed-writer checks.
+SKIP_PROBE = bool(os.environ.get("BOOKFS_BENCH_SKIP_PROBE"))
 
 _NO_MM = b"0 0 0 0 0 0 0"  # /proc/<tid>/statm of a task with no mm (exiting, past exit_mm)
 _WRITABLE = (os.O_WRONLY, os.O_RDWR)
@@ -194,12 +200,14 @@ def _writable_py(tid: int) -> list[tuple[int, int]]:
 
 
 try:
-    from bookfs.fs._fdscan import writable as _writable  # the same scan in C, without the GIL
+    from bookfs.fs.append._fdscan import (
+        writable as _writable,  # the same scan in C, without the GIL
+    )
     #: which descriptor scan this daemon uses (a mount's info file shows it)
     SCAN = "C"
 except ImportError:  # not built (pyproject.toml marks it optional): the Python scan
     _writable = _writable_py
-    SCAN = "Python (bookfs/fs/_fdscan.c did not build)"
+    SCAN = "Python (bookfs/fs/append/_fdscan.c did not build)"
 
 
 def _holds(tid: int, inode: int, mounts: Mounts, writable=None) -> str:
@@ -267,3 +275,40 @@ def probe(tid: int, writer: Writer, inode: int, mounts: Mounts,
                          "(one left open on a mount that is gone? close it and retry)")
     return verdict, ""
 
+
+async def closing(prober, mounts: Mounts, writer: Writer | None, inode: int, ctx, *,
+                  mounted: bool = True) -> tuple[str, str]:
+    """What this close (a FLUSH) of ``inode`` is: ``(verdict, why)`` with verdict COPY
+    (another table: commit nothing), HELD (the writer's table holds another descriptor),
+    LAST (commit), KILLED or UNKNOWN (commit nothing; fail).  ``ctx`` is what the kernel
+    sent with the request (the caller's thread, ``lock_owner``).
+
+    Decided from the request where it can be (a copy's close costs no probe); the
+    writer's closes are probed on ``prober`` (a worker thread: :func:`probe` blocks),
+    with ``PROBE_DEADLINE``.  Without a mount (``mounted`` False: operations driven
+    directly) or a caller (``ctx`` None), every close is the last."""
+    if writer is None or ctx is None or not mounted:
+        return LAST, ""
+    known = writer.closing(ctx)
+    if known is False:
+        return COPY, ""
+    if SKIP_PROBE:
+        return LAST, ""
+    try:
+        return await prober.run(probe, ctx.pid, writer, inode, mounts, known,
+                                deadline=PROBE_DEADLINE)
+    except TimeoutError as e:
+        return UNKNOWN, f"the close could not be judged ({e})"
+
+
+def commit_check(tid: int, writer: Writer, mounts: Mounts, inode: int, known,
+                 scans: dict) -> object:
+    """The commit queue's check of the writer's close of ``inode`` (``commit_queue.py``,
+    run on the commit thread in the save's own hand-off; ``scans`` shared by one batch):
+    None to commit, ``HOLD`` if it was not the last close, ``(EIO, why)`` to fail."""
+    verdict, why = probe(tid, writer, inode, mounts, known, scans)
+    if verdict == LAST:
+        return None
+    if verdict in (HELD, COPY):
+        return HOLD
+    return errno.EIO, why

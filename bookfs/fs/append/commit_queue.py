@@ -4,8 +4,8 @@
   plus the reservations in flight.  Anything else is refused (EEXIST for a taken number,
   EINVAL for a gap or a name that is not a number).
 * ``commit`` (called from the **last** ``flush``, i.e. the close of the writer's last
-  descriptor; see ``closer.py``) returns only when the event is durable and visible, or
-  raises ``FUSEError``.  It freezes the staged bytes first, so what is saved is an
+  descriptor; see ``rule.py``) returns only when the event is durable and visible, or
+  raises :class:`~bookfs.errors.Refused` (with the errno the FUSE adapter answers).  It freezes the staged bytes first, so what is saved is an
   immutable snapshot; a write that failed earlier (EFBIG, ENOSPC, EIO) has *poisoned* the
   reservation, and then commit fails with that errno and saves nothing.  Commits happen
   strictly in event order.  The writer at the head of the queue becomes the *leader*: it
@@ -34,26 +34,19 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-import pyfuse3
 import trio
 
-from bookfs.formats.info import NEXT_KEY, REFUSALS_HEADER  # noqa: F401 (re-exported)
+from bookfs.errors import BookError, Refused, refuse
 from bookfs.formats.eventlog import EventLog
-from bookfs.errors import BookError
+from bookfs.formats.info import NEXT_KEY, REFUSALS_HEADER  # noqa: F401 (re-exported)
 from bookfs.formats.layout import MAX_PAYLOAD, MIN_PAYLOAD
-from bookfs.fs.staging import Staging
+from bookfs.fs.append.staging import Staging
 
 log = logging.getLogger(__name__)
 
 OPEN, READY, DONE, FAILED = "open", "ready", "done", "failed"
 SAVE, HOLD, FAIL = "save", "hold", "fail"  # a commit check's outcomes (HOLD: not the last)
 REFUSALS_KEPT = 20  # refused appends and meta writes remembered for the info file
-
-
-def refuse(err: int, message: str) -> pyfuse3.FUSEError:
-    """Log a refusal once, in one line, and build the FUSEError to raise."""
-    log.warning("refused (%s): %s", errno.errorcode.get(err, err), message)
-    return pyfuse3.FUSEError(err)
 
 
 @dataclass(frozen=True)
@@ -100,8 +93,8 @@ class Refusals:
         self.total += 1
 
     def refuse(self, path: str, err: int, reason: str,
-               pid: int | None = None) -> pyfuse3.FUSEError:
-        """Record, log once (:func:`refuse`) and build the FUSEError to raise."""
+               pid: int | None = None) -> Refused:
+        """Record, log once (:func:`~bookfs.errors.refuse`) and build the error to raise."""
         self.note(path, err, reason, pid)
         return refuse(err, reason)
 
@@ -135,7 +128,7 @@ class Reservation:
     error: int = 0
     poisoned: int = 0  # errno of a write that failed: the close fails with it
     poison_why: str = ""  # why it failed, for the refusal record (may be empty)
-    writer: object = None  # the fs layer's closer.Writer for this file, if any
+    writer: object = None  # the commit rule's rule.Writer for this file, if any
     #: the fs layer's check of the bytes as they are written (``nodes/new.py``), None
     #: when the payload is not checked
     payload: object = None
@@ -314,7 +307,7 @@ class CommitQueue:
         text = name.decode("utf-8", "replace")
         path = f"new/{text}"
 
-        def refused(err: int, why: str) -> pyfuse3.FUSEError:
+        def refused(err: int, why: str) -> Refused:
             return self.refusals.refuse(path, err, f"{path}: {why}", pid)
 
         if self._closed:
@@ -382,7 +375,7 @@ class CommitQueue:
 
     async def commit(self, r: Reservation, check=None) -> bool:
         """Freeze ``r`` and wait until it is durable and visible (True) or has failed
-        (FUSEError).
+        (:class:`~bookfs.errors.Refused`, with its errno).
 
         ``check(shared)`` (the commit rule's probe of the close, ``ops.py``) runs on the
         commit thread in the same hand-off as the save, just before it: it returns None (this
@@ -423,8 +416,8 @@ class CommitQueue:
                 log.warning("new/%d not committed (ETIMEDOUT): %s; its number is free "
                             "again", r.number, why)
                 self._fail_from(r.number, errno.ETIMEDOUT, why)
-        if r.state == FAILED:
-            raise pyfuse3.FUSEError(r.error)
+        if r.state == FAILED:  # its reason was logged and recorded when it failed
+            raise Refused(r.error, f"new/{r.number}: not committed")
         return r.state == DONE
 
     def _checked_save(self, first: int, batch: list[Reservation], payloads: list,

@@ -1,7 +1,7 @@
-"""One ship of a fleet mount (``fs/fleet.py``): a single read-only mount's
+"""One ship of a fleet mount (``fs/fleet/ops.py``): a single read-only mount's
 :class:`~bookfs.fs.ops.BookOperations` over the ship's log, unchanged but for what it tells
 the kernel (listings, cache invalidations), whose inode numbers it maps into the fleet's
-(``fs/fleet_inodes.py``), and for its small-event cache, a view of the fleet's one shared
+(``fs/fleet/inodes.py``), and for its small-event cache, a view of the fleet's one shared
 :class:`~bookfs.fs.cache.EventCache`; and :class:`ShipFaces`, what the fleet shows of a
 ship's root and its fixed entries without its log open."""
 
@@ -19,7 +19,7 @@ import pyfuse3
 from bookfs.formats.fleet import Ship
 from bookfs.formats.info import with_core
 from bookfs.formats.shipcard import Card, read_card, source_file, witnesses
-from bookfs.fs import fleet_inodes as F
+from bookfs.fs.fleet import inodes as F
 from bookfs.fs import inodes as I
 from bookfs.fs.cache import EventCache
 from bookfs.fs.nodes.base import CHANGING, FOREVER, REFRESH, make_attrs, modes_of
@@ -32,7 +32,7 @@ SHIP_ROOT = ((b"events", I.EVENTS), (b"meta", I.META), (b"new", I.NEW), (b"info"
 SHIP_ROOT_NAMES = dict(SHIP_ROOT)
 
 if TYPE_CHECKING:
-    from bookfs.fs.fleet import FleetOperations
+    from bookfs.fs.fleet.ops import FleetOperations
 
 
 class ShipCache:
@@ -188,7 +188,7 @@ class ShipFaces:
 
     def error_file(self, ship: Ship, size: int) -> pyfuse3.EntryAttributes:
         """The attributes of the file ``MNT/<name>`` that says why the ship cannot be
-        opened (``fs/fleet.py``; ``size`` bytes): readable by whoever could read its log
+        opened (``fs/fleet/ops.py``; ``size`` bytes): readable by whoever could read its log
         (:meth:`modes`), by root alone if its directory cannot be looked at."""
         try:
             uid, gid, modes, _ = self.modes(ship)

@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 
 from bookfs.formats.segments import DEFAULT_SPAN as DEFAULT_SEGMENT_SPAN
-from bookfs.fs.mountinfo import FSNAME_PREFIX, FUSE_SUBTYPE
+from bookfs.fs.daemon.mountinfo import FSNAME_PREFIX, FUSE_SUBTYPE
 
 DEFAULT_STALL_TIMEOUT = 30.0  # seconds a new/ writer waits for a stalled predecessor
 DEFAULT_FOLLOW_TIMEOUT = 10.0  # seconds a follow/ lookup waits (fs/tail.py says why 10)
@@ -181,7 +181,7 @@ class MountOptions:
     index_dir: str | None = None
     index_cache: bool = True
     unchecked_payloads: bool = False  # new/ accepts any payload (no noun check)
-    single_connection: bool = False  # no read-only companion (fs/companion.py)
+    single_connection: bool = False  # no read-only companion (fs/daemon/companion.py)
     readdirplus: str = "always"  # or "auto" (fs/nodes/dirs.py, "Listings")
     uid: int | None = None
     gid: int | None = None
@@ -205,7 +205,7 @@ class MountOptions:
 
     def companion_options(self) -> str:
         """The ``-o`` text of a read-write mount's read-only companion
-        (``fs/companion.py``): read-only, the same segments, index, owner and FUSE
+        (``fs/daemon/companion.py``): read-only, the same segments, index, owner and FUSE
         options; its ``fsname=`` is bookfs's own, naming the source."""
         out = ["ro", f"segment_mb={self.segment_span / (1 << 20)!r}",
                f"readdirplus={self.readdirplus}"]

@@ -12,7 +12,7 @@ entries of a single mount (``events``, ``meta``, ``new``, ``info``, ``pretty``,
 ``follow``).  Their attributes (``events/``'s size is the event count, ``info``'s its
 summary's length) come, while the log is closed, from the ship's *card*, kept with its
 persisted index and believed only while the log's files are exactly as they were when it
-was written (``formats/shipcard.py``; :class:`~bookfs.fs.fleet_ship.ShipFaces`): the
+was written (``formats/shipcard.py``; :class:`~bookfs.fs.fleet.ship.ShipFaces`): the
 same attributes the open log gives, so ``find MNT -maxdepth 2`` opens no log once each
 ship has a card (a pier's is in a card file of its own in the index cache).  Without
 one (the first open of a ship, a log that changed since, a single vere-layout Book
@@ -22,7 +22,7 @@ thread; :func:`~bookfs.formats.pier.open_source`; then its card written, when it
 none that holds) and the request handed to a
 :class:`ShipOperations`: the :class:`~bookfs.fs.ops.BookOperations` of a single
 read-only mount, unchanged but for its inode numbers, which are mapped into the fleet's
-(``fs/fleet_inodes.py``).  At most ``max_open`` logs are open (the least recently used
+(``fs/fleet/inodes.py``).  At most ``max_open`` logs are open (the least recently used
 one with no request in flight is closed to open another) and a log unused for
 ``idle_close`` seconds is closed.  The mapped inode numbers of a ship are the same after
 its log is closed and opened again, so nothing the kernel cached goes stale.  Small
@@ -64,10 +64,10 @@ from bookfs.formats import index as X
 from bookfs.formats.fleet import FLEET_MARKER, FleetDir, Ship
 from bookfs.formats.info import render
 from bookfs.formats.shipcard import looked, write_card
-from bookfs.fs import fleet_inodes as F
+from bookfs.fs.fleet import inodes as F
 from bookfs.fs import inodes as I
 from bookfs.fs.cache import DEFAULT_MAX_BYTES, EventCache
-from bookfs.fs.fleet_ship import SHIP_ROOT_NAMES, ShipFaces, ShipOperations
+from bookfs.fs.fleet.ship import SHIP_ROOT_NAMES, ShipFaces, ShipOperations
 from bookfs.fs.nodes.base import CHANGING, directory_bits
 from bookfs.fs.ops import FEATURES, guarded
 from bookfs.fs.tail import DEFAULT_TIMEOUT, WAITING_EVERY

@@ -75,7 +75,7 @@ def mount_at(path: str, *, resolve: bool = True) -> Mount | None:
 def mounts_under(path: str) -> list[Mount]:
     """Every mount strictly inside the directory ``path`` (already resolved), the deepest
     and latest first: the order they can be unmounted in (a read-write mount's
-    companion binds, ``fs/companion.py``)."""
+    companion binds, ``fs/daemon/companion.py``)."""
     prefix = path.rstrip("/") + "/"
     found = []
     with open(MOUNTINFO) as f:

@@ -67,7 +67,7 @@ import subprocess
 import sys
 import tempfile
 
-from bookfs.fs.mountinfo import mounts_under
+from bookfs.fs.daemon.mountinfo import mounts_under
 
 __all__ = ["BOUND", "Companion", "start", "unbind_all"]
 

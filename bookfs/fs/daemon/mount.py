@@ -6,7 +6,7 @@ lock.  Unless ``foreground``, it forks: the parent returns only when the mount i
 (or failed, with the daemon's one-line reason) and the daemon logs to a file.  The mount
 uses ``auto_unmount``, so a daemon that dies never leaves a dead mount behind.
 
-The ``-o`` options are sorted in :mod:`bookfs.fs.options` (re-exported here:
+The ``-o`` options are sorted in :mod:`bookfs.fs.daemon.options` (re-exported here:
 ``parse_options``, ``options_help``, ``MountError``, ``OptionError``).
 """
 
@@ -28,8 +28,8 @@ import time
 
 from bookfs.errors import BookError, UsageError
 from bookfs.formats.fileio import private_dir
-from bookfs.fs.mountinfo import bookfs_mount_at, mount_at
-from bookfs.fs.options import (DEFAULT_STALL_TIMEOUT, MountError, MountOptions, OptionError,
+from bookfs.fs.daemon.mountinfo import bookfs_mount_at, mount_at
+from bookfs.fs.daemon.options import (DEFAULT_STALL_TIMEOUT, MountError, MountOptions, OptionError,
                                options_help, parse_options)
 
 __all__ = ["DEFAULT_STALL_TIMEOUT", "LOG_KEEP", "MountError", "MountOptions", "OptionError",
@@ -137,7 +137,7 @@ def mount(source: str, mountpoint: str, *, options: str | None = None,
           serve=None) -> int:
     """Mount ``source`` (a directory holding book.log and meta.bin) at ``mountpoint``.
     Returns a process exit status; prints where it mounted or why it could not.
-    ``serve``: what the daemon runs instead of serving one log (``fs/fleet_mount.py``)."""
+    ``serve``: what the daemon runs instead of serving one log (``fs/fleet/daemon.py``)."""
     serve = serve or _serve
     opts = parse_options(options)
     readonly = opts.readonly
@@ -302,7 +302,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
 
     from bookfs.errors import LockHeld, ReadOnly
     from bookfs.formats.pier import open_source
-    from bookfs.fs import readahead
+    from bookfs.fs.daemon import readahead
     from bookfs.fs.dates import date_pass
     from bookfs.fs.ops import FEATURES, BookOperations
 
@@ -354,7 +354,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
                     ops.reads_note = ("through this connection (stock pyfuse3: a read-only "
                                       "connection would not save a request)")
                 ready()
-            else:  # reads through a read-only companion (fs/companion.py)
+            else:  # reads through a read-only companion (fs/daemon/companion.py)
                 nursery.start_soon(_companion, ops, source, mountpoint, opts, log_file,
                                    debug, ready)
             async def stop_on_signal():
@@ -400,7 +400,7 @@ PROFILE_ENV = "BOOKFS_PROFILE"
 def _own_fuse_fd() -> int:
     """This daemon's ``/dev/fuse`` descriptor (its own ``/proc/self/fd``), or -1: said in
     the mount's ready line, so that a read-write mount can take a copy of its
-    companion's connection (``fs/companion.py``) without reading another process's
+    companion's connection (``fs/daemon/companion.py``) without reading another process's
     ``/proc``."""
     with contextlib.suppress(OSError):
         for name in os.listdir("/proc/self/fd"):
@@ -428,7 +428,7 @@ async def _companion(ops, source, mountpoint, opts, log_file, debug, ready) -> N
     the companion: if its daemon exits while this mount is served, detach its binds."""
     import trio
 
-    from bookfs.fs import companion as comp
+    from bookfs.fs.daemon import companion as comp
 
     try:
         got = await trio.to_thread.run_sync(functools.partial(
@@ -552,7 +552,7 @@ def umount(mountpoint: str, *, lazy: bool = False, timeout: float = 30.0) -> int
     mountpoint = os.path.realpath(mountpoint)
     source, readonly = _mounted_source(mountpoint)
     if not lazy:  # a lazy detach takes the companion's binds along
-        from bookfs.fs.companion import unbind_all
+        from bookfs.fs.daemon.companion import unbind_all
 
         try:
             unbind_all(mountpoint)  # a mount with mounts inside is busy for umount

@@ -1,6 +1,6 @@
-"""``bookfs mount --fleet DIR MNT``: the daemon of a fleet mount (``fs/fleet.py``).
+"""``bookfs mount --fleet DIR MNT``: the daemon of a fleet mount (``fs/fleet/ops.py``).
 
-The life cycle is a single mount's (``mount.py``: fork, ready pipe, watchdog, SIGINT and
+The life cycle is a single mount's (``fs/daemon/mount.py``: fork, ready pipe, watchdog, SIGINT and
 SIGTERM unmount, daemon log), with :class:`~bookfs.fs.fleet.FleetOperations` served
 instead of one log's operations.  A fleet is always read-only (``-o rw`` is refused as
 bad usage); its ``fsname`` is ``bookfs-fleet:DIR``.  The mount is ready once ``DIR`` has
@@ -16,9 +16,9 @@ import signal
 
 from bookfs.errors import UsageError
 from bookfs.formats.fleet import FLEET_FSNAME_PREFIX
-from bookfs.fs import mount as M
-from bookfs.fs.fleet import IDLE_CLOSE, MAX_OPEN
-from bookfs.fs.options import parse_options
+from bookfs.fs.daemon import mount as M
+from bookfs.fs.fleet.ops import IDLE_CLOSE, MAX_OPEN
+from bookfs.fs.daemon.options import parse_options
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def _serve_fleet(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
     import pyfuse3
     import trio
 
-    from bookfs.fs.fleet import FleetOperations
+    from bookfs.fs.fleet.ops import FleetOperations
 
     log_file = M._setup_logging(log_file, debug, daemon)
     if ready_fd is not None:

@@ -1,7 +1,7 @@
 """A mount's readahead: big events stream in 1 MiB READ requests, not 128 KiB ones.
 
 Set once the kernel has taken the mount's INIT reply (which would set it back), by the
-daemon of every mount (``fs/mount.py``); measured in ``docs/benchmarks.md`` ("A big event
+daemon of every mount (``fs/daemon/mount.py``); measured in ``docs/benchmarks.md`` ("A big event
 read cold and warm").
 """
 

@@ -1,0 +1,10 @@
+"""A fleet mount (``bookfs mount --fleet DIR MNT``): every log under ``DIR`` as
+``MNT/<ship>/``, read-only, served by one daemon.
+
+``ops``     the fleet's ``Operations``: routes each request to its ship, opens ships on
+            first use and closes idle ones, error files for ships that cannot be read
+``ship``    one ship: a single read-only mount's operations in the fleet's inodes, and
+            what a closed ship shows (its card)
+``inodes``  a ship's inode numbers with its id in the bits a single log leaves unused
+``daemon``  the fleet daemon's life cycle
+"""
