@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from bookfs.formats.fileio import pread_into
 from bookfs.formats.layout import DEED_LEN, DEED_TAIL_SIZE, MAX_PAYLOAD, MIN_PAYLOAD
 
-if TYPE_CHECKING:
-    from bookfs.formats.index import OffsetIndex
+
+class OffsetIndex(Protocol):
+    """What a framing scan extends (``index.py``'s :class:`~bookfs.formats.index.OffsetIndex`,
+    declared here so that this module, which ``index.py`` imports, imports nothing back):
+    the offsets so far, a growable array, and ``end``, where the next deed starts."""
+
+    offsets: Any
+    end: int
+
 
 _CHUNK = 4 << 20  # bytes read at a time while scanning framing
 

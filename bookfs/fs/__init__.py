@@ -8,6 +8,9 @@ wings (subpackages), each with its own map.
               escapes it
 ``nodes``     the kinds of node, one module each, with its caching, errno and
               durability contract
+``state``     what a mount holds, declared in one place: what the node kinds, the
+              follower and the tail are handed (``MountState``), and how they tell the
+              kernel (``Kernel``)
 ``follow``    a read-only mount follows the writer; generation slots; the kernel's
               caches dropped when the log is replaced or recovered
 ``tail``      the lookups under ``follow/`` that wait for an event to be committed

@@ -31,17 +31,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
-from typing import TYPE_CHECKING
 
 import pyfuse3
 import trio
 
 from bookfs.errors import refuse
 from bookfs.fs import inodes as I
+from bookfs.fs.state import MountState
 from bookfs.fs.tail import WAITING_EVERY
-
-if TYPE_CHECKING:
-    from bookfs.fs.ops import BookOperations
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +54,7 @@ class Follower:
     """The log's generation as the mount knows it, the generation slots of its inodes,
     and the kernel's caches to drop when the log changes."""
 
-    def __init__(self, fs: BookOperations):
+    def __init__(self, fs: MountState):
         self.fs = fs
         self.book = fs.book
         self.generation = getattr(fs.book, "generation", 0)

@@ -46,17 +46,14 @@ from __future__ import annotations
 
 import errno
 import logging
-from typing import TYPE_CHECKING
 
 import pyfuse3
 import trio
 
 from bookfs.errors import refuse
 from bookfs.fs.daemon.options import DEFAULT_FOLLOW_TIMEOUT as DEFAULT_TIMEOUT
+from bookfs.fs.state import MountState
 from bookfs.types import EventNum
-
-if TYPE_CHECKING:
-    from bookfs.fs.ops import BookOperations
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +64,7 @@ WATCH_EVERY = 1.0  # seconds between checks that the mount still exists, while o
 class Tail:
     """The lookups waiting for an event, and the event that wakes them."""
 
-    def __init__(self, fs: BookOperations, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, fs: MountState, timeout: float = DEFAULT_TIMEOUT):
         self.fs = fs
         self.timeout = timeout
         self.waiting = 0  # lookups waiting now

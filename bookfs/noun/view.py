@@ -19,12 +19,18 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from bookfs.noun.codec import CueError, Noun
 
-if TYPE_CHECKING:
-    from bookfs.noun.render import Budget
+
+class Budget(Protocol):
+    """The CPU budget a skip walk looks at (``render.py``'s :class:`~bookfs.noun.render.Budget`,
+    declared here so that this module, which ``render.py`` imports, imports nothing back)."""
+
+    def check(self) -> None:
+        """Raise the renderer's ``OutOfTime`` once the CPU time is spent."""
+
 
 CORD_MAX_BYTES = 4096  # atoms up to this wide are checked for text; wider ones never are
 HEX_EDGE = 8  # hex digits shown at each end of an abbreviated atom

@@ -12,7 +12,7 @@ import itertools
 import os
 import stat
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import pyfuse3
 
@@ -31,8 +31,23 @@ SHIP_ROOT = ((b"events", I.EVENTS), (b"meta", I.META), (b"new", I.NEW), (b"info"
              (b"pretty", I.PRETTY), (b"follow", I.FOLLOW))
 SHIP_ROOT_NAMES = dict(SHIP_ROOT)
 
-if TYPE_CHECKING:
-    from bookfs.fs.fleet.ops import FleetOperations
+
+
+class Fleet(Protocol):
+    """What a ship reads of its fleet (``fs/fleet/ops.py``, ``FleetOperations``): the
+    fleet's mount options, inodes, shared cache and attribute maker."""
+
+    mountpoint: str
+    segment_span: int
+    owner: tuple[int | None, int | None]
+    umask: int | None
+    follow_timeout: float
+    inodes: F.InodeMap
+    cache: EventCache
+    mounted_ns: int
+
+    def _attrs(self, ino: int, mode: int, size: int, timeout: float, **kw: Any
+               ) -> pyfuse3.EntryAttributes: ...
 
 
 class ShipCache:
@@ -65,7 +80,7 @@ class ShipOperations(BookOperations):
     """A single read-only mount's operations over one ship's log, telling the kernel
     about its inodes by their fleet numbers (listings and cache invalidations)."""
 
-    def __init__(self, fleet: FleetOperations, ship: Ship, book):
+    def __init__(self, fleet: Fleet, ship: Ship, book):
         super().__init__(book, mountpoint=os.path.join(fleet.mountpoint, ship.name),
                          segment_span=fleet.segment_span, owner=fleet.owner,
                          umask=fleet.umask, follow_timeout=fleet.follow_timeout)

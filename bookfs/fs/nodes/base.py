@@ -25,7 +25,7 @@ import logging
 import os
 import struct
 import time
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import pyfuse3
 
@@ -38,25 +38,13 @@ from bookfs.formats.layout import (
     META_NAME,
     PIER_LOG_DIR,
 )
-
-if TYPE_CHECKING:
-    from bookfs.fs.ops import BookOperations
+from bookfs.fs.state import Modes, MountState  # noqa: F401 (Modes re-exported)
 
 log = logging.getLogger(__name__)
 
 FOREVER = 24 * 3600.0  # cache timeout for immutable entries (seconds)
 CHANGING = 1.0  # attribute timeout for things an append changes (seconds)
 GROWING = 0.0  # attribute timeout for files whose size an append changes
-
-
-class Modes(NamedTuple):
-    """Permission bits of the mount's files, derived from the source (``source_modes``)."""
-
-    read: int  # events, segments, info files
-    dir: int  # events/, meta/, epochs/, the root
-    new: int  # new/: search and list for readers, create for writers
-    meta: int  # meta/<key>
-    staged: int  # a new/<N> being written
 
 
 def _source_file(book) -> str:
@@ -399,7 +387,7 @@ class Kind:
     the request (and for an inode no kind owns): no such file (``attrs``, ``open``), not
     readable (``read_inode``: EBADF), fixed attributes (``setattr``)."""
 
-    def __init__(self, fs: BookOperations):
+    def __init__(self, fs: MountState):
         self.fs = fs
         self.book = fs.book
 
