@@ -1,6 +1,7 @@
 """The append engine (``bookfs/fs/append/``) runs without FUSE (issue 36, item 1): driven
 here in a process where ``import pyfuse3`` fails, it reserves numbers, stages bytes,
-checks the payload as it streams, commits in order with one group save, and refuses what
+checks the payload as it streams, judges each close (``rule.close``), commits in order
+with one group save, and refuses what
 the contract refuses with :class:`bookfs.errors.Refused` and the errno DESIGN.md names,
 leaving the log as it was."""
 
@@ -20,6 +21,7 @@ SCRIPT = textwrap.dedent("""
     from bookfs.errors import Refused
     from bookfs.formats.book import Book
     from bookfs.fs.append.check import PayloadStream
+    from bookfs.fs.append import rule
     from bookfs.fs.append.commit_queue import CommitQueue, WorkerThread
     from bookfs.noun import jam
 
@@ -37,13 +39,12 @@ SCRIPT = textwrap.dedent("""
     queue = CommitQueue(book)
     checker = WorkerThread("check")
 
-    async def append(r, data):
+    async def append(r, data, at=0):
         r.payload = PayloadStream(checker)
-        r.staging.write(0, data)
-        await r.payload.wrote(0, data)
-        why = await r.payload.verdict(r.staging)
-        r.refused = None if why is None else (errno.EINVAL, why.refusal)
-        return await queue.commit(r)
+        r.staging.write(at, data)
+        await r.payload.wrote(at, data)
+        # the writer's last close (no mount: every close is the last)
+        return await rule.close(queue, None, None, r, 0, None, mounted=False)
 
     async def main():
         assert refused(queue.reserve, b"2") == errno.EINVAL  # a gap
@@ -62,6 +63,14 @@ SCRIPT = textwrap.dedent("""
         else:
             raise AssertionError("a payload that is no noun was committed")
         assert book.last == 3 and queue.next_free() == 4
+        holed = queue.reserve(b"4")  # bytes 0..9 never written
+        try:
+            await append(holed, payload(b"four"), at=10)
+        except Refused as e:
+            assert e.errno == errno.EINVAL and "never written" in str(queue.refusals.render()), e
+        else:
+            raise AssertionError("a file with a hole was committed")
+        assert book.last == 3 and queue.next_free() == 4
         assert "pyfuse3" not in sys.modules or sys.modules["pyfuse3"] is None
 
     trio.run(main)
@@ -78,4 +87,5 @@ def test_the_append_engine_runs_without_fuse(tmp_path):
     ok, batches, refusals = out.stdout.split()
     assert ok == "ok"
     assert int(batches) <= 3  # 1, 2 and 3 saved in order (together when they could be)
-    assert int(refusals) == 4  # the gap, the name, the number in flight, the bad payload
+    assert int(refusals) == 5  # the gap, the name, the number in flight, the bad payload,
+    # the hole

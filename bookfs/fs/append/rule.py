@@ -19,16 +19,31 @@ of a process share one table; a forked child has its own.
 :func:`probe` is the only place that reads ``/proc``, and it reads only the closing task
 itself, in files whose kernel code takes no lock the closer can hold (no ``exec``, cred
 or mmap lock: the citations are in ``docs/reliability.md``).  It still runs off the event
-loop with a deadline (``ops.py``).  Where it cannot tell, it answers UNKNOWN and the
-append fails loudly, with nothing committed.
+loop with a deadline (:func:`closing` on a worker, :func:`commit_check` on the commit
+thread).  Where it cannot tell, it answers UNKNOWN and the append fails loudly, with
+nothing committed.
+
+:func:`close` is what a close of ``new/<N>`` does, from the request to the commit: the
+rule's verdict, the hole and payload checks, the ordered commit; the FUSE adapter
+(``fs/nodes/new.py``) calls it and answers the errno of what it refuses.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import os
 
-from bookfs.fs.append.commit_queue import HOLD
+from bookfs.errors import Refused
+from bookfs.fs.append.check import hole_refusal
+from bookfs.fs.append.commit_queue import (
+    DONE,
+    FAILED,
+    HOLD,
+    OPEN,
+    CommitQueue,
+    Reservation,
+)
 from bookfs.fs.daemon.mountinfo import mount_devices
 
 #: probe verdicts
@@ -312,3 +327,61 @@ def commit_check(tid: int, writer: Writer, mounts: Mounts, inode: int, known,
     if verdict in (HELD, COPY):
         return HOLD
     return errno.EIO, why
+
+
+async def close(queue: CommitQueue, prober, mounts: Mounts, r: Reservation, inode: int,
+                ctx, *, mounted: bool = True) -> bool:
+    """A close (FLUSH) of the file ``r`` is written in (``inode``, its inode on the mount),
+    judged by the commit rule and, when it is the writer's last, committed: the whole of
+    what a close of ``new/<N>`` does, in one place.
+
+    True once ``r`` is durable and visible.  False for a close that commits nothing: a
+    copy's (another table, at once, from the request alone), one while the writer's table
+    holds another descriptor (HELD: ``r`` is written on), one after the commit.
+    :class:`~bookfs.errors.Refused` when the append fails: a write that failed (its
+    errno), a killed writer or a close that cannot be judged (EIO, ``r`` abandoned with
+    every later reservation), bytes that are no event (EINVAL: a hole, or the payload
+    check's verdict, finished here before the commit freezes the bytes), or the commit
+    queue's own refusals.  The writer's closes are probed on the commit thread, in the
+    save's own hand-off (:func:`commit_check`); a close from a thread whose table is not
+    known yet is probed first, on ``prober``, before anything is frozen (a child's close
+    must not stop the writer's writes)."""
+    if r.state == FAILED:
+        raise Refused(r.error, f"new/{r.name}: not committed")
+    writer = r.writer
+    known = None if ctx is None else writer.closing(ctx)
+    if known is False or r.state == DONE:
+        return False  # a copy's close (another table): commits nothing, waits for nothing
+    check = None
+    if r.state == OPEN and known is None and mounted:
+        verdict, why = await closing(prober, mounts, writer, inode, ctx, mounted=mounted)
+        if verdict == COPY:
+            return False
+        if verdict != UNKNOWN and not writer.table:
+            writer.table = ctx.lock_owner  # a thread of the writer: its table now
+        if verdict == HELD:
+            if r.poisoned:
+                raise Refused(r.poisoned, f"new/{r.name}: a write to it failed")
+            return False
+        if verdict in (KILLED, UNKNOWN):
+            if r.state == OPEN:
+                queue.abandon(r, why, errno.EIO)  # noted in the refusals
+            raise Refused(errno.EIO, f"new/{r.name}: {why}")
+    elif r.state == OPEN and ctx is not None and mounted and not SKIP_PROBE:
+        check = functools.partial(commit_check, ctx.pid, writer, mounts, inode, known)
+    if r.state == OPEN and not r.poisoned:
+        # every byte written (checked or not), then the payload's check, finished before
+        # the commit freezes the bytes (nothing awaits in between); refused by the queue
+        # only if this close is the last
+        if (hole := hole_refusal(r.staging)) is not None:
+            r.refused = errno.EINVAL, hole
+        else:
+            why = None if r.payload is None else await r.payload.verdict(r.staging)
+            r.refused = None if why is None else (errno.EINVAL, why.refusal)
+    if r.state == FAILED:
+        raise Refused(r.error, f"new/{r.name}: not committed")
+    if await queue.commit(r, check):
+        return True
+    if r.poisoned:  # a dup's close: its write failed
+        raise Refused(r.poisoned, f"new/{r.name}: a write to it failed")
+    return False

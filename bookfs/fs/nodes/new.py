@@ -60,7 +60,6 @@ errno).
 from __future__ import annotations
 
 import errno
-import functools
 import logging
 import re
 import stat
@@ -73,7 +72,7 @@ import pyfuse3
 from bookfs.errors import BookError, refuse
 from bookfs.fs import inodes as I
 from bookfs.fs.append import rule
-from bookfs.fs.append.check import PayloadStream, hole_refusal
+from bookfs.fs.append.check import PayloadStream
 from bookfs.fs.append.commit_queue import Reservation, WorkerThread
 from bookfs.fs.append.rule import Writer
 from bookfs.fs.nodes.base import CHANGING, Kind
@@ -311,55 +310,15 @@ class NewFiles(Kind):
         return n
 
     async def flush(self, h: Reservation, fh: int, ctx) -> None:
-        """The commit rule for ``new/<N>``: a copy's close returns at once; the writer's
-        last close commits and returns the outcome; a killed writer, or a close that
-        cannot be judged, fails the append with nothing committed.  The writer's closes
-        are probed on the commit thread, in the hand-off of the save itself."""
+        """A close of ``new/<N>``: the append engine's commit rule judges it and, for
+        the writer's last close, commits (:func:`bookfs.fs.append.rule.close`, which
+        says what every outcome is); a committed name stays for its writer a while
+        (:class:`Recent`)."""
         fs = self.fs
-        if h.state == "failed":
-            raise pyfuse3.FUSEError(h.error)
-        writer = h.writer
-        known = None if ctx is None else writer.closing(ctx)
-        if known is False or h.state == "done":
-            return  # a copy's close (another table): commits nothing, waits for nothing
-        check = None
-        if h.state == "open" and known is None and fs.mountpoint:
-            # the writer's table is not known yet: another thread closes (the writer's,
-            # or a forked child's).  Judged before anything is frozen, since a child's
-            # close must not stop the writer's writes.
-            verdict, why = await rule.closing(fs.prober, fs.mounts, writer, I.staging_inode(fh),
-                                              ctx, mounted=bool(fs.mountpoint))
-            if verdict == rule.COPY:
-                return
-            if verdict != rule.UNKNOWN and not writer.table:
-                writer.table = ctx.lock_owner  # a thread of the writer: its table now
-            if verdict == rule.HELD:
-                if h.poisoned:
-                    raise pyfuse3.FUSEError(h.poisoned)
-                return
-            if verdict in (rule.KILLED, rule.UNKNOWN):
-                if h.state == "open":
-                    fs.queue.abandon(h, why, errno.EIO)  # noted in the refusals
-                raise pyfuse3.FUSEError(errno.EIO)
-        elif h.state == "open" and ctx is not None and fs.mountpoint and not rule.SKIP_PROBE:
-            check = functools.partial(rule.commit_check, ctx.pid, writer, fs.mounts,
-                                      I.staging_inode(fh), known)
-        if h.state == "open" and not h.poisoned:
-            # every byte written (checked or not), then the payload's check, finished
-            # before the commit freezes the bytes (nothing awaits in between); refused by
-            # the queue only if this close is the last
-            if (hole := hole_refusal(h.staging)) is not None:
-                h.refused = errno.EINVAL, hole
-            else:
-                why = None if h.payload is None else await h.payload.verdict(h.staging)
-                h.refused = None if why is None else (errno.EINVAL, why.refusal)
-        if h.state == "failed":
-            raise pyfuse3.FUSEError(h.error)
-        if await fs.queue.commit(h, check):
-            threads = () if ctx is None else (writer.thread, ctx.pid)
+        if await rule.close(fs.queue, fs.prober, fs.mounts, h, I.staging_inode(fh), ctx,
+                            mounted=bool(fs.mountpoint)):
+            threads = () if ctx is None else (h.writer.thread, ctx.pid)
             self.recent.add(h.name.encode(), h.number, I.staging_inode(fh), threads)
-        elif h.poisoned:
-            raise pyfuse3.FUSEError(h.poisoned)  # a dup's close: its write failed
 
     # --- extended attributes: the per-file opt-out of the payload check ------------------
 
