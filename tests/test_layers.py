@@ -62,7 +62,7 @@ def _imports(path: Path, modules: dict[str, Path], type_checking: bool = False):
 def _layer(module: str) -> str | None:
     parts = module.split(".")
     if len(parts) == 1:
-        return None  # the package root: version, MOVED, lazy Book
+        return None  # the package root: version, lazy Book
     return "vocabulary" if parts[1] in VOCABULARY else parts[1]
 
 
