@@ -13,9 +13,10 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bookfs.formats import deedcheck, recovery
+from bookfs.formats import deedcheck, nouncheck
 from bookfs.formats.book import Book
-from bookfs.formats.recovery import CheckReport, check_nouns
+from bookfs.formats.reports import CheckReport
+from bookfs.formats.nouncheck import check_nouns
 from bookfs.noun import jam
 
 _payloads = st.lists(st.one_of(
@@ -52,7 +53,7 @@ def test_batched_and_forked_checks_report_what_the_per_event_check_does(
             f.seek(off)
             f.write(bytes([b[0] ^ 0x40]))
     monkeypatch.setattr(deedcheck, "_CRC_CHUNK", 1 << 16)  # runs of a few events
-    monkeypatch.setattr(recovery, "_NOUN_RUN", 3)
+    monkeypatch.setattr(nouncheck, "_NOUN_RUN", 3)
     with Book.open(d, use_index_cache=False) as book:
         failed = {e for e, _ in book.verify()}
         # (a failing last deed may be a torn tail: not in the log as opened)

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from bookfs.formats import layout
 from bookfs.formats.book import Book
 from bookfs.errors import CorruptDeed, NoSuchEvent, TooShort
-from bookfs.formats.recovery import find_valid_deeds
+from bookfs.formats.deedcheck import find_valid_deeds
 
 PAGE = 4096
 

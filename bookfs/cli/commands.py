@@ -125,8 +125,9 @@ def _open_damage(log) -> list[str]:
 
 
 def cmd_verify(args) -> int:
+    from bookfs.formats.nouncheck import MUGS_NOTE, bob_dir_for, check_nouns
     from bookfs.formats.pier import open_source
-    from bookfs.formats.recovery import MUGS_NOTE, CheckReport, bob_dir_for, check_nouns
+    from bookfs.formats.reports import CheckReport
 
     if args.mugs:
         print(f"bookfs verify: note: {MUGS_NOTE}", file=sys.stderr)
@@ -241,8 +242,8 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
 def apply_index_arguments(args) -> None:
     """Configure the index cache from ``--index-dir`` / ``--no-index-cache``; an index
     directory that cannot be created or is not private raises :class:`UsageError`."""
-    from bookfs.formats import index
     from bookfs.errors import BookError
+    from bookfs.formats import index
     from bookfs.formats.fileio import private_dir
 
     if getattr(args, "no_index_cache", False):

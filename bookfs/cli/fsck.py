@@ -44,7 +44,8 @@ import sys
 from dataclasses import asdict
 
 from bookfs.errors import BookError, ReadOnly
-from bookfs.formats.recovery import MUGS_NOTE, CheckReport
+from bookfs.formats.nouncheck import MUGS_NOTE
+from bookfs.formats.reports import CheckReport
 
 EXIT_CLEAN, EXIT_REPAIRED, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 4, 8
 
@@ -101,7 +102,12 @@ def left_out_line(res: dict) -> str:
     """What a salvage left out of the new log and why, in one clause for its summary line
     (``res`` is what ``salvage`` returned): deeds never committed, payloads under 4 bytes,
     damaged bytes, and the file(s) holding them byte for byte."""
-    from bookfs.formats.salvage import DAMAGED, NOT_COMMITTED, SHORT_PAYLOAD, left_out_summary
+    from bookfs.formats.salvage import (
+        DAMAGED,
+        NOT_COMMITTED,
+        SHORT_PAYLOAD,
+        left_out_summary,
+    )
 
     records = res.get("left_out") or []
     if not records:

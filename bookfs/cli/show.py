@@ -47,7 +47,7 @@ from bookfs.noun.render import DEFAULT
 
 def _bob_dir(path: str | None) -> str | None:
     """The ``.urb/bob`` of the pier the source is in (ram events' bob atoms), if any."""
-    from bookfs.formats.recovery import bob_dir_for
+    from bookfs.formats.nouncheck import bob_dir_for
 
     return bob_dir_for(path)
 

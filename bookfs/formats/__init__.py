@@ -13,8 +13,11 @@
 ``lmdb_snapshots``  reading a live LMDB store without its lock file
 ``pier``            a pier = ordered epochs, one numbering; ``identify``/``open_source``
                     pick the format
-``recovery``        the Recovery ladder (check → repair → salvage), its report types,
-                    quarantine, the noun check and what every ladder shares
+``recovery``        the Recovery ladder (check → repair → salvage) and what every ladder
+                    shares (``meta.bin``), nothing else
+``reports``         what an open and a check report (``RecoveryReport``, ``CheckReport``)
+``quarantine``      bytes that may hold events kept aside before a log is cut back
+``nouncheck``       the noun check (``verify --nouns``): every event decode-checked
 ``deedcheck``       the UIP deed checks: CRC (streamed; forked past 256 MiB), valid deeds
                     in a damaged region, the torn tail
 ``book_recovery``   the ladder for the UIP layout

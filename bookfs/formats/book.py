@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
-from bookfs.formats import recovery
+from bookfs.formats import deedcheck, reports
 from bookfs.errors import (BadMagic, BadVersion, BookError, ContiguityError, TooShort,
     UnsupportedLayout)
 from bookfs.formats.index import (FileStamp, OffsetIndex, discard_index, load_index,
@@ -75,7 +75,7 @@ class Book(SingleFileLog):
         self._view = (0, 0, HEADER_SIZE)
         self._seen_size = 0
         self._stamp = b""  # see _read_stamp
-        self.recovery = recovery.RecoveryReport()
+        self.recovery = reports.RecoveryReport()
         self._index_dirty = False
         self._dates_saved = 0  # dates the persisted index holds (persist_dates)
         self._index_untrusted = False  # a read found the index wrong: never persist it
@@ -179,11 +179,11 @@ class Book(SingleFileLog):
         # CRC checks: a writer checks everything not yet known good; a reader, the last deed.
         if self.writable:
             start_i = _first_at_or_after(index.offsets, index.verified_end)
-            bad = recovery.first_bad_deed(fd, index.offsets, start_i, index.end,
+            bad = deedcheck.first_bad_deed(fd, index.offsets, start_i, index.end,
                                           progress=progress)
         elif index.count and index.verified_end < index.end:
             i = index.count - 1
-            ok = recovery.deed_crc_ok(fd, index.offsets[i], index.payload_size(index.first + i))
+            ok = deedcheck.deed_crc_ok(fd, index.offsets[i], index.payload_size(index.first + i))
             bad = None if ok else i
         else:
             bad = None
@@ -209,7 +209,7 @@ class Book(SingleFileLog):
             self._persist_index()
 
     def _is_torn_tail(self, off: int, size: int) -> bool:
-        return recovery.is_torn_tail(self._fd, off, size)
+        return deedcheck.is_torn_tail(self._fd, off, size)
 
     def _persist_index(self, card: bytes | None = None) -> None:
         if not self._index_untrusted:
@@ -247,7 +247,7 @@ class Book(SingleFileLog):
         self._index = OffsetIndex()
         self._seen_size = 0
         self._synced = (0, b"")  # another log: nothing of it is known durable yet
-        self.recovery = recovery.RecoveryReport()
+        self.recovery = reports.RecoveryReport()
         try:
             self._load(None, use_cache=False)
         except BookError:
@@ -331,7 +331,7 @@ class Book(SingleFileLog):
             end = self._view[2]
             fresh = OffsetIndex(first=old.first, times=list(old.times))
             scan_framing(self._fd, fresh, end)
-            clean = fresh.end == end and (not self.writable or recovery.first_bad_deed(
+            clean = fresh.end == end and (not self.writable or deedcheck.first_bad_deed(
                 self._fd, fresh.offsets, 0, fresh.end) is None)
             try:
                 if not clean:
@@ -368,7 +368,7 @@ class Book(SingleFileLog):
         if self._confirm_offset(event, event - self._view[0]):
             off, n = self._locate(event)  # the index was rebuilt
         self._check_len(event, off, n, os.pread(self._fd, 8, off))
-        if not recovery.deed_crc_ok(self._fd, off, n):
+        if not deedcheck.deed_crc_ok(self._fd, off, n):
             self._corrupt(event, off)
 
     def newest_heads(self, most: int, size: int) -> Iterator[bytes]:
@@ -381,7 +381,7 @@ class Book(SingleFileLog):
         _, count, end = self._view
         floor = self._index.offsets[0] if count else end
         for start, n in newest_deeds(self._fd, floor, end, most):
-            if not recovery.deed_crc_ok(self._fd, start, n):
+            if not deedcheck.deed_crc_ok(self._fd, start, n):
                 return
             yield os.pread(self._fd, min(size, n), start + 8)
 
@@ -395,7 +395,7 @@ class Book(SingleFileLog):
         bad = []
         i = 0
         while True:
-            k = recovery.first_bad_deed(self._fd, ix.offsets, i, ix.end, progress=progress)
+            k = deedcheck.first_bad_deed(self._fd, ix.offsets, i, ix.end, progress=progress)
             if k is None:
                 return bad
             bad.append((ix.first + k, ix.offsets[k]))
@@ -432,7 +432,7 @@ class Book(SingleFileLog):
         published_end = ix.end
         scan_framing(self._fd, ix, size)
         # expose only deeds whose CRC checks; stop at the first that does not (yet)
-        bad = recovery.first_bad_deed(self._fd, ix.offsets, before, ix.end)
+        bad = deedcheck.first_bad_deed(self._fd, ix.offsets, before, ix.end)
         if bad is not None:
             ix.truncate(bad)
         scanned_end = ix.end

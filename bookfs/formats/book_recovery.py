@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 
 from bookfs.errors import BadMagic, BookError
-from bookfs.formats import recovery
+from bookfs.formats import deedcheck, recovery, reports
 from bookfs.formats.book import Book
 from bookfs.formats.fileio import open_regular
 from bookfs.formats.framing import scan_framing
@@ -64,10 +64,10 @@ class BookRecovery(recovery.BookDirRecovery):
     def size(self) -> int:
         return 2 * os.path.getsize(self.log_path)  # the framing pass, then every CRC
 
-    def check(self, *, mugs: bool = False, progress=None) -> recovery.CheckReport:
-        P = recovery.Problem
+    def check(self, *, mugs: bool = False, progress=None) -> reports.CheckReport:
+        P = reports.Problem
         log_path = self.log_path
-        rep = recovery.CheckReport(log_path, "book-v1 (UIP layout)")
+        rep = reports.CheckReport(log_path, "book-v1 (UIP layout)")
         st = rep.state = UipFindings()
         fd = open_regular(log_path, os.O_RDONLY, follow=True)
         try:
@@ -90,13 +90,13 @@ class BookRecovery(recovery.BookDirRecovery):
                     break
                 if numbered is None:
                     numbered = len(index.offsets)
-                if recovery.is_torn_tail(fd, stop, size):
+                if deedcheck.is_torn_tail(fd, stop, size):
                     st.torn_tail = (stop, size - stop)
                     rep.problems.append(P("torn-tail", stop, f"{size - stop} bytes at offset "
                                           f"{stop} are an incomplete final deed"))
                     rep.repairs.append(f"cut the torn tail at offset {stop}")
                     break
-                nxt = recovery.find_valid_deeds(fd, stop + 1, size, limit=1)
+                nxt = deedcheck.find_valid_deeds(fd, stop + 1, size, limit=1)
                 end = nxt[0] if nxt else size
                 st.damaged.append((stop, end - stop))
                 rep.problems.append(P("framing", stop, f"{end - stop} bytes at offset {stop} "
@@ -108,7 +108,7 @@ class BookRecovery(recovery.BookDirRecovery):
             # every CRC, continuing past failures (framing holds, so positions are known)
             i = 0
             while True:
-                bad = recovery.first_bad_deed(fd, index.offsets, i, index.end,
+                bad = deedcheck.first_bad_deed(fd, index.offsets, i, index.end,
                                               progress=progress)
                 if bad is None:
                     break
@@ -128,7 +128,7 @@ class BookRecovery(recovery.BookDirRecovery):
             os.close(fd)
         return self._finish_check(rep, mugs, progress)
 
-    def repair(self, report: recovery.CheckReport) -> list[str]:
+    def repair(self, report: reports.CheckReport) -> list[str]:
         """Cut a torn tail (the only cut that is always safe) and create a missing
         ``meta.bin``; returns what was done."""
         st: UipFindings = report.state
@@ -153,7 +153,7 @@ class BookRecovery(recovery.BookDirRecovery):
                     done.append(made)
         return done
 
-    def salvage_into(self, report: recovery.CheckReport, out: str, *, progress=None) -> dict:
+    def salvage_into(self, report: reports.CheckReport, out: str, *, progress=None) -> dict:
         """Write every recoverable event of the checked log to a new UIP log in ``out``, in
         log order; each deed is re-checked here and only valid ones are copied.  The bytes
         of every deed that fails its CRC, of every region that does not frame and of a
@@ -190,7 +190,7 @@ class BookRecovery(recovery.BookDirRecovery):
                     (n,) = DEED_LEN.unpack(os.pread(fd, 8, off))
                     prev_end = off + n + DEED_OVERHEAD
                     original = first + i if original_known else None
-                    if not recovery.deed_crc_ok(fd, off, n):
+                    if not deedcheck.deed_crc_ok(fd, off, n):
                         gaps.append({"offset": off, "bytes": n + DEED_OVERHEAD,
                                      "after_new_event": batch.next_event - 1,
                                      "events_lost": 1, "original_event": original})

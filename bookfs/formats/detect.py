@@ -17,6 +17,7 @@ import os
 import struct
 
 from bookfs.errors import BadMagic, BadVersion, BookError, FormatError, TooShort
+from bookfs.formats.deedcheck import deed_crc_ok
 from bookfs.formats.fileio import open_regular
 from bookfs.formats.layout import (
     DEED_LEN,
@@ -37,7 +38,6 @@ from bookfs.formats.layout import (
     VERSION,
     crc32,
 )
-from bookfs.formats.recovery import deed_crc_ok
 
 
 def slot_crc_ok(raw: bytes) -> bool:

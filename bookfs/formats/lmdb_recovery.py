@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from bookfs.errors import BookError, ReadOnly
-from bookfs.formats import recovery
+from bookfs.formats import nouncheck, recovery, reports
 from bookfs.formats.lmdb_log import DATA_NAME, LmdbLog
 from bookfs.formats.salvage import LeftOut, SalvageBatch
 
@@ -31,31 +31,31 @@ class LmdbRecovery(recovery.Recovery):
     def open_log(self) -> LmdbLog:
         return LmdbLog.open(self.path, meta_from=self.meta_from)
 
-    def check(self, *, mugs: bool = False, progress=None) -> recovery.CheckReport:
+    def check(self, *, mugs: bool = False, progress=None) -> reports.CheckReport:
         with self.open_log() as lg:
-            rep = recovery.CheckReport(lg.data_path, lg.format)
+            rep = reports.CheckReport(lg.data_path, lg.format)
             for event, _ in lg.verify(progress=progress):
-                rep.problems.append(recovery.Problem(
+                rep.problems.append(reports.Problem(
                     "read", None, f"event {event} cannot be read from EVENTS; the events "
                     "after it were not checked", event=event, path=lg.data_path))
             rep.first, rep.last = lg.gulf()
             rep.events = lg.count
             if mugs:
-                recovery.check_nouns(lg, rep, bob_dir=self.bob_dir, progress=progress)
+                nouncheck.check_nouns(lg, rep, bob_dir=self.bob_dir, progress=progress)
         return rep
 
-    def repair(self, report: recovery.CheckReport) -> list[str]:
+    def repair(self, report: reports.CheckReport) -> list[str]:
         raise ReadOnly(f"{os.path.join(self.path, DATA_NAME)}: LMDB epochs are not written "
                        "by bookfs, so fsck checks them but never repairs them (copy the "
                        "readable events with --salvage OUT, or convert with bookfs migrate)")
 
-    def salvage_into(self, report: recovery.CheckReport, out: str, *, progress=None) -> dict:
+    def salvage_into(self, report: reports.CheckReport, out: str, *, progress=None) -> dict:
         """Every event that reads, in key order, into a new vere-layout log in ``out`` with
         the epoch base.  A value under 4 bytes is no event bookfs writes: it is kept in
         ``salvage-left-out.bin`` and recorded (a gap of one event), never copied as one."""
-        from bookfs.formats.vere import VereBook
-
         import lmdb
+
+        from bookfs.formats.vere import VereBook
 
         with self.open_log() as lg:
             base = lg.base if lg.base is not None else (lg.first - 1 if lg.count else 0)

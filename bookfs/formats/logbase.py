@@ -31,7 +31,8 @@ from bookfs.errors import (
     PayloadTooLarge,
     ReadOnly,
 )
-from bookfs.formats import recovery
+from bookfs.formats import quarantine
+from bookfs.formats.committed import CommittedReads
 from bookfs.formats.fileio import create_files, open_regular
 from bookfs.formats.index import OffsetIndex
 from bookfs.formats.layout import (
@@ -44,7 +45,6 @@ from bookfs.formats.layout import (
     MIN_PAYLOAD,
 )
 from bookfs.formats.lock import WriterLock, lock_path_for
-from bookfs.formats.committed import CommittedReads
 from bookfs.formats.mark import MarkReader, MarkWriter
 from bookfs.types import EventNum
 
@@ -189,7 +189,7 @@ class PublishedView(LogMixin):
 class SingleFileLog(CommittedReads, PublishedView):
     """The engine base of a one-file Book log.  Subclasses set ``DEED_OVERHEAD`` (bytes a
     deed adds to its payload) and ``WHAT``, keep ``_index`` and ``recovery`` (a
-    :class:`~bookfs.formats.recovery.RecoveryReport`), call ``_publish_view`` after the
+    :class:`~bookfs.formats.reports.RecoveryReport`), call ``_publish_view`` after the
     index grows, and say what a torn tail is (``_is_torn_tail``)."""
 
     DEED_OVERHEAD: int
@@ -394,7 +394,7 @@ class SingleFileLog(CommittedReads, PublishedView):
             log.warning("%s: cut a torn final deed of %d bytes at offset %d",
                         self.log_path, size - off, off)
         else:
-            qpath = recovery.quarantine(self.directory, self._fd, off, size)
+            qpath = quarantine.quarantine(self.directory, self._fd, off, size)
             report.quarantined.append((qpath, off, size - off))
             log.warning("%s: %d bytes at offset %d %s; copied to %s "
                         "before cutting them (try `bookfs fsck --salvage`)",

@@ -9,8 +9,15 @@ import os
 
 from bookfs.errors import ContiguityError, FormatError
 from bookfs.formats.lock import WriterLock
-from bookfs.formats.pier import EPOC_NAME, LOCK_NAME, LOG_DIR, Pier, identify, list_epochs
-from bookfs.formats.recovery import CheckReport, Problem
+from bookfs.formats.pier import (
+    EPOC_NAME,
+    LOCK_NAME,
+    LOG_DIR,
+    Pier,
+    identify,
+    list_epochs,
+)
+from bookfs.formats.reports import CheckReport, Problem
 from bookfs.formats.salvage import publish_salvage
 
 

@@ -16,10 +16,10 @@ import bisect
 import os
 from dataclasses import dataclass
 
-from bookfs.formats.book import Book
 from bookfs.errors import CorruptDeed
+from bookfs.formats.book import Book
+from bookfs.formats.deedcheck import first_bad_deed
 from bookfs.formats.layout import HEADER_SIZE
-from bookfs.formats.recovery import first_bad_deed
 
 #: Spark holds a whole file (one row) per task in memory: 16 MiB keeps that small.
 DEFAULT_SPAN = 16 << 20

@@ -74,7 +74,7 @@ import time
 from collections.abc import Iterable
 
 from bookfs.errors import BookError, ContiguityError, FormatError, TooShort
-from bookfs.formats import recovery
+from bookfs.formats import reports
 from bookfs.formats.index import OffsetIndex
 from bookfs.formats.layout import (
     DEED_LEN,
@@ -137,7 +137,7 @@ class VereBook(SingleFileLog):
         #: a reader's newer header states held back as not yet committed: what must
         #: change before they are worth looking at again; None when none is held back
         self._held: tuple | None = None
-        self.recovery = recovery.VereRecoveryReport()
+        self.recovery = reports.VereRecoveryReport()
 
     # --- opening -----------------------------------------------------------------------
 
@@ -568,7 +568,7 @@ class VereBook(SingleFileLog):
         before = self.count
         old = (self._index, self._view, self._slots, self._active, self.recovery,
                self._synced)
-        self.recovery = recovery.VereRecoveryReport()
+        self.recovery = reports.VereRecoveryReport()
         self._synced = (0, b"")  # another log: nothing of it is known durable yet
         try:
             self._load(None)

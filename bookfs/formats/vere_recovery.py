@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from bookfs.formats import recovery
+from bookfs.formats import quarantine, recovery, reports
 from bookfs.formats.fileio import open_regular
 from bookfs.formats.index import OffsetIndex
 from bookfs.formats.layout import (
@@ -31,13 +31,13 @@ from bookfs.formats.salvage import (
     SalvageBatch,
 )
 from bookfs.formats.vere import VereBook
-from bookfs.formats.vere_header import Slot, parse_slot
 from bookfs.formats.vere_deeds import (
     crc_range,
     find_framed_deed,
     is_torn_vere_tail,
     scan_vere_framing,
 )
+from bookfs.formats.vere_header import Slot, parse_slot
 
 
 def short_payloads(b: VereBook) -> list[tuple[int, int, int]]:
@@ -91,10 +91,10 @@ class VereRecovery(recovery.BookDirRecovery):
     def size(self) -> int:
         return os.path.getsize(self.log_path)
 
-    def check(self, *, mugs: bool = False, progress=None) -> recovery.CheckReport:
-        P = recovery.Problem
+    def check(self, *, mugs: bool = False, progress=None) -> reports.CheckReport:
+        P = reports.Problem
         path = self.log_path
-        rep = recovery.CheckReport(path, "vere-book (two-slot layout)")
+        rep = reports.CheckReport(path, "vere-book (two-slot layout)")
         st = rep.state = VereFindings()
         size = os.path.getsize(path)
         st.meta_missing = recovery.check_meta_file(self.path, rep)
@@ -145,7 +145,7 @@ class VereRecovery(recovery.BookDirRecovery):
             rep.events = b.count
         return self._finish_check(rep, mugs, progress)
 
-    def repair(self, report: recovery.CheckReport) -> list[str]:
+    def repair(self, report: reports.CheckReport) -> list[str]:
         st: VereFindings = report.state
         done = []
         with self._repairing():
@@ -183,7 +183,7 @@ class VereRecovery(recovery.BookDirRecovery):
             seq = max([s.seq for s in (parse_slot(raw[o:o + VERE_SLOT_SIZE], w)[0]
                                        for w, o in enumerate(VERE_SLOT_OFFSETS)) if s] + [0])
             if any(raw[VERE_SLOT_SIZE:]):
-                q = recovery.quarantine(self.path, fd, VERE_SLOT_SIZE, size)
+                q = quarantine.quarantine(self.path, fd, VERE_SLOT_SIZE, size)
                 done.append(f"copied {size - VERE_SLOT_SIZE} bytes at offset "
                             f"{VERE_SLOT_SIZE} to {q}")
             buf = bytearray(VERE_DEEDS_START)
@@ -216,7 +216,7 @@ class VereRecovery(recovery.BookDirRecovery):
         return [f"rewrote damaged header slot {new.name} with the committed state "
                 f"(las_d {new.las}, seq_d {new.seq}) below slot {active.name}'s"]
 
-    def salvage_into(self, report: recovery.CheckReport, out: str, *, progress=None) -> dict:
+    def salvage_into(self, report: reports.CheckReport, out: str, *, progress=None) -> dict:
         """Copy the committed events into a new vere-layout log in ``out`` (epoch base
         ``fir_d``), and keep every other byte past the header region aside.
 

@@ -138,7 +138,7 @@ class PrettyFiles(Kind):
         else:
             def pread(off: int, n: int) -> bytes:
                 return self.book.read_slice(event, off, n)
-        from bookfs.formats.recovery import bob_dir_for
+        from bookfs.formats.nouncheck import bob_dir_for
 
         try:
             who = int.from_bytes(self.book.read_meta("who"), "little")
