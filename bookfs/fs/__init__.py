@@ -11,8 +11,10 @@ wings (subpackages), each with its own map.
 ``state``     what a mount holds, declared in one place: what the node kinds, the
               follower and the tail are handed (``MountState``), and how they tell the
               kernel (``Kernel``)
-``follow``    a read-only mount follows the writer; generation slots; the kernel's
-              caches dropped when the log is replaced or recovered
+``follow``    a read-only mount follows the writer: looks again, drops the kernel's
+              caches when the log grew, or was replaced or recovered
+``generations`` the log's generation as the mount knows it, and the generation slots
+              of its inodes (a file of an old generation answers ESTALE)
 ``tail``      the lookups under ``follow/`` that wait for an event to be committed
 ``dates``     an event file's mtime: the event's own date, from the log's date column
 ``inodes``    inode numbering (stable, derived from event numbers)

@@ -11,19 +11,14 @@ may show the old size and mtime for up to 1 s).  When it shrank or was replaced 
 log's ``generation`` changed) every cache is dropped, the kernel's too, and handles
 opened before answer ESTALE.
 
-One read stream, one generation (issue 19, item 1).  Without opens there is no handle to
-carry a generation, so the inodes do: ``events/N``, ``pretty/N`` and ``segments/K`` carry
-the *slot* of the generation they were looked up in (``inodes.py``).  A new generation
-takes another slot and drops every name of the old one from the kernel's dentry cache,
-so a new lookup answers a new node ID (the kernel then drops its dentry:
-``fs/fuse/dir.c``, ``fuse_dentry_revalidate()``), while a file opened before reads on by
-its old node ID and is answered ESTALE.  Bytes read straight from the log file (a large
-event, a segment, a small event not cached yet) are served only if the log is still the
-same generation after the ``pread`` (:meth:`Follower.read_then_recheck`): a writer's
-recovery cuts and rewrites the file in place before the follower notices.  A slot is
-taken again only when the kernel has forgotten all its inodes: lookups and readdirplus
-entries are counted (``fs/fuse/inode.c``, ``fuse_iget()``; ``fs/fuse/readdir.c``,
-``fuse_direntplus_link()``) and FORGETs subtracted (:meth:`Follower.forget`).
+One read stream, one generation (issue 19, item 1): the slots that tell a file of the
+log's old generation from the new one's are ``generations.py``'s; what is here moves them
+on when the log changes, and drops every name of the old generation from the kernel's
+dentry cache, so a new lookup answers a new node ID (the kernel then drops its dentry:
+``fs/fuse/dir.c``, ``fuse_dentry_revalidate()``).  Bytes read straight from the log file
+(a large event, a segment, a small event not cached yet) are served only if the log is
+still the same generation after the ``pread`` (:meth:`Follower.read_then_recheck`): a
+writer's recovery cuts and rewrites the file in place before the follower notices.
 """
 
 from __future__ import annotations
@@ -32,7 +27,6 @@ import contextlib
 import errno
 import logging
 
-import pyfuse3
 import trio
 
 from bookfs.errors import refuse
@@ -51,74 +45,18 @@ FOLLOW_BURST = 0.02
 
 
 class Follower:
-    """The log's generation as the mount knows it, the generation slots of its inodes,
-    and the kernel's caches to drop when the log changes."""
+    """A read-only mount following its log's writer: it looks at the log again, moves the
+    mount's :class:`~bookfs.fs.generations.Generations` on when the log was replaced or
+    recovered, and drops the kernel's caches that the change made wrong."""
 
     def __init__(self, fs: MountState):
         self.fs = fs
         self.book = fs.book
-        self.generation = getattr(fs.book, "generation", 0)
-        # the generation slot of events/, pretty/ and segments/ inodes (inodes.py), None
-        # while no slot is free; and how many lookups of each slot's inodes the kernel
-        # has not forgotten yet (a slot is taken again only at 0)
-        self.slot: int | None = 0
-        self.slot_refs = [0] * I.SLOTS
+        self.generations = fs.generations  # the log's generation and the inodes' slots
         self.known = fs.book.gulf()  # the range the kernel may have cached
         self._syncing = False  # a worker is making the log's new bytes durable
         self.watching = False  # inotify wakes the loop (watch()); else it polls
         self.looked = trio.Event()  # set by the loop after each look (watch() waits for it)
-
-    # --- generation slots (inodes.py; issue 19, item 1) ----------------------------------
-
-    def slot_now(self) -> int:
-        """The slot new lookups of events, renderings and segments get.  While none is
-        free (the kernel still holds inodes of every other slot: files of older
-        generations held open) those lookups answer EIO, until one is forgotten."""
-        if self.slot is None:
-            self.slot = self._free_slot(None)
-            if self.slot is None:
-                raise refuse(errno.EIO, "files of the log's older generations are still "
-                                        "open (the log was replaced or recovered "
-                                        f"{I.SLOTS} times while they were held); close "
-                                        "them to read the new log")
-            log.info("generation slot %d taken", self.slot)
-        return self.slot
-
-    def _free_slot(self, old: int | None) -> int | None:
-        """A slot other than ``old`` whose inodes the kernel has all forgotten."""
-        start = 0 if old is None else old + 1
-        for k in range(I.SLOTS):
-            s = (start + k) % I.SLOTS
-            if s != old and not self.slot_refs[s]:
-                return s
-        return None
-
-    def entry(self, attrs: pyfuse3.EntryAttributes) -> pyfuse3.EntryAttributes:
-        """Count an entry handed to the kernel (a lookup or a readdirplus entry: the
-        kernel's ``nlookup`` grows by one, ``fs/fuse/inode.c``, ``fuse_iget()``)."""
-        slot = I.slot_of(attrs.st_ino)
-        if slot is not None and slot < I.SLOTS:
-            self.slot_refs[slot] += 1
-        return attrs
-
-    def stale(self, inode: int) -> bool:
-        """Whether ``inode`` names a file of an older generation of the log."""
-        slot = I.slot_of(inode)
-        return slot is not None and slot != self.slot
-
-    def current(self, inode: int, what: str) -> None:
-        """ESTALE for a file of an older generation: it was looked up before the log
-        was replaced or recovered, and its bytes are not the new log's."""
-        if self.stale(inode):
-            raise refuse(errno.ESTALE, f"{what}: the log was recovered or replaced since "
-                                       "this file was looked up; open it again")
-
-    def forget(self, inode_list) -> None:
-        """FORGET: the kernel dropped ``nlookup`` references to each inode."""
-        for inode, nlookup in inode_list:
-            slot = I.slot_of(inode)
-            if slot is not None and slot < I.SLOTS:
-                self.slot_refs[slot] = max(0, self.slot_refs[slot] - nlookup)
 
     # --- following the writer ------------------------------------------------------------
 
@@ -147,16 +85,16 @@ class Follower:
             self._syncing = True
             trio.lowlevel.spawn_system_task(self._sync_then_follow)
         gen = getattr(self.book, "generation", 0)
+        gens = self.generations
         old = self.known
         self.known = self.book.gulf()
-        if self.known != old or gen != self.generation:
+        if self.known != old or gen != gens.generation:
             fs.tail.published()  # lookups under follow/ look again (tail.py)
-        if gen == self.generation and self.known != old and fs.mountpoint:
+        if gen == gens.generation and self.known != old and fs.mountpoint:
             trio.lowlevel.spawn_system_task(self._drop_attrs)  # it grew
-        if gen != self.generation:
-            self.generation = gen
-            old_slot, self.slot = self.slot, self._free_slot(self.slot)
-            if self.slot is None:
+        if gen != gens.generation:
+            old_slot = gens.move_on(gen)
+            if gens.slot is None:
                 log.error("the log changed again while files of %d older generations are "
                           "still open: events, renderings and segments answer EIO until "
                           "they are closed", I.SLOTS - 1)
@@ -178,14 +116,15 @@ class Follower:
         say is taken as changed), move to another slot and drop the kernel's names and
         pages of every event it had, as a new generation does, so nothing cached of
         the old log is served."""
-        self.slot_refs = list(slot_refs)
-        self.slot = slot
+        gens = self.generations
+        gens.slot_refs = list(slot_refs)
+        gens.slot = slot
         try:
             if self.book.continues(token):
                 return
         except Exception:  # cannot tell: take it as another log
             pass
-        old_slot, self.slot = self.slot, self._free_slot(self.slot)
+        old_slot = gens.move_on()
         log.warning("%s: the log changed while it was closed (replaced or rewritten): "
                     "events %s..%s are read from disk again", self.fs.mountpoint, *known)
         trio.lowlevel.spawn_system_task(self._invalidate_kernel, known, self.known, {},
@@ -215,10 +154,11 @@ class Follower:
         next check: without this look after the ``pread``, a stream could get the old
         event's first bytes and the new one's rest.  A rename leaves the old file open
         until that check, so the bytes read before it are the old generation's."""
-        generation = self.generation
+        gens = self.generations
+        generation = gens.generation
         data = read(*args)
         self.follow()  # one fstat, one stat and two small preads while nothing changed
-        if self.generation != generation or (inode is not None and self.stale(inode)):
+        if gens.generation != generation or (inode is not None and gens.stale(inode)):
             raise refuse(errno.ESTALE, f"{what}: the log was recovered or replaced while "
                                        "it was read; open it again")
         return data

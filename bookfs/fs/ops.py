@@ -81,6 +81,7 @@ from bookfs.fs.append.commit_queue import (
     WorkerThread,
 )
 from bookfs.fs.follow import Follower
+from bookfs.fs.generations import Generations
 from bookfs.fs.nodes.base import BytesHandle, Kind, Modes, make_attrs, source_modes
 from bookfs.fs.nodes.dirs import Directories
 from bookfs.fs.nodes.events import EventFiles, EventHandle
@@ -208,7 +209,9 @@ class BookOperations(pyfuse3.Operations):
         self.invalidate_inode = pyfuse3.invalidate_inode
         self.invalidate_entry = pyfuse3.invalidate_entry
         self.prober = WorkerThread("bookfs-probe")
-        self.follower = Follower(self)  # the log's generation and the inodes' slots
+        #: the log's generation and the inodes' slots (fs/generations.py)
+        self.generations = Generations(getattr(book, "generation", 0))
+        self.follower = Follower(self)  # a read-only mount follows the writer
         # the kinds of node (module docstring)
         self.event_files = EventFiles(self)
         self.pretty_files = PrettyFiles(self)
@@ -276,14 +279,14 @@ class BookOperations(pyfuse3.Operations):
 
     async def attrs_of(self, ino: int) -> pyfuse3.EntryAttributes:
         """The attributes of any inode (ESTALE for one of an older generation)."""
-        self.follower.current(ino, f"inode {ino}")
+        self.generations.current(ino, f"inode {ino}")
         return await self._kind(ino).attrs(ino)
 
     # --- generations (follow.py) ---------------------------------------------------------
 
     @guarded
     async def forget(self, inode_list):
-        self.follower.forget(inode_list)
+        self.generations.forget(inode_list)
 
     def _committed(self, first: int, last: int) -> None:
         """After each save, before the writers' closes are answered: lookups waiting
@@ -324,7 +327,7 @@ class BookOperations(pyfuse3.Operations):
         else:
             raise pyfuse3.FUSEError(errno.ENOENT)
         if I.slot_of(attrs.st_ino) is not None:
-            self.follower.entry(attrs)
+            self.generations.entry(attrs)
             number = I.parse_number(name)
             names = {I.event_name(number), str(number).encode()}
             if parent_inode == I.SEGMENTS:  # the name SegmentFiles.names notes
@@ -346,7 +349,7 @@ class BookOperations(pyfuse3.Operations):
     @guarded
     async def getattr(self, inode, ctx=None):
         attrs = await self.attrs_of(inode)
-        self.follower.current(inode, f"inode {inode}")  # the log may have changed meanwhile
+        self.generations.current(inode, f"inode {inode}")  # the log may have changed meanwhile
         return attrs
 
     @guarded
@@ -377,7 +380,7 @@ class BookOperations(pyfuse3.Operations):
             # reads arrive by inode (read_inode), where the open's checks now happen
             raise pyfuse3.FUSEError(errno.ENOSYS)
         writing = flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND)
-        self.follower.current(inode, f"inode {inode}")
+        self.generations.current(inode, f"inode {inode}")
         return await self._kind(inode).open(inode, flags, writing, ctx)
 
     @guarded

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, Protocol
 from bookfs.formats.eventlog import EventLog
 from bookfs.fs.append.commit_queue import CommitQueue, Refusals, WorkerThread
 from bookfs.fs.append.rule import Mounts
+from bookfs.fs.generations import Generations
 
 
 class Modes(NamedTuple):
@@ -45,20 +46,11 @@ class Kernel(Protocol):
 
 
 class Following(Protocol):
-    """The follower (``follow.py``): the log's generation as the mount knows it and the
-    generation slots of its inodes."""
+    """The follower (``follow.py``): a read-only mount looking at its log again."""
 
-    generation: int
-    slot: int | None
-    slot_refs: list[int]
     known: tuple[int, int]
 
     def follow(self, *, inline_sync: bool = True) -> None: ...
-    def slot_now(self) -> int: ...
-    def entry(self, attrs: Any) -> Any: ...
-    def stale(self, inode: int) -> bool: ...
-    def current(self, inode: int, what: str) -> None: ...
-    def forget(self, inode_list: Any) -> None: ...
     def read_then_recheck(self, inode: int | None, what: str, read: Any, *args: Any
                           ) -> bytes: ...
     def changing_inodes(self) -> list[int]: ...
@@ -92,6 +84,7 @@ class MountState(Kernel, Protocol):
     request_owner: bool  # every FLUSH and WRITE says its caller (the commit rule needs it)
     reads_note: str  # how event reads reach the log, for info's reads: line
     follower: Following
+    generations: Generations  # the log's generation and the inodes' slots
     tail: Tailing
     queue: CommitQueue  # new/'s ordered group commit (fs/append/)
     refusals: Refusals  # refused appends and meta writes, for info

@@ -223,7 +223,8 @@ class FleetOperations(pyfuse3.Operations):
         if sid in self._by_sid:  # (a ship gone from the directory is not opened again)
             f = ops.follower
             with contextlib.suppress(Exception):
-                self._closed[sid] = (ops.book.identity(), f.known, f.slot, f.slot_refs)
+                self._closed[sid] = (ops.book.identity(), f.known, ops.generations.slot,
+                                     ops.generations.slot_refs)
         try:
             ops.close_log()
         except Exception:
@@ -414,7 +415,7 @@ class FleetOperations(pyfuse3.Operations):
                 per_ship.setdefault(loc[0], []).append((loc[1], n))
             self.inodes.forget(ino, n)
         for sid, items in per_ship.items():
-            self.open_ships[sid].follower.forget(items)
+            self.open_ships[sid].generations.forget(items)
 
     @guarded
     async def readlink(self, inode, ctx):

@@ -31,7 +31,7 @@ inode per entry: 5x faster), but a tool that lists the whole directory before it
 ``stat`` (Hadoop's and so Spark's listing, ``tar``, ``cp -r``) then pays a LOOKUP per
 entry (10x slower); docs/benchmarks.md has the figures.  ``events/`` lists every event
 (its dates from the log's date column, ``fs/dates.py``; each READDIRPLUS entry counted as
-a lookup, :meth:`~bookfs.fs.follow.Follower.entry`, a READDIR entry not); ``new/``,
+a lookup, :meth:`~bookfs.fs.generations.Generations.entry`, a READDIR entry not); ``new/``,
 ``pretty/`` and ``follow/`` list as empty (write-only; reached by name; a listing of
 ``follow/`` would make walks wait or count events twice).  Errors: a file opened as a
 directory is ENOTDIR, a directory opened as a file EISDIR, an info file opened for
@@ -273,7 +273,7 @@ class Directories(Kind):
             return inode
         # the kernel may keep its cached listing unless the log changed since the last
         # opendir of this directory (an append, a recovery, a replacement)
-        state = (fs.follower.generation, self.book.gulf(), len(fs.epochs))
+        state = (fs.generations.generation, self.book.gulf(), len(fs.epochs))
         unchanged = self.listed.get(inode) == state
         self.listed[inode] = state
         return pyfuse3.FileInfo(fh=inode, cache_readdir=True, keep_cache=unchanged)
@@ -299,7 +299,7 @@ class Directories(Kind):
             if not plus:
                 a = fs.event_files.plain_attrs
                 reply, name, inode, slot = fs.readdir_reply, I.event_name, I.event_inode, \
-                    fs.follower.slot
+                    fs.generations.slot
                 for event in range(event, last + 1):
                     a.st_ino = inode(event, slot)
                     if not reply(token, name(event), a, event - first + 1):
@@ -310,7 +310,7 @@ class Directories(Kind):
             a = fs.event_files.event_attrs(event)
             reply, name, inode = fs.readdir_reply, I.event_name, I.event_inode
             size_of, mtimes = log.payload_size, fs.event_files.dates.mtimes
-            slot, refs = fs.follower.slot, fs.follower.slot_refs
+            slot, refs = fs.generations.slot, fs.generations.slot_refs
             while event <= last:  # the dates in batches: one pread each (fs/dates.py)
                 for ns in mtimes(event, min(LISTED, last - event + 1)):
                     size = size_of(event)
@@ -320,7 +320,7 @@ class Directories(Kind):
                     a.st_mtime_ns = a.st_ctime_ns = a.st_atime_ns = ns
                     if not reply(token, name(event), a, event - first + 1):
                         return
-                    refs[slot] += 1  # an entry the kernel links (readdirplus): Follower.entry
+                    refs[slot] += 1  # an entry the kernel links (readdirplus): Generations.entry
                     event += 1
             return
         if fh in (I.PRETTY, I.FOLLOW):
@@ -337,7 +337,7 @@ class Directories(Kind):
                 if not fs.readdir_reply(token, I.event_name(seg.first), attrs, k + 1):
                     return
                 if getattr(token, "plus", True):  # linked by the kernel: counted
-                    fs.follower.entry(attrs)
+                    fs.generations.entry(attrs)
             return
         entries = self._small_dir(fh)
         for i in range(start_id, len(entries)):  # cookie = position + 1
@@ -356,14 +356,14 @@ class Directories(Kind):
             n = min(LISTED, last - event + 1)
             if (event % I.EVENT_SPAN) + n > I.EVENT_SPAN:
                 return event
-            slot = fs.follower.slot
+            slot = fs.generations.slot
             # a READDIR entry carries no times: none are read (nor decoded)
             mtimes = fs.event_files.dates.mtimes(event, n) if plus else array("q", bytes(8 * n))
             done = self._reply_run(token, a, event, I.NAME_DIGITS, event - first + 1,
                                    I.event_inode(event, slot), log.payload_bounds(event, n),
                                    log.DEED_OVERHEAD, mtimes)
             if plus:
-                fs.follower.slot_refs[slot] += done  # linked by the kernel: Follower.entry
+                fs.generations.slot_refs[slot] += done  # linked by the kernel: Generations.entry
             event += done
             if done < n:
                 return event, True

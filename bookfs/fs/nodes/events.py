@@ -72,7 +72,7 @@ class EventFiles(Kind):
 
     def event_attrs(self, event: int) -> pyfuse3.EntryAttributes:
         fs = self.fs
-        return fs.entry_attrs(I.event_inode(event, fs.follower.slot_now()),
+        return fs.entry_attrs(I.event_inode(event, fs.generations.slot_now()),
                               stat.S_IFREG | fs.modes.read,
                               self.book.payload_size(event), self.dates.mtime_ns(event),
                               FOREVER)
@@ -123,7 +123,7 @@ class EventFiles(Kind):
             raise refuse(errno.EROFS, f"events/{event} is immutable; append through new/")
         if event not in self.book:
             raise pyfuse3.FUSEError(errno.ENOENT)
-        generation = fs.follower.generation
+        generation = fs.generations.generation
         small = await self.check(event) is not None
         handle = EventHandle(event, generation, small)
         return fs.file_info(fs.new_fh(handle), keep_cache=True)
@@ -134,14 +134,14 @@ class EventFiles(Kind):
         the kernel caches none of its bytes."""
         follower = self.fs.follower
         event = self.event_of(ino)
-        follower.current(ino, f"events/{event}")
+        self.fs.generations.current(ino, f"events/{event}")
         if event not in self.book:
             follower.follow()
             if event not in self.book:
                 raise refuse(errno.ESTALE, f"events/{event}: no longer in the log")
-        follower.current(ino, f"events/{event}")
+        self.fs.generations.current(ino, f"events/{event}")
         data = await self.check(event)
-        follower.current(ino, f"events/{event}")
+        self.fs.generations.current(ino, f"events/{event}")
         if data is not None:
             return data[off : off + size]
         return follower.read_then_recheck(ino, f"events/{event}", self.book.read_slice,
@@ -149,7 +149,7 @@ class EventFiles(Kind):
 
     def read_handle(self, h: EventHandle, off: int, size: int) -> bytes:
         """A read through a handle ``open`` made."""
-        if h.generation != self.fs.follower.generation:
+        if h.generation != self.fs.generations.generation:
             raise refuse(errno.ESTALE, f"events/{h.event}: the log was recovered or "
                                        "replaced since this file was opened; reopen it")
         if h.small:

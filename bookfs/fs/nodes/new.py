@@ -258,7 +258,7 @@ class NewFiles(Kind):
             raise self._refuse_committed(name, c, "written", ctx, errno.EEXIST)
         fs = self.fs
         return await fs.event_files.open(
-            I.event_inode(self.existing(c.number), fs.follower.slot_now()), flags, 0, ctx)
+            I.event_inode(self.existing(c.number), fs.generations.slot_now()), flags, 0, ctx)
 
     async def create(self, parent_inode: int, name: bytes, ctx):
         """CREATE anywhere but ``meta/``: an append when ``parent_inode`` is ``new/``."""

@@ -54,7 +54,7 @@ class PrettyFiles(Kind):
         """``pretty/<event>``, with the size of its rendering (made here, kept for the
         reads that follow)."""
         fs = self.fs
-        slot = fs.follower.slot_now()  # before the rendering: its size is this generation's
+        slot = fs.generations.slot_now()  # before the rendering: its size is this generation's
         size = len(await self.text(event))
         return fs.entry_attrs(I.pretty_inode(event, slot), stat.S_IFREG | fs.modes.read, size,
                               self.book.mtime_ns(event), FOREVER)
@@ -82,13 +82,12 @@ class PrettyFiles(Kind):
                             direct_io=True, keep_cache=False)
 
     async def read_inode(self, ino: int, off: int, size: int) -> bytes:
-        follower = self.fs.follower
         event = self.event_of(ino)
-        follower.current(ino, f"pretty/{event}")
+        self.fs.generations.current(ino, f"pretty/{event}")
         if event not in self.book:
             raise refuse(errno.ESTALE, f"pretty/{event}: no longer in the log")
         text = await self.text(event)
-        follower.current(ino, f"pretty/{event}")
+        self.fs.generations.current(ino, f"pretty/{event}")
         return text[off : off + size]
 
     # --- rendering -----------------------------------------------------------------------
@@ -98,8 +97,7 @@ class PrettyFiles(Kind):
         of it (``pretty/1``, ``pretty/01``) and every open or lookup while it is being
         rendered share one rendering (the others wait for it), kept for the last
         ``PRETTY_KEPT`` events (each at most ~64 KiB: bounded memory)."""
-        follower = self.fs.follower
-        key = (event, follower.generation)
+        key = (event, self.fs.generations.generation)
         while True:
             text = self.kept.get(key)
             if text is not None:
@@ -112,7 +110,7 @@ class PrettyFiles(Kind):
         done = self.rendering[key] = trio.Event()
         try:
             text = await self._render(event)
-            if key[1] != follower.generation:  # rendered from a log that is gone
+            if key[1] != self.fs.generations.generation:  # rendered from a log that is gone
                 raise refuse(errno.ESTALE, f"pretty/{event}: the log was recovered or "
                                            "replaced while it was rendered")
             self.kept[key] = text

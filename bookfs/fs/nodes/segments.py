@@ -53,7 +53,7 @@ class SegmentFiles(Kind):
         """A segment's attributes; its name is noted as one the kernel may cache."""
         fs = self.fs
         self.names[seg.index] = I.event_name(seg.first)
-        return fs.entry_attrs(I.segment_inode(seg.index, fs.follower.slot_now()),
+        return fs.entry_attrs(I.segment_inode(seg.index, fs.generations.slot_now()),
                               stat.S_IFREG | fs.modes.read, seg.size,
                               self.book.mtime_ns(seg.last),
                               FOREVER if seg.complete else GROWING, entry_timeout=FOREVER)
@@ -63,7 +63,7 @@ class SegmentFiles(Kind):
         seg = segments.get(I.inode_segment(ino))
         if seg is None or not seg.complete:  # it may have grown: look at the log
             follower.follow()
-            follower.current(ino, f"segment {I.inode_segment(ino)}")
+            self.fs.generations.current(ino, f"segment {I.inode_segment(ino)}")
             seg = segments.get(I.inode_segment(ino))
         if seg is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
@@ -93,7 +93,7 @@ class SegmentFiles(Kind):
         seg = fs.segments.get(I.inode_segment(ino))
         if seg is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
-        generation = fs.follower.generation
+        generation = fs.generations.generation
         await self.check(seg)
         return fs.file_info(fs.new_fh(SegmentHandle(seg, generation)),
                             keep_cache=seg.complete)
@@ -101,18 +101,18 @@ class SegmentFiles(Kind):
     async def read_inode(self, ino: int, off: int, size: int) -> bytes:
         segments, follower = self.fs.segments, self.fs.follower
         what = f"segment {I.inode_segment(ino)}"
-        follower.current(ino, what)
+        self.fs.generations.current(ino, what)
         seg = segments.get(I.inode_segment(ino))
         if seg is None:
             raise refuse(errno.ESTALE, f"{what}: no longer in the log")
         await self.check(seg)
-        follower.current(ino, what)
+        self.fs.generations.current(ino, what)
         return follower.read_then_recheck(ino, what, segments.read, seg, off, size)
 
     def read_handle(self, h: SegmentHandle, off: int, size: int) -> bytes:
         """A read through a handle ``open`` made."""
         segments, follower = self.fs.segments, self.fs.follower
-        if h.generation != follower.generation:
+        if h.generation != self.fs.generations.generation:
             raise refuse(errno.ESTALE, f"segment {h.seg.index}: the log was recovered or "
                                        "replaced since this file was opened; reopen it")
         if not h.seg.complete and off + size > h.seg.size:
