@@ -4,7 +4,7 @@ once per commit, and still sees every one of them.  (A read-write mount's compan
 such a follower: it once looked, and dropped the kernel's attributes in a worker thread,
 for each of its writer's commits, which cost the appends a third of their CPU.)
 
-The follower runs in-process (``BookOperations`` driven directly, as ``test_ops_direct``
+The follower runs in-process (``LogOperations`` driven directly, as ``test_ops_direct``
 does) with its real inotify watch, and another open of the log commits one event per
 save from a worker thread."""
 
@@ -16,7 +16,7 @@ import trio
 
 from bookfs.formats.book import Book
 from bookfs.fs import follow as follow_module
-from bookfs.fs.ops import BookOperations
+from bookfs.fs.ops import LogOperations
 from mount_fixtures import payload, small_src  # noqa: F401
 
 COMMITS = 300
@@ -24,7 +24,7 @@ COMMITS = 300
 
 def test_a_burst_of_commits_is_followed_in_few_looks(small_src):
     with Book.open(small_src) as book:
-        ops = BookOperations(book)
+        ops = LogOperations(book)
         looks = []
         follow = ops.follower.follow
 

@@ -1,4 +1,4 @@
-"""BookOperations driven directly (no kernel), s3ql-style: handlers run under trio.run.
+"""LogOperations driven directly (no kernel), s3ql-style: handlers run under trio.run.
 readdir needs a real kernel token, so it is covered by the mount tests."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import trio
 from bookfs.formats.book import Book
 from bookfs.fs import inodes as I
 from bookfs.fs import ops as ops_module
-from bookfs.fs.ops import BookOperations
+from bookfs.fs.ops import LogOperations
 from mount_fixtures import noun, payload, small_src  # noqa: F401
 
 CTX = SimpleNamespace(pid=os.getpid(), uid=0, gid=0, umask=0o022)
@@ -24,7 +24,7 @@ W = os.O_WRONLY | os.O_CREAT
 @pytest.fixture
 def ops(small_src):
     book = Book.open(small_src, writable=True)
-    o = BookOperations(book, stall_timeout=2)
+    o = LogOperations(book, stall_timeout=2)
     yield o
     book.close()
 
@@ -65,7 +65,7 @@ def test_lookup_getattr_read(ops):
     assert _fh(run(ops.opendir, I.NEW, CTX)) == I.NEW  # lists as empty
     meta = run(ops.lookup, I.META, b"who", CTX)
     fi = run(ops.open, meta.st_ino, os.O_RDONLY, CTX)
-    assert run(ops.read, fi.fh, 0, 100) == ops.book.read_meta("who")
+    assert run(ops.read, fi.fh, 0, 100) == ops.log.read_meta("who")
 
 
 def _append(ops, name: bytes, data: bytes):
@@ -78,7 +78,7 @@ def _append(ops, name: bytes, data: bytes):
 
 def test_create_write_flush_release(ops):
     _append(ops, b"11", noun(b"abcdefgh"))
-    assert ops.book.read(11) == noun(b"abcdefgh")
+    assert ops.log.read(11) == noun(b"abcdefgh")
     assert run(ops.lookup, I.EVENTS, b"11", CTX).st_size == len(noun(b"abcdefgh"))
     assert ops.queue.batches == 1
     # errors of the table
@@ -93,7 +93,7 @@ def test_create_write_flush_release(ops):
     run(ops.write, fi.fh, 0, b"ab")
     assert fuse_errno(ops.flush, fi.fh) == errno.EINVAL
     run(ops.release, fi.fh)
-    assert 12 not in ops.book
+    assert 12 not in ops.log
 
 
 def test_group_commit_batches(ops):
@@ -117,7 +117,7 @@ def test_group_commit_batches(ops):
 
     before = ops.queue.batches
     trio.run(main)
-    assert {n: ops.book.read(n) for n in want} == want
+    assert {n: ops.log.read(n) for n in want} == want
     assert ops.queue.batches - before == 1 < len(want)
 
 
@@ -136,44 +136,44 @@ def test_stall_gives_etimedout(ops):
         await ops.release(stalled.fh)  # released without a flush: abandoned
 
     trio.run(main)
-    assert ops.book.last == 10
+    assert ops.log.last == 10
     _append(ops, b"11", noun(b"later"))  # 11 is free again too
-    assert ops.book.read(11) == noun(b"later")
+    assert ops.log.read(11) == noun(b"later")
 
 
 def test_unexpected_exception_becomes_eio(ops, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("engine exploded")
 
-    monkeypatch.setattr(ops.book, "read", boom)
+    monkeypatch.setattr(ops.log, "read", boom)
     ino = I.event_inode(3)
     assert fuse_errno(ops.open, ino, os.O_RDONLY, CTX) == errno.EIO
     # a closed engine fd: an OSError (EBADF) is answered with its errno, nothing escapes
     monkeypatch.undo()
-    fd = ops.book._fd
-    ops.book._fd = 2**20 - 1  # no such descriptor
+    fd = ops.log._fd
+    ops.log._fd = 2**20 - 1  # no such descriptor
     try:
         assert fuse_errno(ops.open, ino, os.O_RDONLY, CTX) == errno.EBADF
         assert fuse_errno(ops.statfs, CTX) is None
     finally:
-        ops.book._fd = fd
+        ops.log._fd = fd
     # a save that fails with an unexpected error fails the commit; the log is unchanged
-    size = os.path.getsize(ops.book.log_path)
-    monkeypatch.setattr(ops.book, "save", boom)
+    size = os.path.getsize(ops.log.log_path)
+    monkeypatch.setattr(ops.log, "save", boom)
     fi, _ = run(ops.create, I.NEW, b"11", 0o644, W, CTX)
     run(ops.write, fi.fh, 0, noun(b"data"))
     assert fuse_errno(ops.flush, fi.fh) == errno.EIO
     run(ops.release, fi.fh)
-    assert os.path.getsize(ops.book.log_path) == size
+    assert os.path.getsize(ops.log.log_path) == size
     monkeypatch.undo()
     _append(ops, b"11", noun(b"after"))
-    assert ops.book.read(11) == noun(b"after")
+    assert ops.log.read(11) == noun(b"after")
 
 
 def test_readonly_ops(small_src, monkeypatch):
     monkeypatch.setattr(ops_module, "FEATURES", frozenset())  # stock pyfuse3: opens
     with Book.open(small_src) as book:
-        o = BookOperations(book)
+        o = LogOperations(book)
         assert fuse_errno(o.flush, 1) == errno.ENOSYS  # nothing commits: no FLUSH wanted
         assert fuse_errno(o.create, I.NEW, b"11", 0o644, W, CTX) == errno.EROFS
         meta = run(o.lookup, I.META, b"life", CTX)
@@ -189,7 +189,7 @@ def test_no_open_path(small_src, monkeypatch):
     event answers EIO; info, meta and pretty/ are served by inode."""
     monkeypatch.setattr(ops_module, "FEATURES", pyfuse3.FEATURES)
     with Book.open(small_src) as book:
-        o = BookOperations(book)
+        o = LogOperations(book)
         ino = I.event_inode(3)
         assert fuse_errno(o.open, ino, os.O_RDONLY, CTX) == errno.ENOSYS
         assert fuse_errno(o.flush, 0) == errno.ENOSYS
@@ -215,6 +215,6 @@ def test_no_open_path(small_src, monkeypatch):
         f.seek(0)
         f.write(data)
     with Book.open(small_src) as book:
-        o = BookOperations(book)
+        o = LogOperations(book)
         assert fuse_errno(o.read_inode, I.event_inode(4), 0, 0, 1000) == errno.EIO
         assert run(o.read_inode, I.event_inode(5), 0, 0, 1000) == payload(5, 4 + 37 * 5)

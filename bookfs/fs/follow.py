@@ -51,9 +51,9 @@ class Follower:
 
     def __init__(self, fs: MountState):
         self.fs = fs
-        self.book = fs.book
+        self.log = fs.log
         self.generations = fs.generations  # the log's generation and the inodes' slots
-        self.known = fs.book.gulf()  # the range the kernel may have cached
+        self.known = fs.log.gulf()  # the range the kernel may have cached
         self._syncing = False  # a worker is making the log's new bytes durable
         self.watching = False  # inotify wakes the loop (watch()); else it polls
         self.looked = trio.Event()  # set by the loop after each look (watch() waits for it)
@@ -76,18 +76,18 @@ class Follower:
         if not fs.source_here():  # a fleet's ship whose directory was replaced
             raise refuse(errno.ESTALE, f"{fs.mountpoint}: the ship's directory was "
                                        "replaced by another; look its name up again")
-        book = self.book
+        book = self.log
         if hasattr(book, "inline_sync"):
             book.inline_sync = inline_sync
         book.refresh()
         if getattr(book, "wants_sync", False) and not self._syncing:
-            self.book.wants_sync = False
+            self.log.wants_sync = False
             self._syncing = True
             trio.lowlevel.spawn_system_task(self._sync_then_follow)
-        gen = getattr(self.book, "generation", 0)
+        gen = getattr(self.log, "generation", 0)
         gens = self.generations
         old = self.known
-        self.known = self.book.gulf()
+        self.known = self.log.gulf()
         if self.known != old or gen != gens.generation:
             fs.tail.published()  # lookups under follow/ look again (tail.py)
         if gen == gens.generation and self.known != old and fs.mountpoint:
@@ -120,7 +120,7 @@ class Follower:
         gens.slot_refs = list(slot_refs)
         gens.slot = slot
         try:
-            if self.book.continues(token):
+            if self.log.continues(token):
                 return
         except Exception:  # cannot tell: take it as another log
             pass
@@ -136,7 +136,7 @@ class Follower:
         descriptor, in a worker thread: a disk may be slow, and the loop serves on
         meanwhile), then look again, which publishes what the sync covered."""
         try:
-            await trio.to_thread.run_sync(self.book.make_durable)
+            await trio.to_thread.run_sync(self.log.make_durable)
         except Exception:  # never let a system task kill the mount
             log.exception("making the log's new bytes durable failed; trying again later")
         finally:
@@ -217,7 +217,7 @@ class Follower:
             from inotify_simple import INotify, flags
         except ImportError:  # pragma: no cover - a dependency
             return
-        paths = getattr(self.book, "watch_paths", None)
+        paths = getattr(self.log, "watch_paths", None)
         if paths is None:
             return
         file_mask = (flags.MODIFY | flags.ATTRIB | flags.CLOSE_WRITE | flags.MOVE_SELF
@@ -288,7 +288,7 @@ class Follower:
         """Every name of the old generation is dropped from the kernel's dentry cache,
         gone or not: its next lookup answers the new slot's inode, and the dentry's
         inode, no longer held, is evicted and forgotten (``slot_refs``).  Names other
-        than the two canonical ones are never cached (``BookOperations.lookup``)."""
+        than the two canonical ones are never cached (``LogOperations.lookup``)."""
         slot = 0 if slot is None else slot
         for k, name in segments.items():  # a segment's bytes may have changed
             with contextlib.suppress(OSError):

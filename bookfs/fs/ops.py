@@ -92,7 +92,7 @@ from bookfs.fs.nodes.pretty import PrettyFiles
 from bookfs.fs.nodes.segments import SegmentFiles, SegmentHandle
 from bookfs.fs.tail import DEFAULT_TIMEOUT, Tail
 
-__all__ = ["FEATURES", "BookOperations", "Modes", "fuse_path", "guarded", "source_modes"]
+__all__ = ["FEATURES", "LogOperations", "Modes", "fuse_path", "guarded", "source_modes"]
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ def fuse_path(readonly: bool) -> str:
             "(mount_scripts/setup.sh builds the patched one)")
 
 
-class BookOperations(pyfuse3.Operations):
+class LogOperations(pyfuse3.Operations):
     """FUSE operations over one open log: a :class:`Book`, or any ``EventLog`` (a vere
     log, an LMDB epoch, a :class:`~bookfs.formats.pier.Pier`, whose epochs appear under
     ``epochs/``)."""
@@ -158,27 +158,27 @@ class BookOperations(pyfuse3.Operations):
     supports_dot_lookup = False
     enable_writeback_cache = False
 
-    def __init__(self, book: EventLog, *, stall_timeout: float = 30.0, debug: bool = False,
+    def __init__(self, log: EventLog, *, stall_timeout: float = 30.0, debug: bool = False,
                  spill_dir: str | None = None, mountpoint: str | None = None,
                  segment_span: int = DEFAULT_SPAN,
                  owner: tuple[int | None, int | None] = (None, None),
                  umask: int | None = None, follow_timeout: float = DEFAULT_TIMEOUT):
         super().__init__()
-        self.book = book
+        self.log = log
         # the bulk view needs the UIP layout's deeds; a pier shows its epochs instead
-        self.segments = Segments(book, segment_span) if isinstance(book, Book) else None
+        self.segments = Segments(log, segment_span) if isinstance(log, Book) else None
         # the pier's own list: a read-only mount's follower adds the epochs a roll
         # creates (Pier.refresh), and every view (epochs/, info) sees them
-        self.epochs = getattr(book, "epochs", [])
+        self.epochs = getattr(log, "epochs", [])
         # resolved before mounting: descriptors' links name files by their real path
         self.mountpoint = mountpoint
-        self.readonly = not book.writable
+        self.readonly = not log.writable
         self.debug = debug
         self.refusals = Refusals()  # refused appends and meta writes: in info
         # lookups under follow/ waiting for an event; woken by each commit, and by the
         # follower of a read-only mount (follow.py)
         self.tail = Tail(self, follow_timeout)
-        self.queue = CommitQueue(book, stall_timeout=stall_timeout, spill_dir=spill_dir,
+        self.queue = CommitQueue(log, stall_timeout=stall_timeout, spill_dir=spill_dir,
                                  refusals=self.refusals, check_deadline=rule.PROBE_DEADLINE,
                                  on_commit=self._committed)
         #: a read-write mount's read-only companion, once it runs (fs/daemon/companion.py)
@@ -188,7 +188,7 @@ class BookOperations(pyfuse3.Operations):
         # names it on this mount alone: the commit rule finds its descriptors in another
         # process's table by inode, and another mount's leftovers must not look like it
         self._next_fh = secrets.randbelow(1 << 40) + 1
-        self._uid, self._gid, self.modes = source_modes(book, self.readonly, owner=owner,
+        self._uid, self._gid, self.modes = source_modes(log, self.readonly, owner=owner,
                                                         umask=umask)
         self.mounted_ns = time.time_ns()
         #: how event reads reach the log, for info's ``reads:`` (``fs/daemon/companion.py``)
@@ -210,7 +210,7 @@ class BookOperations(pyfuse3.Operations):
         self.invalidate_entry = pyfuse3.invalidate_entry
         self.prober = WorkerThread("bookfs-probe")
         #: the log's generation and the inodes' slots (fs/generations.py)
-        self.generations = Generations(getattr(book, "generation", 0))
+        self.generations = Generations(getattr(log, "generation", 0))
         self.follower = Follower(self)  # a read-only mount follows the writer
         # the kinds of node (module docstring)
         self.event_files = EventFiles(self)
@@ -516,9 +516,9 @@ class BookOperations(pyfuse3.Operations):
     async def statfs(self, ctx):
         s = pyfuse3.StatvfsData()
         s.f_bsize = s.f_frsize = 4096
-        s.f_blocks = (self.book.log_bytes + 4095) // 4096
+        s.f_blocks = (self.log.log_bytes + 4095) // 4096
         s.f_bfree = s.f_bavail = 0
-        s.f_files = self.book.count + 16
+        s.f_files = self.log.count + 16
         s.f_ffree = s.f_favail = 0
         s.f_namemax = 255
         return s

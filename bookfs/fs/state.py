@@ -1,7 +1,7 @@
 """What a mount holds, declared in one place, as the kernel's ``fs/fuse/fuse_i.h``
 declares a FUSE connection's shared state (issue 36, item 2).
 
-The dispatcher (:class:`bookfs.fs.ops.BookOperations`) holds a mount's state; the node
+The dispatcher (:class:`bookfs.fs.ops.LogOperations`) holds a mount's state; the node
 kinds (``fs/nodes/``), the follower (``follow.py``) and the tail (``tail.py``) are handed
 it as a :class:`MountState` and use nothing else of it.  :class:`Kernel` is the small
 interface through which they tell the kernel to drop what it cached (a fleet's ship
@@ -72,7 +72,7 @@ class MountState(Kernel, Protocol):
     """One mount's shared state: the log, its collaborators, and the few services of
     the dispatcher that every node kind uses."""
 
-    book: EventLog  # the log (any format: a Book, vere's, LMDB, a pier)
+    log: EventLog  # the log (any format: a Book, vere's, LMDB, a pier)
     epochs: list  # a pier's epochs (shown under epochs/), else empty
     segments: Any  # the bulk view (formats/segments.py), or None where there is none
     readonly: bool

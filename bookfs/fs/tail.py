@@ -89,7 +89,7 @@ class Tail:
 
     def head(self) -> EventNum:
         """The number the next event committed will have (as this mount sees the log)."""
-        book = self.fs.book
+        book = self.fs.log
         return EventNum(book.last + 1 if book.count else getattr(book, "epoch", 0) + 1)
 
     # --- waiting -------------------------------------------------------------------------
@@ -99,7 +99,7 @@ class Tail:
         """Return once ``event`` is committed; ETIMEDOUT after :attr:`timeout` seconds,
         ESHUTDOWN if the mount goes away meanwhile, EINTR once ``interrupted`` is set (the
         kernel interrupted the request: its caller got a signal; module docstring)."""
-        book = self.fs.book
+        book = self.fs.log
         if event in book:
             return
         self.fs.follower.follow()  # a read-only mount: has the writer just committed it?

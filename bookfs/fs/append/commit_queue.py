@@ -251,7 +251,7 @@ class CommitQueue:
         """``on_commit(first, last)``: called after each save; ``refusals``: where refused
         reservations are noted; ``check_deadline``: seconds the checks of one batch may
         take before the batch fails (EIO) unsaved."""
-        self.book = book
+        self.log = book
         self.check_deadline = check_deadline
         self.refusals = refusals if refusals is not None else Refusals()
         self.stall_timeout = stall_timeout
@@ -266,7 +266,7 @@ class CommitQueue:
 
     def _head(self) -> int:
         """The number the next committed event must have."""
-        return self.book.last + 1 if self.book.count else self._epoch() + 1
+        return self.log.last + 1 if self.log.count else self._epoch() + 1
 
     def next_free(self) -> int:
         n = self._head()
@@ -282,7 +282,7 @@ class CommitQueue:
 
     def _epoch(self) -> int:
         """The epoch base of an empty log (a pier's newest epoch, vere's ``fir_d``)."""
-        return getattr(self.book, "epoch", 0)
+        return getattr(self.log, "epoch", 0)
 
     def _kick_head(self) -> None:
         """Wake the commit of the reservation at the head of the queue, if any: it may
@@ -317,7 +317,7 @@ class CommitQueue:
                                         f"the next free one is {self.next_free()}")
         n = int(name)
         expected = self.next_free()
-        if n in self.book or n in self._live or (self.book.count and n < self.book.first):
+        if n in self.log or n in self._live or (self.log.count and n < self.log.first):
             raise refused(errno.EEXIST, f"event {n} is already committed or in "
                                         f"flight; the next free number is {expected}")
         if n != expected:
@@ -437,7 +437,7 @@ class CommitQueue:
             gate["saving"] = True
         token.run_sync_soon(checked.set)
         if n:
-            self.book.save(first, payloads[:n], self._epoch())
+            self.log.save(first, payloads[:n], self._epoch())
         return verdicts, n
 
     async def _lead(self) -> None:

@@ -304,7 +304,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
     from bookfs.formats.pier import open_source
     from bookfs.fs.daemon import readahead
     from bookfs.fs.dates import date_pass
-    from bookfs.fs.ops import FEATURES, BookOperations
+    from bookfs.fs.ops import FEATURES, LogOperations
 
     log_file = _setup_logging(log_file, debug, daemon)
     if ready_fd is not None:
@@ -324,7 +324,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
         readonly = True
         book = open_source(source, writable=False)
     try:
-        ops = BookOperations(book, debug=debug, mountpoint=mountpoint,
+        ops = LogOperations(book, debug=debug, mountpoint=mountpoint,
                              segment_span=opts.segment_span,
                              stall_timeout=opts.stall_timeout,
                              follow_timeout=opts.follow_timeout,

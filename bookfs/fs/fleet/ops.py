@@ -20,7 +20,7 @@ directory or LMDB epoch) a ``stat`` of those entries opens the log, as
 does any other request inside ``MNT/<ship>/``: its log is opened (read-only, in a worker
 thread; :func:`~bookfs.formats.pier.open_source`; then its card written, when it has
 none that holds) and the request handed to a
-:class:`ShipOperations`: the :class:`~bookfs.fs.ops.BookOperations` of a single
+:class:`ShipOperations`: the :class:`~bookfs.fs.ops.LogOperations` of a single
 read-only mount, unchanged but for its inode numbers, which are mapped into the fleet's
 (``fs/fleet/inodes.py``).  At most ``max_open`` logs are open (the least recently used
 one with no request in flight is closed to open another) and a log unused for
@@ -223,7 +223,7 @@ class FleetOperations(pyfuse3.Operations):
         if sid in self._by_sid:  # (a ship gone from the directory is not opened again)
             f = ops.follower
             with contextlib.suppress(Exception):
-                self._closed[sid] = (ops.book.identity(), f.known, ops.generations.slot,
+                self._closed[sid] = (ops.log.identity(), f.known, ops.generations.slot,
                                      ops.generations.slot_refs)
         try:
             ops.close_log()
@@ -547,7 +547,7 @@ class FleetOperations(pyfuse3.Operations):
     async def statfs(self, ctx):
         s = pyfuse3.StatvfsData()
         s.f_bsize = s.f_frsize = 4096
-        s.f_blocks = sum((o.book.log_bytes + 4095) // 4096 for o in self.open_ships.values())
+        s.f_blocks = sum((o.log.log_bytes + 4095) // 4096 for o in self.open_ships.values())
         s.f_bfree = s.f_bavail = s.f_ffree = s.f_favail = 0
         s.f_files = len(self.fleet.ships) + 16
         s.f_namemax = 255

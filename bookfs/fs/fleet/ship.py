@@ -1,5 +1,5 @@
 """One ship of a fleet mount (``fs/fleet/ops.py``): a single read-only mount's
-:class:`~bookfs.fs.ops.BookOperations` over the ship's log, unchanged but for what it tells
+:class:`~bookfs.fs.ops.LogOperations` over the ship's log, unchanged but for what it tells
 the kernel (listings, cache invalidations), whose inode numbers it maps into the fleet's
 (``fs/fleet/inodes.py``), and for its small-event cache, a view of the fleet's one shared
 :class:`~bookfs.fs.cache.EventCache`; and :class:`ShipFaces`, what the fleet shows of a
@@ -24,7 +24,7 @@ from bookfs.fs import inodes as I
 from bookfs.fs.cache import EventCache
 from bookfs.fs.nodes.base import CHANGING, FOREVER, REFRESH, make_attrs, modes_of
 from bookfs.fs.nodes.dirs import fixed_attrs, readonly_info
-from bookfs.fs.ops import BookOperations, fuse_path
+from bookfs.fs.ops import LogOperations, fuse_path
 
 #: a single mount's root as ``ls`` shows it (``nodes/dirs.py``, ``Directories.root_listed``)
 SHIP_ROOT = ((b"events", I.EVENTS), (b"meta", I.META), (b"new", I.NEW), (b"info", I.INFO),
@@ -76,7 +76,7 @@ class ShipCache:
         return sum(1 for k in self.shared._items if k[0] == self.tag)
 
 
-class ShipOperations(BookOperations):
+class ShipOperations(LogOperations):
     """A single read-only mount's operations over one ship's log, telling the kernel
     about its inodes by their fleet numbers (listings and cache invalidations)."""
 
@@ -136,7 +136,7 @@ class ShipOperations(BookOperations):
         self.event_files.cache.clear()
         self.prober.close(wait=False)
         self.queue.saver.close()
-        self.book.close()
+        self.log.close()
 
 
 class ShipFaces:

@@ -260,7 +260,7 @@ class SourceAccess:
 
     def __init__(self, book, readonly: bool, owner: tuple[int | None, int | None],
                  umask: int | None):
-        self.book, self.readonly, self.umask = book, readonly, umask
+        self.log, self.readonly, self.umask = book, readonly, umask
         st = os.stat(_source_file(book))
         self.source_owner = st.st_uid, st.st_gid
         self.uid = st.st_uid if owner[0] is None else owner[0]
@@ -273,12 +273,12 @@ class SourceAccess:
         if self.umask is not None:
             return modes_from(0, self.readonly, self.umask)
         try:
-            bits = source_bits(self.book.directory, *self.source_owner,
-                               standing=_source_file(self.book))
+            bits = source_bits(self.log.directory, *self.source_owner,
+                               standing=_source_file(self.log))
         except OSError as e:
             if not self._failed:  # said once per failure, not at every look
                 log.warning("%s: cannot look at the source's permissions (%s): no access "
-                            "through the mount until it can", self.book.directory, e)
+                            "through the mount until it can", self.log.directory, e)
             self._failed = True
             return NO_ACCESS
         self._failed = False
@@ -389,7 +389,7 @@ class Kind:
 
     def __init__(self, fs: MountState):
         self.fs = fs
-        self.book = fs.book
+        self.log = fs.log
 
     async def attrs(self, ino: int) -> pyfuse3.EntryAttributes:
         """GETATTR (and the attributes a lookup answers)."""
@@ -398,9 +398,9 @@ class Kind:
     def existing(self, event: int) -> int:
         """``event``, once the log holds it: an event not seen yet makes the follower look
         at the log once (a writer may just have committed it); still absent, ENOENT."""
-        if event not in self.book:
+        if event not in self.log:
             self.fs.follower.follow()
-            if event not in self.book:
+            if event not in self.log:
                 raise pyfuse3.FUSEError(errno.ENOENT)
         return event
 

@@ -129,8 +129,8 @@ class Directories(Kind):
     # --- attributes ----------------------------------------------------------------------
 
     def _log_mtime(self) -> int:
-        last = self.book.last
-        return self.book.mtime_ns(last) if last else self.fs.mounted_ns
+        last = self.log.last
+        return self.log.mtime_ns(last) if last else self.fs.mounted_ns
 
     def changed_mtime(self, ino: int, content: bytes, mtime_ns: int) -> int:
         """The mtime to report for a small file whose content changes (``info``): at least
@@ -145,7 +145,7 @@ class Directories(Kind):
         return mtime_ns
 
     def _dir_attrs(self, ino: int) -> pyfuse3.EntryAttributes:
-        return fixed_attrs(self.fs.entry_attrs, self.fs.modes, ino, self.book.count,
+        return fixed_attrs(self.fs.entry_attrs, self.fs.modes, ino, self.log.count,
                            self._log_mtime(), 0)
 
     def _epoch_attrs(self, ino: int) -> pyfuse3.EntryAttributes:
@@ -175,7 +175,7 @@ class Directories(Kind):
         if ino == I.INFO:
             fs.follower.follow()
             data = self.info_bytes()
-            return fixed_attrs(fs.entry_attrs, fs.modes, ino, self.book.count,
+            return fixed_attrs(fs.entry_attrs, fs.modes, ino, self.log.count,
                                self.changed_mtime(ino, data, self._log_mtime()), len(data))
         raise pyfuse3.FUSEError(errno.ENOENT)
 
@@ -217,7 +217,7 @@ class Directories(Kind):
         mount refuses writes at open(), where the shell sees the error, so it has no
         record and its info is exactly ``bookfs info``'s."""
         fs = self.fs
-        info = summary(self.book)
+        info = summary(self.log)
         if fs.readonly:
             return readonly_info(info, fs.fuse_path())
         info["fuse"] = fs.fuse_path()
@@ -273,7 +273,7 @@ class Directories(Kind):
             return inode
         # the kernel may keep its cached listing unless the log changed since the last
         # opendir of this directory (an append, a recovery, a replacement)
-        state = (fs.generations.generation, self.book.gulf(), len(fs.epochs))
+        state = (fs.generations.generation, self.log.gulf(), len(fs.epochs))
         unchanged = self.listed.get(inode) == state
         self.listed[inode] = state
         return pyfuse3.FileInfo(fh=inode, cache_readdir=True, keep_cache=unchanged)
@@ -284,7 +284,7 @@ class Directories(Kind):
             return  # write-only: lists as empty, so find, du, rsync and tar work
         if fh == I.EVENTS or (I.is_epoch(fh) and I.inode_epoch(fh)[1] == I.EPOCH_EVENTS):
             # cookie = position in the log + 1 (an off_t: event numbers may pass 2^63)
-            log = self.book if fh == I.EVENTS else fs.epochs[I.inode_epoch(fh)[0]].log
+            log = self.log if fh == I.EVENTS else fs.epochs[I.inode_epoch(fh)[0]].log
             first, last = log.gulf()
             if not last:
                 return

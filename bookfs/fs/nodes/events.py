@@ -5,7 +5,7 @@ Caching: ``events/<N>`` files are immutable: entry and attribute timeouts of a d
 ``st_ino`` is derived from the event number and the log's generation slot
 (``inodes.py``), so it is stable across remounts; ``st_size`` is exact.  A name other
 than the two canonical ones (``42``, ``000000000042``) is not cached (entry timeout 0:
-``BookOperations.lookup``).  A name that is not a number can never exist: a negative
+``LogOperations.lookup``).  A name that is not a number can never exist: a negative
 entry cached for a day (Hadoop's ``.<name>.crc``, say).
 
 Checking: reading an event checks its CRC on ``open`` (streamed, in a worker thread, for
@@ -56,7 +56,7 @@ class EventFiles(Kind):
         super().__init__(fs)
         self.cache = EventCache()
         self.verified_large: set[int] = set()  # large events whose check passed (8 B each)
-        self.dates = EventDates(self.book)  # each event's mtime: its own date (fs/dates.py)
+        self.dates = EventDates(self.log)  # each event's mtime: its own date (fs/dates.py)
         #: a plain READDIR entry's attributes: only its inode number and type are sent
         self.plain_attrs = pyfuse3.EntryAttributes()
         self.plain_attrs.st_mode = stat.S_IFREG | 0o444
@@ -68,13 +68,13 @@ class EventFiles(Kind):
         self.dates.drop()
 
     def event_of(self, ino: int) -> int:
-        return I.inode_event(ino, self.book.first)
+        return I.inode_event(ino, self.log.first)
 
     def event_attrs(self, event: int) -> pyfuse3.EntryAttributes:
         fs = self.fs
         return fs.entry_attrs(I.event_inode(event, fs.generations.slot_now()),
                               stat.S_IFREG | fs.modes.read,
-                              self.book.payload_size(event), self.dates.mtime_ns(event),
+                              self.log.payload_size(event), self.dates.mtime_ns(event),
                               FOREVER)
 
     async def attrs(self, ino: int) -> pyfuse3.EntryAttributes:
@@ -96,10 +96,10 @@ class EventFiles(Kind):
         checked and kept in the shared cache (returned); a large one is checked by
         streaming it in a worker thread, once per log generation (None: read it with
         ``read_slice``).  A failed check raises, which the handlers answer EIO."""
-        if self.book.payload_size(event) <= SMALL_EVENT:
+        if self.log.payload_size(event) <= SMALL_EVENT:
             return self.checked(event)
         if event not in self.verified_large:
-            await trio.to_thread.run_sync(self.book.verify_event, event)
+            await trio.to_thread.run_sync(self.log.verify_event, event)
             self.verified_large.add(event)
         return None
 
@@ -110,7 +110,7 @@ class EventFiles(Kind):
             # the format's check (CRC); kept only if the log is still this generation
             # once it was read (a recovery rewrites the file in place: read_then_recheck)
             data = self.fs.follower.read_then_recheck(None, f"events/{event}",
-                                                      self.book.read, event)
+                                                      self.log.read, event)
             self.cache.put(event, data)
         return data
 
@@ -121,7 +121,7 @@ class EventFiles(Kind):
         event = self.event_of(ino)
         if writing:
             raise refuse(errno.EROFS, f"events/{event} is immutable; append through new/")
-        if event not in self.book:
+        if event not in self.log:
             raise pyfuse3.FUSEError(errno.ENOENT)
         generation = fs.generations.generation
         small = await self.check(event) is not None
@@ -135,16 +135,16 @@ class EventFiles(Kind):
         follower = self.fs.follower
         event = self.event_of(ino)
         self.fs.generations.current(ino, f"events/{event}")
-        if event not in self.book:
+        if event not in self.log:
             follower.follow()
-            if event not in self.book:
+            if event not in self.log:
                 raise refuse(errno.ESTALE, f"events/{event}: no longer in the log")
         self.fs.generations.current(ino, f"events/{event}")
         data = await self.check(event)
         self.fs.generations.current(ino, f"events/{event}")
         if data is not None:
             return data[off : off + size]
-        return follower.read_then_recheck(ino, f"events/{event}", self.book.read_slice,
+        return follower.read_then_recheck(ino, f"events/{event}", self.log.read_slice,
                                           event, off, size)
 
     def read_handle(self, h: EventHandle, off: int, size: int) -> bytes:
@@ -155,4 +155,4 @@ class EventFiles(Kind):
         if h.small:
             return self.checked(h.event)[off : off + size]
         return self.fs.follower.read_then_recheck(None, f"events/{h.event}",
-                                                  self.book.read_slice, h.event, off, size)
+                                                  self.log.read_slice, h.event, off, size)

@@ -67,9 +67,9 @@ class FollowFiles(Kind):
         if event is None:
             return negative()
         fs = self.fs
-        if event not in self.book:
+        if event not in self.log:
             fs.follower.follow()
-            if event not in self.book and event < fs.tail.head():
+            if event not in self.log and event < fs.tail.head():
                 raise pyfuse3.FUSEError(errno.ENOENT)  # below the first event: never
             await fs.tail.wait_for(event, f"follow/{event}", interrupted)
         attrs = fs.event_files.event_attrs(event)

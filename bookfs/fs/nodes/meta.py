@@ -61,7 +61,7 @@ class MetaFiles(Kind):
 
     def _mtime(self) -> int:
         fs = self.fs
-        source = fs.epochs[-1].log if fs.epochs else self.book
+        source = fs.epochs[-1].log if fs.epochs else self.log
         path = getattr(source, "meta_path", None)
         return os.stat(path).st_mtime_ns if path else fs.mounted_ns
 
@@ -129,15 +129,15 @@ class MetaFiles(Kind):
                                                   "not an append", ctx.pid)
             need_rule(fs, path, ctx)
             truncated = bool(flags & os.O_TRUNC)
-            current = b"" if truncated else self.book.read_meta(key)
+            current = b"" if truncated else self.log.read_meta(key)
             h = MetaWriteHandle(key, current, Writer(ctx.pid))
             h.dirty = truncated  # emptied: judged (and refused, unless rewritten) at close
             return pyfuse3.FileInfo(fh=fs.new_fh(h), direct_io=True, keep_cache=False)
-        return fs.file_info(fs.new_fh(BytesHandle(self.book.read_meta(key))),
+        return fs.file_info(fs.new_fh(BytesHandle(self.log.read_meta(key))),
                             direct_io=True, keep_cache=False)
 
     async def read_inode(self, ino: int, off: int, size: int) -> bytes:
-        return self.book.read_meta(I.META_BY_INODE[ino])[off : off + size]
+        return self.log.read_meta(I.META_BY_INODE[ino])[off : off + size]
 
     async def write(self, h: MetaWriteHandle, off: int, buf: bytes, ctx) -> int:
         if ctx is not None:
@@ -185,7 +185,7 @@ class MetaFiles(Kind):
             raise fs.refusals.refuse(path, errno.EINVAL, f"{path}: bytes {hole[0]} to "
                                      f"{hole[1] - 1} were never written; the field is "
                                      "unchanged", pid)
-        await trio.to_thread.run_sync(self.book.save_meta, h.key, value)
+        await trio.to_thread.run_sync(self.log.save_meta, h.key, value)
 
     def release(self, h: MetaWriteHandle) -> None:
         if h.dirty:

@@ -48,7 +48,7 @@ class PrettyFiles(Kind):
         self.kept.clear()
 
     def event_of(self, ino: int) -> int:
-        return I.inode_pretty(ino, self.book.first)
+        return I.inode_pretty(ino, self.log.first)
 
     async def event_attrs(self, event: int) -> pyfuse3.EntryAttributes:
         """``pretty/<event>``, with the size of its rendering (made here, kept for the
@@ -57,7 +57,7 @@ class PrettyFiles(Kind):
         slot = fs.generations.slot_now()  # before the rendering: its size is this generation's
         size = len(await self.text(event))
         return fs.entry_attrs(I.pretty_inode(event, slot), stat.S_IFREG | fs.modes.read, size,
-                              self.book.mtime_ns(event), FOREVER)
+                              self.log.mtime_ns(event), FOREVER)
 
     async def attrs(self, ino: int) -> pyfuse3.EntryAttributes:
         event = self.existing(self.event_of(ino))
@@ -76,7 +76,7 @@ class PrettyFiles(Kind):
         event = self.event_of(ino)
         if writing:
             raise refuse(errno.EROFS, f"pretty/{event} is a read-only rendering")
-        if event not in self.book:
+        if event not in self.log:
             raise pyfuse3.FUSEError(errno.ENOENT)
         return fs.file_info(fs.new_fh(BytesHandle(await self.text(event))),
                             direct_io=True, keep_cache=False)
@@ -84,7 +84,7 @@ class PrettyFiles(Kind):
     async def read_inode(self, ino: int, off: int, size: int) -> bytes:
         event = self.event_of(ino)
         self.fs.generations.current(ino, f"pretty/{event}")
-        if event not in self.book:
+        if event not in self.log:
             raise refuse(errno.ESTALE, f"pretty/{event}: no longer in the log")
         text = await self.text(event)
         self.fs.generations.current(ino, f"pretty/{event}")
@@ -128,22 +128,22 @@ class PrettyFiles(Kind):
         from bookfs.errors import MetaAbsent
         from bookfs.noun.event import event_text
 
-        size = self.book.payload_size(event)
+        size = self.log.payload_size(event)
         data = await self.fs.event_files.check(event)
         if data is not None:
             def pread(off: int, n: int) -> bytes:
                 return data[off:off + n]
         else:
             def pread(off: int, n: int) -> bytes:
-                return self.book.read_slice(event, off, n)
+                return self.log.read_slice(event, off, n)
         from bookfs.formats.nouncheck import bob_dir_for
 
         try:
-            who = int.from_bytes(self.book.read_meta("who"), "little")
-            life = int.from_bytes(self.book.read_meta("life"), "little")
+            who = int.from_bytes(self.log.read_meta("who"), "little")
+            life = int.from_bytes(self.log.read_meta("life"), "little")
         except MetaAbsent:
             who = life = None
-        bob_dir = bob_dir_for(self.book.directory)
+        bob_dir = bob_dir_for(self.log.directory)
         text = await trio.to_thread.run_sync(
             lambda: "".join(event_text(event, size, pread, who=who, life=life,
                                        bob_dir=bob_dir)))

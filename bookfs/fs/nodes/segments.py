@@ -55,7 +55,7 @@ class SegmentFiles(Kind):
         self.names[seg.index] = I.event_name(seg.first)
         return fs.entry_attrs(I.segment_inode(seg.index, fs.generations.slot_now()),
                               stat.S_IFREG | fs.modes.read, seg.size,
-                              self.book.mtime_ns(seg.last),
+                              self.log.mtime_ns(seg.last),
                               FOREVER if seg.complete else GROWING, entry_timeout=FOREVER)
 
     async def attrs(self, ino: int) -> pyfuse3.EntryAttributes:
