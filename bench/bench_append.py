@@ -8,7 +8,7 @@ Four mounts, each on its own log file in the same directory (the same disk):
   with nothing saved, the ceiling pyfuse3 itself puts on appends (its daemon CPU per
   append is printed too);
 * **bookfs**: ``bookfs mount`` of a Book log (this checkout), the full ``new/`` contract:
-  contiguity, the commit rule (``fs/closer.py``), one ordered group commit;
+  contiguity, the commit rule (``fs/append/rule.py``), one ordered group commit;
 * **bookfs-noprobe**: the same with ``BOOKFS_BENCH_SKIP_PROBE=1``: the writer's closes
   commit without the rule's ``/proc`` probe (a benchmark-only setting), so the difference
   to **bookfs** is what the rule costs (issue 18: at most 5 % of the floor's rate);

@@ -1,7 +1,7 @@
 """Appends through new/: this checkout against another commit, side by side in one run.
 
 Measures what a change to the commit path costs an append (issue 9 used it for the last-close
-check, issue 18 for the commit rule of ``bookfs/fs/closer.py``): 1 KB events,
+check, issue 18 for the commit rule of ``bookfs/fs/append/rule.py``): 1 KB events,
 one writer and then 8 writers, each run alternating between a mount served by the code of
 ``--base`` (a git ref, checked out into a temporary worktree) and one served by this
 checkout, ``--rounds`` times; medians and the ratio are printed as a Markdown table.
