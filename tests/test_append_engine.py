@@ -1,6 +1,6 @@
 """The append engine (``bookfs/fs/append/``) runs without FUSE (issue 36, item 1): driven
 here in a process where ``import pyfuse3`` fails, it reserves numbers, stages bytes,
-checks the payload as it streams, judges each close (``rule.close``), commits in order
+checks the payload as it streams, judges each close (``rule.on_close``), commits in order
 with one group save, and refuses what
 the contract refuses with :class:`bookfs.errors.Refused` and the errno DESIGN.md names,
 leaving the log as it was."""
@@ -44,7 +44,7 @@ SCRIPT = textwrap.dedent("""
         r.staging.write(at, data)
         await r.payload.wrote(at, data)
         # the writer's last close (no mount: every close is the last)
-        return await rule.close(queue, None, None, r, 0, None, mounted=False)
+        return await rule.on_close(queue, None, None, r, 0, None, mounted=False)
 
     async def main():
         assert refused(queue.reserve, b"2") == errno.EINVAL  # a gap

@@ -23,7 +23,7 @@ loop with a deadline (:func:`closing` on a worker, :func:`commit_check` on the c
 thread).  Where it cannot tell, it answers UNKNOWN and the append fails loudly, with
 nothing committed.
 
-:func:`close` is what a close of ``new/<N>`` does, from the request to the commit: the
+:func:`on_close` is what a close of ``new/<N>`` does, from the request to the commit: the
 rule's verdict, the hole and payload checks, the ordered commit; the FUSE adapter
 (``fs/nodes/new.py``) calls it and answers the errno of what it refuses.
 """
@@ -329,7 +329,7 @@ def commit_check(tid: int, writer: Writer, mounts: Mounts, inode: int, known,
     return errno.EIO, why
 
 
-async def close(queue: CommitQueue, prober, mounts: Mounts, r: Reservation, inode: int,
+async def on_close(queue: CommitQueue, prober, mounts: Mounts, r: Reservation, inode: int,
                 ctx, *, mounted: bool = True) -> bool:
     """A close (FLUSH) of the file ``r`` is written in (``inode``, its inode on the mount),
     judged by the commit rule and, when it is the writer's last, committed: the whole of

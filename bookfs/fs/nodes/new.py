@@ -311,11 +311,11 @@ class NewFiles(Kind):
 
     async def flush(self, h: Reservation, fh: int, ctx) -> None:
         """A close of ``new/<N>``: the append engine's commit rule judges it and, for
-        the writer's last close, commits (:func:`bookfs.fs.append.rule.close`, which
+        the writer's last close, commits (:func:`bookfs.fs.append.rule.on_close`, which
         says what every outcome is); a committed name stays for its writer a while
         (:class:`Recent`)."""
         fs = self.fs
-        if await rule.close(fs.queue, fs.prober, fs.mounts, h, I.staging_inode(fh), ctx,
+        if await rule.on_close(fs.queue, fs.prober, fs.mounts, h, I.staging_inode(fh), ctx,
                             mounted=bool(fs.mountpoint)):
             threads = () if ctx is None else (h.writer.thread, ctx.pid)
             self.recent.add(h.name.encode(), h.number, I.staging_inode(fh), threads)
