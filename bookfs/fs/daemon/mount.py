@@ -345,18 +345,26 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
 
     ready = ready_reporter(ready_fd, log_file, f"{source} at {mountpoint}")
 
+    async def start() -> None:
+        """Raise the readahead, then report the mount ready: a big event read as soon as
+        ``bookfs mount`` returned streams in 1 MiB READs (``fs/daemon/readahead.py``);
+        then, on a read-write mount, start its read-only companion, which reports the
+        mount ready once its reads are bound (``_companion``)."""
+        if here is not None:
+            await readahead.after_init(mountpoint, here.device)
+        if readonly or opts.single_connection or "read_inode" not in FEATURES:
+            if opts.single_connection and not readonly:
+                ops.reads_note = "through this connection (-o single_connection)"
+            elif not readonly:
+                ops.reads_note = ("through this connection (stock pyfuse3: a read-only "
+                                  "connection would not save a request)")
+            ready()
+        else:  # reads through a read-only companion (fs/daemon/companion.py)
+            await _companion(ops, source, mountpoint, opts, log_file, debug, ready)
+
     async def run() -> None:
         async with trio.open_nursery() as nursery:
-            if readonly or opts.single_connection or "read_inode" not in FEATURES:
-                if opts.single_connection and not readonly:
-                    ops.reads_note = "through this connection (-o single_connection)"
-                elif not readonly:
-                    ops.reads_note = ("through this connection (stock pyfuse3: a read-only "
-                                      "connection would not save a request)")
-                ready()
-            else:  # reads through a read-only companion (fs/daemon/companion.py)
-                nursery.start_soon(_companion, ops, source, mountpoint, opts, log_file,
-                                   debug, ready)
+            nursery.start_soon(start)
             async def stop_on_signal():
                 with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                     async for sig in signals:
@@ -369,8 +377,6 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
             nursery.start_soon(stop_on_signal)
             nursery.start_soon(ops.tail.watch)  # follow/ waiters after a lazy unmount
             nursery.start_soon(date_pass, book)  # dates for listings (fs/dates.py)
-            if here is not None:
-                nursery.start_soon(readahead.after_init, mountpoint, here.device)
             if ops.readonly:
                 nursery.start_soon(ops.follow_loop)
             await pyfuse3.main(max_tasks=max_tasks())
