@@ -346,10 +346,8 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
     ready = ready_reporter(ready_fd, log_file, f"{source} at {mountpoint}")
 
     async def start() -> None:
-        """Raise the readahead, then report the mount ready: a big event read as soon as
-        ``bookfs mount`` returned streams in 1 MiB READs (``fs/daemon/readahead.py``);
-        then, on a read-write mount, start its read-only companion, which reports the
-        mount ready once its reads are bound (``_companion``)."""
+        """Raise the readahead (``readahead.py``), then report ready, or start the
+        companion, which does once bound: a read right after the mount has 1 MiB READs."""
         if here is not None:
             await readahead.after_init(mountpoint, here.device)
         if readonly or opts.single_connection or "read_inode" not in FEATURES:
@@ -404,10 +402,8 @@ PROFILE_ENV = "BOOKFS_PROFILE"
 
 
 def _own_fuse_fd() -> int:
-    """This daemon's ``/dev/fuse`` descriptor (its own ``/proc/self/fd``), or -1: said in
-    the mount's ready line, so that a read-write mount can take a copy of its
-    companion's connection (``fs/daemon/companion.py``) without reading another process's
-    ``/proc``."""
+    """This daemon's ``/dev/fuse`` descriptor, or -1: said in the ready line, so that a
+    read-write mount can copy its companion's connection without reading its ``/proc``."""
     with contextlib.suppress(OSError):
         for name in os.listdir("/proc/self/fd"):
             with contextlib.suppress(OSError):
