@@ -133,7 +133,8 @@ class Ship:
         raise NotImplementedError
 
     def close(self) -> None:
-        pass
+        """Release what reading the heads holds: nothing here (a mount's ship reads
+        through files it opens and closes per event); an opened log closes it."""
 
 
 def _who_name(who: int | None, fallback: str) -> str:
