@@ -35,7 +35,7 @@ import os
 from bookfs.formats.layout import LOG_NAME
 from bookfs.formats.lock import WriterLock, lock_path_for
 from bookfs.formats.nouncheck import bob_dir_for, check_nouns
-from bookfs.formats.reports import CheckReport, Problem, RecoveryReport  # noqa: F401 (the ladder's vocabulary)
+from bookfs.formats.reports import CheckReport, Problem
 
 log = logging.getLogger(__name__)
 

@@ -181,7 +181,7 @@ class Follower:
         tail = self.fs.tail
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.watch)
-            looked = -FOLLOW_BURST
+            last_look = -FOLLOW_BURST
             while True:
                 if tail.waiting and not self.watching:
                     await trio.sleep(WAITING_EVERY)
@@ -189,11 +189,11 @@ class Follower:
                     tail.arrived = trio.Event()
                     with trio.move_on_after(FOLLOW_EVERY):
                         await tail.arrived.wait()
-                    with trio.move_on_at(looked + FOLLOW_BURST):  # a burst: wait out
+                    with trio.move_on_at(last_look + FOLLOW_BURST):  # a burst: wait out
                         while not tail.waiting:  # its interval, unless a wait begins
                             tail.arrived = trio.Event()
                             await tail.arrived.wait()
-                looked = trio.current_time()
+                last_look = trio.current_time()
                 try:
                     self.follow(inline_sync=False)
                 except Exception:
