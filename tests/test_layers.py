@@ -203,3 +203,19 @@ def test_each_package_map_names_its_files(package):
                    | {p.name for p in here.iterdir() if (p / "__init__.py").is_file()})
     missing = [n for n in names if f"``{n}``" not in doc]
     assert not missing, f"{path.relative_to(ROOT)}: its map does not name {missing}"
+
+
+def test_follow_names_the_live_tail_only():
+    """In ``bookfs/fs``, "follow" names ``follow/`` (the live tail: ``tail``,
+    ``nodes/follow_dir``) and nothing else; a read-only mount's look at its log is the
+    ``watch`` (issue 36, item 5)."""
+    fs = PKG / "fs"
+    modules = sorted(p.relative_to(fs).as_posix() for p in fs.rglob("*follow*.py"))
+    assert modules == ["nodes/follow_dir.py"]
+    named = []
+    for path in fs.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            name = getattr(node, "name", None) or getattr(node, "attr", None) or ""
+            if "follower" in name.lower() or name in ("follow", "Following"):
+                named.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}")
+    assert not named, named

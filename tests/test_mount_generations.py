@@ -5,7 +5,7 @@ Item 1.  A reader streams a large ``events/3`` (or the segment holding it) in 1 
 while ``book.log`` is replaced by rename with a log whose event 3 has the same size and
 other bytes, or while the writer recovers (cuts event 3 off) and appends another event 3.
 The paced reader reads the first MiBs, the log changes, the follower notices
-(``follow_loop`` looks every second), and the reader reads on.  Every byte it got must be
+(``watch_loop`` looks every second), and the reader reads on.  Every byte it got must be
 the old event's, and the stream either ends with all of them or with ESTALE/EIO, never
 with the new event's bytes after the old one's.  A fresh open afterwards reads the new
 bytes.  Both request paths: the patched pyfuse3's reads by inode (no OPEN, fh 0) and the

@@ -96,7 +96,7 @@ def test_tail_f_rw_mount(small_src, mnt, tmp_path):
 
 def test_tail_f_ro_mount_follows_writer(small_src, mnt, tmp_path):
     """On a read-only mount, tail -c +1 -f (and -F) on the last segment shows the deeds
-    another process appends to the log (follow_loop / Book.refresh)."""
+    another process appends to the log (watch_loop / Book.refresh)."""
     with mounted(small_src, mnt, "-o", "ro"):
         seg = f"{mnt}/segments/{SEG0}"
         c = Tail(tmp_path / "c.out", "-c", "+1", "-f", seg)
@@ -189,7 +189,7 @@ def test_ro_segment_rewritten_under_mount(small_src, mnt):
             """The segment's bytes, or None for ESTALE: a name looked up before the daemon
             noticed the replacement still holds the old generation's node ID until the
             follower drops it, and that node answers ESTALE, never old or mixed bytes
-            (docs/architecture.md, "Following a writer"; a loaded machine widens the window)."""
+            (docs/architecture.md, "Watching a writer"; a loaded machine widens the window)."""
             try:
                 with open(path, "rb") as f:
                     return f.read()

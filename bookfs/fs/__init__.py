@@ -9,10 +9,11 @@ wings (subpackages), each with its own map.
 ``nodes``     the kinds of node, one module each, with its caching, errno and
               durability contract
 ``state``     what a mount holds, declared in one place: what the node kinds, the
-              follower and the tail are handed (``MountState``), and how they tell the
+              watch and the tail are handed (``MountState``), and how they tell the
               kernel (``Kernel``)
-``follow``    a read-only mount follows the writer: looks again, drops the kernel's
-              caches when the log grew, or was replaced or recovered
+``watch``     a read-only mount watches the writer's log: looks again, drops the
+              kernel's caches when the log grew, or was replaced or recovered (not to
+              be confused with ``follow/``, the live tail: ``tail``)
 ``generations`` the log's generation as the mount knows it, and the generation slots
               of its inodes (a file of an old generation answers ESTALE)
 ``tail``      the lookups under ``follow/`` that wait for an event to be committed

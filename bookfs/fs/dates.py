@@ -16,7 +16,7 @@ attributes are first asked for (one read of the payload or of its head, about 2 
 typical event); at the column's end it is added to the column (a listing extends it in
 order), so the next mount need not decode it.  A log without a column (LMDB, vere's
 layout, a pier) keeps the decoded dates in one array indexed by event number, 8 bytes an
-event, dropped when the log is replaced under a follower (``fs/follow.py``).
+event, dropped when the log is replaced under a follower (``fs/watch.py``).
 
 **Errors.**  A read that fails gives the log's time, never an error: ``stat`` must not
 fail where ``read`` would say EIO with its own message.

@@ -4,7 +4,7 @@
 Without opens there is no handle to carry a generation, so the inodes do: ``events/N``,
 ``pretty/N`` and ``segments/K`` carry the *slot* of the generation they were looked up in
 (``inodes.py``).  A new generation (the log replaced, or recovered in place: the
-follower sees it, ``follow.py``) takes another slot, so a new lookup answers a new node
+follower sees it, ``watch.py``) takes another slot, so a new lookup answers a new node
 ID, while a file opened before reads on by its old node ID and is answered ESTALE
 (:meth:`Generations.current`).  A slot is taken again only when the kernel has forgotten
 all its inodes: lookups and readdirplus entries are counted (``fs/fuse/inode.c``,

@@ -19,9 +19,9 @@ inodes                             nodes                       module
 =================================  ==========================  =======================
 
 A request that names a parent (LOOKUP) goes to the kind that lists it; one that names
-a handle (READ, WRITE, FLUSH, RELEASE) to the kind that opened it.  Following the writer
+a handle (READ, WRITE, FLUSH, RELEASE) to the kind that opened it.  Watching the writer
 and the log's generations (which file belongs to which log, ESTALE, the kernel's caches
-to drop) is :mod:`bookfs.fs.follow`'s; lookups that wait for the next event
+to drop) is :mod:`bookfs.fs.watch`'s; lookups that wait for the next event
 (``follow/``) are :mod:`bookfs.fs.tail`'s; what every kind shares (cache timeouts,
 permissions) is ``nodes/base.py``'s.  Extended attributes are not supported (ENOSYS),
 which the kernel remembers, so ``ls -l`` does not ask once per file; the one exception
@@ -80,7 +80,7 @@ from bookfs.fs.append.commit_queue import (
     Reservation,
     WorkerThread,
 )
-from bookfs.fs.follow import Follower
+from bookfs.fs.watch import LogWatch
 from bookfs.fs.generations import Generations
 from bookfs.fs.nodes.base import BytesHandle, Kind, Modes, make_attrs, source_modes
 from bookfs.fs.nodes.dirs import Directories
@@ -176,7 +176,7 @@ class LogOperations(pyfuse3.Operations):
         self.debug = debug
         self.refusals = Refusals()  # refused appends and meta writes: in info
         # lookups under follow/ waiting for an event; woken by each commit, and by the
-        # follower of a read-only mount (follow.py)
+        # watch of a read-only mount (watch.py)
         self.tail = Tail(self, follow_timeout)
         self.queue = CommitQueue(log, stall_timeout=stall_timeout, spill_dir=spill_dir,
                                  refusals=self.refusals, check_deadline=rule.PROBE_DEADLINE,
@@ -211,7 +211,7 @@ class LogOperations(pyfuse3.Operations):
         self.prober = WorkerThread("bookfs-probe")
         #: the log's generation and the inodes' slots (fs/generations.py)
         self.generations = Generations(getattr(log, "generation", 0))
-        self.follower = Follower(self)  # a read-only mount follows the writer
+        self.watch = LogWatch(self)  # a read-only mount follows the writer
         # the kinds of node (module docstring)
         self.event_files = EventFiles(self)
         self.pretty_files = PrettyFiles(self)
@@ -296,20 +296,20 @@ class LogOperations(pyfuse3.Operations):
         (``fs/daemon/companion.py``), so a ``stat`` right after the close returned asks again.
         Attributes only: no page, so nothing waits for a request in flight."""
         self.tail.published()
-        inodes = self.follower.changing_inodes()
+        inodes = self.watch.changing_inodes()
         if self.companion is not None:
             self.companion.drop_attrs(inodes)
         if self.mountpoint:
-            self.follower.drop_attrs_now(inodes)
+            self.watch.drop_attrs_now(inodes)
 
     def source_here(self) -> bool:
         """Whether the log's source is still where this mount found it (a fleet's ship
         checks its directory: ``fs/fleet/ship.py``); a single mount follows its path."""
         return True
 
-    async def follow_loop(self) -> None:
-        """Run by the daemon of a read-only mount (:meth:`Follower.loop`)."""
-        await self.follower.loop()
+    async def watch_loop(self) -> None:
+        """Run by the daemon of a read-only mount (:meth:`LogWatch.loop`)."""
+        await self.watch.loop()
 
     # --- lookups and attributes ----------------------------------------------------------
 
@@ -334,7 +334,7 @@ class LogOperations(pyfuse3.Operations):
                 names = {I.event_name(number)}
             if name not in names:
                 # a third spelling of a number (``0042``): never cached, so that a
-                # replacement, which drops the canonical names (Follower._invalidate_sync),
+                # replacement, which drops the canonical names (LogWatch._invalidate_sync),
                 # leaves no dentry that holds an old generation's inode
                 attrs.entry_timeout = 0
         return attrs

@@ -2,13 +2,13 @@
 declares a FUSE connection's shared state (issue 36, item 2).
 
 The dispatcher (:class:`bookfs.fs.ops.LogOperations`) holds a mount's state; the node
-kinds (``fs/nodes/``), the follower (``follow.py``) and the tail (``tail.py``) are handed
+kinds (``fs/nodes/``), the follower (``watch.py``) and the tail (``tail.py``) are handed
 it as a :class:`MountState` and use nothing else of it.  :class:`Kernel` is the small
 interface through which they tell the kernel to drop what it cached (a fleet's ship
 maps it into the fleet's inodes, ``fs/fleet/ship.py``).
 
 Declarations only (``Protocol``), of types from the layers below and of small protocols
-for the collaborators that live beside the node kinds (:class:`Following`,
+for the collaborators that live beside the node kinds (:class:`Watching`,
 :class:`Tailing`), so importing this module imports no module of the request path and no
 import circle goes through it (``tests/test_layers.py`` counts type-checking imports too).
 """
@@ -45,12 +45,12 @@ class Kernel(Protocol):
         """Drop the dentry ``name`` of directory ``parent``."""
 
 
-class Following(Protocol):
-    """The follower (``follow.py``): a read-only mount looking at its log again."""
+class Watching(Protocol):
+    """The watch on the log (``watch.py``): a read-only mount looking at its log again."""
 
     known: tuple[int, int]
 
-    def follow(self, *, inline_sync: bool = True) -> None: ...
+    def look(self, *, inline_sync: bool = True) -> None: ...
     def read_then_recheck(self, inode: int | None, what: str, read: Any, *args: Any
                           ) -> bytes: ...
     def changing_inodes(self) -> list[int]: ...
@@ -83,7 +83,7 @@ class MountState(Kernel, Protocol):
     cache_dirs: bool  # listings may be cached by the kernel (patched pyfuse3)
     request_owner: bool  # every FLUSH and WRITE says its caller (the commit rule needs it)
     reads_note: str  # how event reads reach the log, for info's reads: line
-    follower: Following
+    watch: Watching
     generations: Generations  # the log's generation and the inodes' slots
     tail: Tailing
     queue: CommitQueue  # new/'s ordered group commit (fs/append/)

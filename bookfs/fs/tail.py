@@ -9,7 +9,7 @@ What wakes a waiter.  A FUSE handler never waits on another process's state: the
 an ``await`` on a ``trio.Event`` that the code publishing newly committed events sets
 (:meth:`Tail.published`): on a read-write mount the commit queue after each save
 (``CommitQueue``'s ``on_commit``), on a read-only mount the follower whenever it sees
-the log change (:meth:`bookfs.fs.follow.Follower.follow`).  A read-only follower checks
+the log change (:meth:`bookfs.fs.watch.LogWatch.look`).  A read-only follower checks
 the log every second; while a lookup waits it checks every ``WAITING_EVERY`` seconds
 (one ``fstat`` each), and at once when a wait begins (:attr:`Tail.arrived`).
 
@@ -102,7 +102,7 @@ class Tail:
         book = self.fs.log
         if event in book:
             return
-        self.fs.follower.follow()  # a read-only mount: has the writer just committed it?
+        self.fs.watch.look()  # a read-only mount: has the writer just committed it?
         if event in book:
             return
         deadline = trio.current_time() + self.timeout

@@ -22,7 +22,7 @@ stay on the read-write connection with every durability rule.
 
 * **Read after acknowledge.**  The writer's close returns only once the event is in
   ``book.log`` and ``fdatasync``'d; a lookup of a number the companion has not seen
-  makes it refresh from the file (``fs/follow.py``) before it answers, and it caches no
+  makes it refresh from the file (``fs/watch.py``) before it answers, and it caches no
   negative entry.  So ``events/N`` is there as soon as the close of ``new/N`` returned.
 * **Unmounting.**  A mount with mounts inside it is busy for a plain ``umount``
   (``fs/pnode.c``, ``propagate_mount_busy()``: ``if (!list_empty(&mnt->mnt_mounts) ...)
@@ -45,8 +45,8 @@ stay on the read-write connection with every durability rule.
   companion, which reads the commit mark.  No wait on the companion: the kernel does it
   on the write.  Where the descriptor cannot be had, the companion's own follower drops
   them when inotify tells it of the commit: a millisecond or so later, or up to
-  ``FOLLOW_BURST`` (20 ms) in a burst of commits, which it takes together
-  (``fs/follow.py``).
+  ``LOOK_BURST`` (20 ms) in a burst of commits, which it takes together
+  (``fs/watch.py``).
 * **When the companion dies**, the read-write daemon (which watches it through a pidfd)
   detaches the binds, so the read-write connection's own ``events/`` shows through
   again: slower, never wrong.

@@ -376,7 +376,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
             nursery.start_soon(ops.tail.watch)  # follow/ waiters after a lazy unmount
             nursery.start_soon(date_pass, book)  # dates for listings (fs/dates.py)
             if ops.readonly:
-                nursery.start_soon(ops.follow_loop)
+                nursery.start_soon(ops.watch_loop)
             await pyfuse3.main(max_tasks=max_tasks())
             nursery.cancel_scope.cancel()
 

@@ -196,7 +196,7 @@ class FleetOperations(pyfuse3.Operations):
                 raise
             closed = self._closed.pop(sid, None)
             if closed is not None:  # what the kernel may still cache of its last open
-                ops.follower.resume(*closed)
+                ops.watch.resume(*closed)
             self.open_ships[sid] = ops
             self.opened += 1
             log.info("%s: opened %s (events %s)", ship.name, ship.path, book.gulf())
@@ -216,12 +216,12 @@ class FleetOperations(pyfuse3.Operations):
     def _close(self, sid: int) -> None:
         """Close ship ``sid``'s log, keeping what its next open needs to tell whether
         the kernel's cached pages and names of it are still its log's: the log's token
-        (``identity()``), the events published and the inode slots in use (``follow.py``,
-        :meth:`~bookfs.fs.follow.Follower.resume`)."""
+        (``identity()``), the events published and the inode slots in use (``watch.py``,
+        :meth:`~bookfs.fs.watch.LogWatch.resume`)."""
         ops = self.open_ships.pop(sid)
         self.closed += 1
         if sid in self._by_sid:  # (a ship gone from the directory is not opened again)
-            f = ops.follower
+            f = ops.watch
             with contextlib.suppress(Exception):
                 self._closed[sid] = (ops.log.identity(), f.known, ops.generations.slot,
                                      ops.generations.slot_refs)
@@ -236,7 +236,7 @@ class FleetOperations(pyfuse3.Operations):
 
     async def _drop_entry(self, name: bytes, root_too: bool = True) -> None:
         """Tell the kernel to look ``MNT/<name>`` up again (and to list ``MNT/`` again),
-        in a worker thread as every notification (``follow.py``)."""
+        in a worker thread as every notification (``watch.py``)."""
         def drop():
             with contextlib.suppress(OSError):
                 pyfuse3.invalidate_entry(F.FLEET_ROOT, name)
@@ -277,7 +277,7 @@ class FleetOperations(pyfuse3.Operations):
                     self._close(sid)
                     continue
                 try:
-                    ops.follower.follow(inline_sync=False)
+                    ops.watch.look(inline_sync=False)
                 except Exception as e:  # one ship's trouble never stops the others
                     log.warning("%s: following its log failed: %s", ops.ship.name, e)
 

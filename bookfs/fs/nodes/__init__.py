@@ -15,6 +15,6 @@
 Each module's docstring states its kind's contract: what the kernel may cache and for
 how long, which errno answers what, and when a write is durable.  A kind reaches the
 mount's shared state (the log, the open handles, the generation slots of
-:mod:`bookfs.fs.follow`) through ``self.fs``, typed as :class:`~bookfs.fs.state.MountState`
+:mod:`bookfs.fs.watch`) through ``self.fs``, typed as :class:`~bookfs.fs.state.MountState`
 (the dispatcher holds it; no kind imports the dispatcher).
 """

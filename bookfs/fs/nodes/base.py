@@ -399,7 +399,7 @@ class Kind:
         """``event``, once the log holds it: an event not seen yet makes the follower look
         at the log once (a writer may just have committed it); still absent, ENOENT."""
         if event not in self.log:
-            self.fs.follower.follow()
+            self.fs.watch.look()
             if event not in self.log:
                 raise pyfuse3.FUSEError(errno.ENOENT)
         return event

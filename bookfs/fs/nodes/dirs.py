@@ -7,7 +7,7 @@ a day (``FOREVER``).  The attributes of directories (``events/``'s size and mtim
 on append and are cached for ``CHANGING`` (1 s); without attribute caching on
 directories, ``default_permissions`` would cost a round trip per directory on every path
 walk.  A read-only mount tells the kernel to drop them when it sees the log grow
-(:mod:`bookfs.fs.follow`; a writer's append is not slowed by that notification: its
+(:mod:`bookfs.fs.watch`; a writer's append is not slowed by that notification: its
 directories may show the old size and mtime for up to 1 s).
 
 The info files change as the log grows: attribute timeout ``GROWING`` (0), so every
@@ -117,7 +117,7 @@ class Directories(Kind):
         the last look is picked up here (the follower looks once more)."""
         for again in (False, True):
             if again:
-                self.fs.follower.follow()
+                self.fs.watch.look()
             for k, e in enumerate(self.fs.epochs):
                 if e.name.encode() == name:
                     return k
@@ -167,13 +167,13 @@ class Directories(Kind):
     async def attrs(self, ino: int) -> pyfuse3.EntryAttributes:
         fs = self.fs
         if I.is_epoch(ino):
-            fs.follower.follow()
+            fs.watch.look()
             return self._epoch_attrs(ino)
         if ino in self.inodes:
-            fs.follower.follow()
+            fs.watch.look()
             return self._dir_attrs(ino)
         if ino == I.INFO:
-            fs.follower.follow()
+            fs.watch.look()
             data = self.info_bytes()
             return fixed_attrs(fs.entry_attrs, fs.modes, ino, self.log.count,
                                self.changed_mtime(ino, data, self._log_mtime()), len(data))
@@ -198,7 +198,7 @@ class Directories(Kind):
                 return self._epoch_attrs(I.epoch_inode(k, sub))
             event = I.parse_number(name)
             if event is None or event not in fs.epochs[k].log:
-                fs.follower.follow()
+                fs.watch.look()
                 if event is None or event not in fs.epochs[k].log:
                     raise pyfuse3.FUSEError(errno.ENOENT)
             return fs.event_files.event_attrs(event)
@@ -246,7 +246,7 @@ class Directories(Kind):
         if ino == I.INFO:
             if writing:
                 raise refuse(errno.EACCES, "info is read-only")
-            fs.follower.follow()
+            fs.watch.look()
             return fs.file_info(fs.new_fh(BytesHandle(self.info_bytes())),
                                 direct_io=True, keep_cache=False)
         raise pyfuse3.FUSEError(errno.EISDIR if ino in self.inodes else errno.ENOENT)
@@ -268,7 +268,7 @@ class Directories(Kind):
             I.is_epoch(inode) and I.inode_epoch(inode)[1] != I.EPOCH_INFO)
         if not is_dir:
             raise pyfuse3.FUSEError(errno.ENOTDIR)
-        fs.follower.follow()
+        fs.watch.look()
         if not fs.cache_dirs:
             return inode
         # the kernel may keep its cached listing unless the log changed since the last

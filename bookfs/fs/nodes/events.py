@@ -19,7 +19,7 @@ event: a failed check answers EIO, and the kernel caches no byte of that event.
 Errors: an event not in the log is ENOENT (ESTALE when read by inode: it was there when
 looked up); any write is EROFS (events are immutable; append through ``new/``); a failed
 check is EIO; a file of an older generation of the log, or a handle opened before the
-log was recovered or replaced, is ESTALE (:mod:`bookfs.fs.follow`).
+log was recovered or replaced, is ESTALE (:mod:`bookfs.fs.watch`).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class EventFiles(Kind):
         if data is None:
             # the format's check (CRC); kept only if the log is still this generation
             # once it was read (a recovery rewrites the file in place: read_then_recheck)
-            data = self.fs.follower.read_then_recheck(None, f"events/{event}",
+            data = self.fs.watch.read_then_recheck(None, f"events/{event}",
                                                       self.log.read, event)
             self.cache.put(event, data)
         return data
@@ -132,11 +132,11 @@ class EventFiles(Kind):
         """A read with no open behind it.  An event is checked on its first read (CRC;
         streamed, in a worker thread, for a large one): a failed check answers EIO, so
         the kernel caches none of its bytes."""
-        follower = self.fs.follower
+        watch = self.fs.watch
         event = self.event_of(ino)
         self.fs.generations.current(ino, f"events/{event}")
         if event not in self.log:
-            follower.follow()
+            watch.look()
             if event not in self.log:
                 raise refuse(errno.ESTALE, f"events/{event}: no longer in the log")
         self.fs.generations.current(ino, f"events/{event}")
@@ -144,7 +144,7 @@ class EventFiles(Kind):
         self.fs.generations.current(ino, f"events/{event}")
         if data is not None:
             return data[off : off + size]
-        return follower.read_then_recheck(ino, f"events/{event}", self.log.read_slice,
+        return watch.read_then_recheck(ino, f"events/{event}", self.log.read_slice,
                                           event, off, size)
 
     def read_handle(self, h: EventHandle, off: int, size: int) -> bytes:
@@ -154,5 +154,5 @@ class EventFiles(Kind):
                                        "replaced since this file was opened; reopen it")
         if h.small:
             return self.checked(h.event)[off : off + size]
-        return self.fs.follower.read_then_recheck(None, f"events/{h.event}",
+        return self.fs.watch.read_then_recheck(None, f"events/{h.event}",
                                                   self.log.read_slice, h.event, off, size)

@@ -68,7 +68,7 @@ class FollowFiles(Kind):
             return negative()
         fs = self.fs
         if event not in self.log:
-            fs.follower.follow()
+            fs.watch.look()
             if event not in self.log and event < fs.tail.head():
                 raise pyfuse3.FUSEError(errno.ENOENT)  # below the first event: never
             await fs.tail.wait_for(event, f"follow/{event}", interrupted)
@@ -82,7 +82,7 @@ class FollowFiles(Kind):
         if ino != I.FOLLOW_NEXT:
             raise pyfuse3.FUSEError(errno.EINVAL)  # not a symlink
         fs = self.fs
-        fs.follower.follow()
+        fs.watch.look()
         event = fs.tail.head()
         await fs.tail.wait_for(event, "follow/next", interrupted)
         return I.event_name(event)

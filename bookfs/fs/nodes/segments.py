@@ -9,11 +9,11 @@ incomplete segment grows with the log: attribute timeout ``GROWING`` (0), so eve
 ``stat`` asks and the kernel drops its cached pages when it sees the size change; a
 handle opened while it was the last one reads up to the log's current end, not the end
 when it was opened.  The names the kernel may hold are noted (``names``), so that a new
-generation of the log drops them (:mod:`bookfs.fs.follow`).
+generation of the log drops them (:mod:`bookfs.fs.watch`).
 
 Checking: a segment's deeds are checked before its bytes are served, once at each size
 (a failed check is EIO).  Bytes are served only if the log is still the same generation
-after they were read (``Follower.read_then_recheck``); a segment of an older generation,
+after they were read (``LogWatch.read_then_recheck``); a segment of an older generation,
 or a handle opened before the log was recovered or replaced, answers ESTALE.  Writes are
 EROFS.
 """
@@ -59,10 +59,10 @@ class SegmentFiles(Kind):
                               FOREVER if seg.complete else GROWING, entry_timeout=FOREVER)
 
     async def attrs(self, ino: int) -> pyfuse3.EntryAttributes:
-        segments, follower = self.fs.segments, self.fs.follower
+        segments, watch = self.fs.segments, self.fs.watch
         seg = segments.get(I.inode_segment(ino))
         if seg is None or not seg.complete:  # it may have grown: look at the log
-            follower.follow()
+            watch.look()
             self.fs.generations.current(ino, f"segment {I.inode_segment(ino)}")
             seg = segments.get(I.inode_segment(ino))
         if seg is None:
@@ -72,7 +72,7 @@ class SegmentFiles(Kind):
     async def lookup(self, name: bytes) -> pyfuse3.EntryAttributes:
         """``segments/<name>``: the segment whose first event is ``name``."""
         event = I.parse_number(name)
-        self.fs.follower.follow()
+        self.fs.watch.look()
         seg = self.fs.segments.containing_first(event) if event is not None else None
         if seg is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
@@ -99,7 +99,7 @@ class SegmentFiles(Kind):
                             keep_cache=seg.complete)
 
     async def read_inode(self, ino: int, off: int, size: int) -> bytes:
-        segments, follower = self.fs.segments, self.fs.follower
+        segments, watch = self.fs.segments, self.fs.watch
         what = f"segment {I.inode_segment(ino)}"
         self.fs.generations.current(ino, what)
         seg = segments.get(I.inode_segment(ino))
@@ -107,11 +107,11 @@ class SegmentFiles(Kind):
             raise refuse(errno.ESTALE, f"{what}: no longer in the log")
         await self.check(seg)
         self.fs.generations.current(ino, what)
-        return follower.read_then_recheck(ino, what, segments.read, seg, off, size)
+        return watch.read_then_recheck(ino, what, segments.read, seg, off, size)
 
     def read_handle(self, h: SegmentHandle, off: int, size: int) -> bytes:
         """A read through a handle ``open`` made."""
-        segments, follower = self.fs.segments, self.fs.follower
+        segments, watch = self.fs.segments, self.fs.watch
         if h.generation != self.fs.generations.generation:
             raise refuse(errno.ESTALE, f"segment {h.seg.index}: the log was recovered or "
                                        "replaced since this file was opened; reopen it")
@@ -121,5 +121,5 @@ class SegmentFiles(Kind):
             seg = segments.get(h.seg.index)
             if seg is not None and seg.first == h.seg.first:
                 h.seg = seg
-        return follower.read_then_recheck(None, f"segment {h.seg.index}", segments.read,
+        return watch.read_then_recheck(None, f"segment {h.seg.index}", segments.read,
                                           h.seg, off, size)

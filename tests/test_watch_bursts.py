@@ -1,5 +1,5 @@
 """A read-only mount's follower takes a writer's burst of commits together (issue 34,
-item 4): it looks at the log at most once per ``FOLLOW_BURST`` while commits pour in, not
+item 4): it looks at the log at most once per ``LOOK_BURST`` while commits pour in, not
 once per commit, and still sees every one of them.  (A read-write mount's companion is
 such a follower: it once looked, and dropped the kernel's attributes in a worker thread,
 for each of its writer's commits, which cost the appends a third of their CPU.)
@@ -15,24 +15,24 @@ import time
 import trio
 
 from bookfs.formats.book import Book
-from bookfs.fs import follow as follow_module
+from bookfs.fs import watch as watch_module
 from bookfs.fs.ops import LogOperations
 from mount_fixtures import payload, small_src  # noqa: F401
 
 COMMITS = 300
 
 
-def test_a_burst_of_commits_is_followed_in_few_looks(small_src):
+def test_a_burst_of_commits_is_seen_in_few_looks(small_src):
     with Book.open(small_src) as book:
         ops = LogOperations(book)
         looks = []
-        follow = ops.follower.follow
+        look = ops.watch.look
 
         def counted(**kw):
             looks.append(time.monotonic())
-            return follow(**kw)
+            return look(**kw)
 
-        ops.follower.follow = counted
+        ops.watch.look = counted
         first = book.last + 1
         last = first + COMMITS - 1
         timing = {}
@@ -46,7 +46,7 @@ def test_a_burst_of_commits_is_followed_in_few_looks(small_src):
 
         async def main():
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(ops.follow_loop)
+                nursery.start_soon(ops.watch_loop)
                 await trio.sleep(0.2)  # the watch is placed
                 await trio.to_thread.run_sync(write)
                 with trio.fail_after(60):
@@ -57,7 +57,7 @@ def test_a_burst_of_commits_is_followed_in_few_looks(small_src):
         trio.run(main)
     during = [t for t in looks if timing["start"] <= t <= timing["end"]]
     span = timing["end"] - timing["start"]
-    # one look when the burst begins, then at most one per FOLLOW_BURST (the writer's
+    # one look when the burst begins, then at most one per LOOK_BURST (the writer's
     # speed does not matter: a slow writer makes the bound larger, never smaller)
-    assert len(during) <= span / follow_module.FOLLOW_BURST + 2, (len(during), span)
+    assert len(during) <= span / watch_module.LOOK_BURST + 2, (len(during), span)
     assert book.last == last  # every commit was seen

@@ -1,5 +1,5 @@
 """A read-only follower that sees the log grow drops the kernel's cached attributes of
-``events/``, the root and ``info`` (``Follower._drop_attrs``).  It once called a method
+``events/``, the root and ``info`` (``LogWatch._drop_attrs``).  It once called a method
 that no longer existed: every growth logged an AttributeError and the kernel kept the old
 size for up to a second."""
 

@@ -1,9 +1,9 @@
-"""Following the log: a read-only mount picks up what the writer commits, and one read
+"""Watching the log: a read-only mount picks up what the writer commits, and one read
 stream never mixes two generations of the log.
 
-Read-only mounts follow the writer: :meth:`Follower.loop` checks the log every second
+Read-only mounts follow the writer: :meth:`LogWatch.loop` checks the log every second
 (every 50 ms while a lookup under ``follow/`` waits for an event, ``tail.py``, which
-every change seen here wakes), and handlers look again (:meth:`Follower.follow`) when asked for an event, a segment or a
+every change seen here wakes), and handlers look again (:meth:`LogWatch.look`) when asked for an event, a segment or a
 directory the mount has not seen yet.  When the log grew, the kernel is told to drop the
 attributes that changed (``CHANGING``: the root, ``events/``, the epochs' directories and
 the info files; a writer's append is not slowed by that notification: its directories
@@ -17,7 +17,7 @@ on when the log changes, and drops every name of the old generation from the ker
 dentry cache, so a new lookup answers a new node ID (the kernel then drops its dentry:
 ``fs/fuse/dir.c``, ``fuse_dentry_revalidate()``).  Bytes read straight from the log file
 (a large event, a segment, a small event not cached yet) are served only if the log is
-still the same generation after the ``pread`` (:meth:`Follower.read_then_recheck`): a
+still the same generation after the ``pread`` (:meth:`LogWatch.read_then_recheck`): a
 writer's recovery cuts and rewrites the file in place before the follower notices.
 """
 
@@ -36,15 +36,15 @@ from bookfs.fs.tail import WAITING_EVERY
 
 log = logging.getLogger(__name__)
 
-FOLLOW_EVERY = 1.0  # seconds between a read-only mount's checks of the log
+LOOK_EVERY = 1.0  # seconds between a read-only mount's checks of the log
 #: seconds a read-only mount's follower lets pass after one look before it looks again for
 #: inotify's next report, unless a lookup waits under ``follow/``: a writer committing
 #: thousands of times a second is followed at most this often, not once per commit
 #: (issue 34, item 4: the read-write mount's companion followed each of its commits)
-FOLLOW_BURST = 0.02
+LOOK_BURST = 0.02
 
 
-class Follower:
+class LogWatch:
     """A read-only mount following its log's writer: it looks at the log again, moves the
     mount's :class:`~bookfs.fs.generations.Generations` on when the log was replaced or
     recovered, and drops the kernel's caches that the change made wrong."""
@@ -60,7 +60,7 @@ class Follower:
 
     # --- following the writer ------------------------------------------------------------
 
-    def follow(self, *, inline_sync: bool = True) -> None:
+    def look(self, *, inline_sync: bool = True) -> None:
         """On a read-only mount, pick up events another process committed; if the log
         shrank or was replaced under us, drop every cache (ours and the kernel's).
 
@@ -69,7 +69,7 @@ class Follower:
         commits once this reader has made it durable with its own ``fdatasync``.  A
         handler that must answer now (a lookup of an event not seen yet) syncs here
         (``inline_sync``: about 40 us when the writer has synced already); the periodic
-        look does it in a worker thread (:meth:`_sync_then_follow`) and looks again."""
+        look does it in a worker thread (:meth:`_sync_then_look`) and looks again."""
         fs = self.fs
         if not fs.readonly:
             return
@@ -83,7 +83,7 @@ class Follower:
         if getattr(book, "wants_sync", False) and not self._syncing:
             self.log.wants_sync = False
             self._syncing = True
-            trio.lowlevel.spawn_system_task(self._sync_then_follow)
+            trio.lowlevel.spawn_system_task(self._sync_then_look)
         gen = getattr(self.log, "generation", 0)
         gens = self.generations
         old = self.known
@@ -130,7 +130,7 @@ class Follower:
         trio.lowlevel.spawn_system_task(self._invalidate_kernel, known, self.known, {},
                                         old_slot)
 
-    async def _sync_then_follow(self) -> None:
+    async def _sync_then_look(self) -> None:
         """The log grew and no live commit mark speaks for it (no bookfs writer: vere,
         or none): make the new bytes durable (``fdatasync`` of this reader's own
         descriptor, in a worker thread: a disk may be slow, and the loop serves on
@@ -142,7 +142,7 @@ class Follower:
         finally:
             self._syncing = False
         try:
-            self.follow(inline_sync=False)
+            self.look(inline_sync=False)
         except Exception:
             log.exception("following the log failed; trying again")
 
@@ -157,7 +157,7 @@ class Follower:
         gens = self.generations
         generation = gens.generation
         data = read(*args)
-        self.follow()  # one fstat, one stat and two small preads while nothing changed
+        self.look()  # one fstat, one stat and two small preads while nothing changed
         if gens.generation != generation or (inode is not None and gens.stale(inode)):
             raise refuse(errno.ESTALE, f"{what}: the log was recovered or replaced while "
                                        "it was read; open it again")
@@ -167,35 +167,35 @@ class Follower:
         """Run by the daemon of a read-only mount: look at the log whenever the kernel
         says one of its files changed (:meth:`watch`: a writer's commit mark, the log, a
         rename over it, a roll), at once when a wait under ``follow/`` begins
-        (``tail.py``), and every ``FOLLOW_EVERY`` seconds besides, so a change inotify
+        (``tail.py``), and every ``LOOK_EVERY`` seconds besides, so a change inotify
         does not report (a network filesystem) is noticed too; without inotify, every
         ``WAITING_EVERY`` seconds while a lookup waits.
 
-        Bursts are taken together: a change reported within ``FOLLOW_BURST`` of the last
+        Bursts are taken together: a change reported within ``LOOK_BURST`` of the last
         look is looked at when that time is up (every change reported meanwhile with it),
         unless a lookup waits under ``follow/``.  Nothing a reader asks for waits for
         this loop: a lookup of an event not seen yet, and a ``stat`` of a directory, look
-        at the log themselves (:meth:`follow`); what the loop adds is the kernel's
+        at the log themselves (:meth:`look`); what the loop adds is the kernel's
         attributes dropped (``_drop_attrs``) and ``follow/`` woken, so a directory's
-        cached size may lag a commit by ``FOLLOW_BURST`` more at most."""
+        cached size may lag a commit by ``LOOK_BURST`` more at most."""
         tail = self.fs.tail
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.watch)
-            last_look = -FOLLOW_BURST
+            last_look = -LOOK_BURST
             while True:
                 if tail.waiting and not self.watching:
                     await trio.sleep(WAITING_EVERY)
                 else:
                     tail.arrived = trio.Event()
-                    with trio.move_on_after(FOLLOW_EVERY):
+                    with trio.move_on_after(LOOK_EVERY):
                         await tail.arrived.wait()
-                    with trio.move_on_at(last_look + FOLLOW_BURST):  # a burst: wait out
+                    with trio.move_on_at(last_look + LOOK_BURST):  # a burst: wait out
                         while not tail.waiting:  # its interval, unless a wait begins
                             tail.arrived = trio.Event()
                             await tail.arrived.wait()
                 last_look = trio.current_time()
                 try:
-                    self.follow(inline_sync=False)
+                    self.look(inline_sync=False)
                 except Exception:
                     log.exception("following the log failed; trying again")
                 finally:
@@ -208,7 +208,7 @@ class Follower:
         when the kernel says it is readable, so a commit reaches waiting readers in
         well under a millisecond more than the writer's own publish.  After a wake it
         waits for the loop's look before it reads again, so a burst of commits costs one
-        read and one look per ``FOLLOW_BURST`` (the kernel queues, and merges, what it
+        read and one look per ``LOOK_BURST`` (the kernel queues, and merges, what it
         reports meanwhile).  The watches are placed again by path after every wake, so a
         file renamed over the log, or a new epoch, is watched from then on (a watch
         follows an inode).  Without inotify (the limit of watches reached, say) the loop
