@@ -19,8 +19,10 @@ prints min / median / max of each and the ratios taken within each round.
 ``--floor R`` instead measures, over one read-only mount, R interleaved rounds of what
 bounds a Python data source: a no-op source that yields Arrow batches read by pyarrow
 from the Parquet copy of the table (no decoding, no mount), against Spark's Parquet
-reader, with every column and without ``jam``; and ``format("bookfs")`` without ``jam``
-and with only ``event`` and ``jam`` (issue 22.3: where the Spark-side time goes).
+reader, with every column and without ``jam``; ``format("bookfs")`` without ``jam``
+and with only ``event`` and ``jam`` (issue 22.3: where the Spark-side time goes); and a
+source of two one-row tasks (Spark's fixed cost of a Python source's job) against
+``event,size`` from Parquet and from bookfs (issue 34.5).
 
 ``--compare R`` instead runs the per-event pipeline R times over each of: local files, a
 read-only mount on the patched pyfuse3 (no-open reads), and the same mount with
@@ -298,7 +300,28 @@ def floor(spark, src, mnt, args) -> int:
         def reader(self, schema):
             return Reader([f.name for f in schema.fields])
 
+    class TwoRows(DataSourceReader):
+        def partitions(self):
+            return [InputPartition(0), InputPartition(1)]
+
+        def read(self, part):
+            yield (part.value, 0)
+
+    class Empty(DataSource):
+        """Spark's fixed cost of a Python source's job: two tasks of one row each."""
+
+        @classmethod
+        def name(cls):
+            return "bookfs-two-rows"
+
+        def schema(self):
+            return "event long, size long"
+
+        def reader(self, schema):
+            return TwoRows()
+
     spark.dataSource.register(Floor)
+    spark.dataSource.register(Empty)
 
     def noop(df):
         df.write.format("noop").mode("overwrite").save()
@@ -320,7 +343,10 @@ def floor(spark, src, mnt, args) -> int:
             "no-op source, every column but jam": job("bookfs-floor", no_jam),
             "Parquet, every column but jam": job("parquet", no_jam),
             "bookfs, every column but jam": job("bookfs", no_jam),
-            "bookfs, event+jam": job("bookfs", ["event", "jam"])}
+            "bookfs, event+jam": job("bookfs", ["event", "jam"]),
+            "no-op source, two one-row tasks": job("bookfs-two-rows"),
+            "Parquet, event+size": job("parquet", ["event", "size"]),
+            "bookfs, event+size": job("bookfs", ["event", "size"])}
     load = os.getloadavg()[0]
     with mounted(src, mnt, "-o", "ro"):
         med = interleaved(jobs, args.floor, args.events)
