@@ -93,3 +93,16 @@ def test_pretty_inodes_round_trip_and_never_meet_other_inodes(log, data):
             assert not I.is_pretty(ino)
     assert not I.is_pretty(I.staging_inode(I.PRETTY_BASE - I.STAGING_BASE - 1))
     assert I.PRETTY not in (I.ROOT, I.EVENTS, I.META, I.NEW, I.INFO, I.SEGMENTS, I.EPOCHS)
+
+
+@given(st.integers(0, I.SIZES_BIT - 1), st.integers(0, I.SLOTS - 1), st.booleans(),
+       st.integers(0, I.SIZES_BIT - 1), st.integers(0, I.SLOTS - 1), st.booleans())
+def test_a_segment_and_its_sizes_file_have_inodes_of_their_own(k, slot, sizes, k2, slot2,
+                                                                sizes2):
+    """``segments/K`` and ``segments/K.sizes`` share the segment range and its generation
+    slots; each round-trips to its segment index, slot and kind, and no two meet."""
+    ino = I.segment_inode(k, slot, sizes)
+    assert I.is_segment(ino) and not I.is_staging(ino) and not I.is_epoch(ino)
+    assert (I.inode_segment(ino), I.slot_of(ino), I.is_sizes(ino)) == (k, slot, sizes)
+    if (k, slot, sizes) != (k2, slot2, sizes2):
+        assert I.segment_inode(k2, slot2, sizes2) != ino

@@ -221,6 +221,32 @@ def test_pretty_after_a_replacement(tmp_path, mnt):
         assert open(f"{mnt}/events/1", "rb").read() == jam_b
 
 
+def test_sizes_after_a_replacement(tmp_path, mnt):
+    """``segments/<K>.sizes`` is bound to its generation like its segment (issue 34.5):
+    after the log is replaced by one whose events have other sizes, a new open reads the
+    new sizes, under another inode."""
+    src = tmp_path / "src"
+    with Book.open(src, writable=True, create=True) as book:
+        book.save(1, [noun_payload(b"a" * 40), noun_payload(b"b" * 50)])
+    daemon_log = tmp_path / "daemon.log"
+    with mounted(src, mnt, "-o", "ro", log_file=str(daemon_log)):
+        path = f"{mnt}/segments/000000000001.sizes"
+        before = open(path, "rb").read()
+        ino = os.stat(path).st_ino
+        other = tmp_path / "other"
+        with Book.open(other, writable=True, create=True) as book:
+            book.save(1, [noun_payload(b"c" * 7), noun_payload(b"d" * 9),
+                          noun_payload(b"e" * 11)])
+        os.rename(other / "book.log", src / "book.log")
+        _noticed(daemon_log)
+        _dropped(path, ino)
+        after = _fresh_read(path)
+        assert after != before and len(after) == 24
+        assert after == b"".join(os.stat(f"{mnt}/events/{e}").st_size.to_bytes(8, "little")
+                                 for e in (1, 2, 3))
+        assert os.stat(path).st_ino != ino
+
+
 def test_slots_are_freed_and_reused(tmp_path, mnt):
     """Four replacements in a row: once the old names are dropped and nothing holds
     their files, each generation's slot is free again, so reads never stop."""
@@ -290,13 +316,15 @@ def test_slots_never_meet(first, span, data):
         for kind, ino, back in (
                 ("event", I.event_inode(e, slot), lambda i: I.inode_event(i, first)),
                 ("pretty", I.pretty_inode(e, slot), lambda i: I.inode_pretty(i, first)),
-                ("segment", I.segment_inode(e % I.SEGMENT_SPAN, slot),
-                 lambda i: I.inode_segment(i) + e - e % I.SEGMENT_SPAN)):
+                ("segment", I.segment_inode(e % I.SIZES_BIT, slot),
+                 lambda i: I.inode_segment(i) + e - e % I.SIZES_BIT),
+                ("sizes", I.segment_inode(e % I.SIZES_BIT, slot, sizes=True),
+                 lambda i: I.inode_segment(i) + e - e % I.SIZES_BIT)):
             assert I.slot_of(ino) == slot, (kind, slot)
             assert back(ino) == e
             assert seen.setdefault(ino, (kind, slot)) == (kind, slot)
         assert I.is_event(I.event_inode(e, slot)) and I.is_pretty(I.pretty_inode(e, slot))
-        assert I.is_segment(I.segment_inode(e % I.SEGMENT_SPAN, slot))
+        assert I.is_segment(I.segment_inode(e % I.SIZES_BIT, slot))
     for other in (I.ROOT, I.EVENTS, I.PRETTY, I.SEGMENTS, I.epoch_inode(5, 1),
                   I.staging_inode(1 << 39), *I.META_INODES.values()):
         assert I.slot_of(other) is None

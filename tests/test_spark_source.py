@@ -298,3 +298,34 @@ def test_a_projection_of_a_pier_mount_reads_no_event_file_it_does_not_need(env):
         used = rchar() - before - 2 * own
         assert got == [(r[0], r[3], r[5]) for r in full[:10]]
         assert used < 8 * 10  # no payload read (each is over 8 bytes); stats only
+
+
+def test_event_and_size_come_from_the_sizes_files(env, tmp_path):
+    """``event`` and ``size`` alone are read from ``segments/<K>.sizes`` (issue 34.5): 8
+    bytes an event and no payload byte, what ``ls -l events/`` shows.  So a log with one
+    payload byte flipped still gives every event's size, as its listing does, while a
+    read of any payload column fails on that deed's CRC."""
+    from bookfs.formats.book import Book
+    from bookfs.spark.source import BookfsReader
+
+    src = tmp_path / "log"
+    run_bookfs("sample", str(src), "--events", "400")
+    with Book.open(src) as book:
+        offset = book.index.offsets[250 - book.first] + 8 + 10
+    with open(src / "book.log", "r+b") as f:
+        os.pwrite(f.fileno(), bytes([os.pread(f.fileno(), 1, offset)[0] ^ 0xFF]), offset)
+    with mounted(src, tmp_path / "mnt", "-o", "ro,segment_mb=0.1") as m:
+        want = [(e, os.stat(f"{m}/events/{e:012d}").st_size) for e in range(1, 401)]
+        df = env.spark.read.format("bookfs").option("columns", "event,size").load(str(m))
+        assert rows(df) == want
+        reader = BookfsReader(str(m), None, None, 10, ["event", "size"])
+        (part,) = reader.partitions()
+        list(reader.read(part))  # imports, once
+        before = rchar()
+        own = rchar() - before
+        got = [tuple(r.values()) for b in reader.read(part) for r in b.to_pylist()]
+        used = rchar() - before - 2 * own
+        assert got == want and 8 * 400 <= used <= 8 * 400 + 8
+        with pytest.raises(Exception, match="cannot be read|CRC"):
+            env.spark.read.format("bookfs").option("columns", "event,jam").load(
+                str(m)).collect()

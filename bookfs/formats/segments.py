@@ -8,21 +8,30 @@ on deed boundaries, never overlap, cover the whole log in order, and a segment's
 most ``span`` plus its last deed.  A segment is *complete*, and immutable, once the log
 has grown past its range; the last segment may still grow.  A segment is named after its
 first event; its deeds are that event and the ones after it, in order.
+
+A segment's *sizes* (:meth:`Segments.sizes`, served as ``segments/<first>.sizes``) are its
+events' payload sizes, one unsigned 64-bit little-endian word an event, in order: what
+``ls -l events/`` shows of them, taken from the log's offset index, so no payload byte is
+read and no CRC checked to give them.
 """
 
 from __future__ import annotations
 
 import bisect
 import os
+import sys
+from array import array
 from dataclasses import dataclass
 
 from bookfs.errors import CorruptDeed
 from bookfs.formats.book import Book
 from bookfs.formats.deedcheck import first_bad_deed
-from bookfs.formats.layout import HEADER_SIZE
+from bookfs.formats.layout import DEED_OVERHEAD, HEADER_SIZE
 
 #: Spark holds a whole file (one row) per task in memory: 16 MiB keeps that small.
 DEFAULT_SPAN = 16 << 20
+#: bytes a segment's sizes give each event: one little-endian u64 (``Segments.sizes``)
+SIZE_WORD = 8
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,11 @@ class Segment:
     @property
     def size(self) -> int:
         return self.end - self.start
+
+    @property
+    def sizes_size(self) -> int:
+        """Bytes of its sizes (:meth:`Segments.sizes`): a word an event."""
+        return SIZE_WORD * (self.last - self.first + 1)
 
 
 class Segments:
@@ -99,3 +113,23 @@ class Segments:
         if offset >= seg.size:
             return b""
         return os.pread(self.book.fileno(), min(size, seg.size - offset), seg.start + offset)
+
+    def sizes(self, seg: Segment, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes from ``offset`` of ``seg``'s sizes: the payload size of each
+        of its events, a little-endian u64 each, from the offset index (module
+        docstring); only the words asked for are made."""
+        total = seg.sizes_size
+        if offset >= total or size <= 0:
+            return b""
+        stop = min(total, offset + size)
+        i, j = offset // SIZE_WORD, -(-stop // SIZE_WORD)  # events seg.first + i .. + j - 1
+        offsets = self.book.index.offsets
+        base = seg.first - self.book.first
+        starts = offsets[base + i: base + j]
+        ends = offsets[base + i + 1: base + j]
+        ends.append(offsets[base + j] if seg.first + j <= seg.last else seg.end)
+        words = array("Q", [b - a - DEED_OVERHEAD for a, b in zip(starts, ends)])
+        if sys.byteorder != "little":
+            words.byteswap()
+        skip = offset - i * SIZE_WORD
+        return words.tobytes()[skip: skip + stop - offset]

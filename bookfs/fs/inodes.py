@@ -15,8 +15,9 @@ The u64 inode space is split by its top bit:
     7 epochs/ (piers)            8 pretty/     9 follow/     10 follow/next
     16..           meta/<key>
     2^36 + 4k      epochs/<k-th>/   2^36 + 4k + 1  its events/   2^36 + 4k + 2  its info
-    2^40 + s*2^45 + k   segments/<k> in slot s (k < 2^45: a segment index is a byte offset
+    2^40 + s*2^45 + k   segments/<k> in slot s (k < 2^44: a segment index is a byte offset
                    divided by the span, 16 MiB by default)
+    2^40 + s*2^45 + 2^44 + k   segments/<first>.sizes, the sizes of segment k's events
     2^48 + h       new/<N> while handle h is open (h < 3*2^59 - 2^48; handles start at
                    a random point below 2^40 per mount, ops.py)
     3*2^59 + s*P + (N mod P)   pretty/<N> in slot s, P = floor((2^63 - 3*2^59) / 3) > 2^61:
@@ -77,6 +78,8 @@ SLOTS: Final = 3
 EVENT_SPAN: Final = EVENT_BIT // SLOTS  # event numbers per slot (> 2^61)
 PRETTY_SPAN: Final = (EVENT_BIT - PRETTY_BASE) // SLOTS  # (> 2^61)
 SEGMENT_SPAN: Final = 1 << 45  # segment indexes per slot
+#: set in a segment inode's index: the segment's ``.sizes`` file (``nodes/segments.py``)
+SIZES_BIT: Final = 1 << 44
 
 #: event-file names are zero-padded to this many digits so they sort in event order
 NAME_DIGITS: Final = 12
@@ -111,13 +114,19 @@ def inode_epoch(inode: int) -> tuple[int, int]:
     return divmod(inode - EPOCH_BASE, 4)
 
 
-def segment_inode(k: int, slot: int = 0) -> InodeT:
-    return InodeT(SEGMENT_BASE + slot * SEGMENT_SPAN + k)
+def segment_inode(k: int, slot: int = 0, sizes: bool = False) -> InodeT:
+    """The inode of segment ``k`` in ``slot``, or of its ``.sizes`` file."""
+    return InodeT(SEGMENT_BASE + slot * SEGMENT_SPAN + (SIZES_BIT if sizes else 0) + k)
 
 
 def inode_segment(inode: int) -> int:
-    """The segment index of a segment inode (of any slot)."""
-    return (inode - SEGMENT_BASE) % SEGMENT_SPAN
+    """The segment index of a segment inode, or of its ``.sizes`` file (of any slot)."""
+    return (inode - SEGMENT_BASE) % SEGMENT_SPAN % SIZES_BIT
+
+
+def is_sizes(inode: int) -> bool:
+    """Whether a segment inode is its segment's ``.sizes`` file."""
+    return (inode - SEGMENT_BASE) % SEGMENT_SPAN >= SIZES_BIT
 
 
 def is_segment(inode: int) -> bool:

@@ -328,10 +328,12 @@ class LogOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOENT)
         if I.slot_of(attrs.st_ino) is not None:
             self.generations.entry(attrs)
-            number = I.parse_number(name)
-            names = {I.event_name(number), str(number).encode()}
+            ino = attrs.st_ino
             if parent_inode == I.SEGMENTS:  # the name SegmentFiles.names notes
-                names = {I.event_name(number)}
+                names = {self.segment_files.names.get((I.inode_segment(ino), I.is_sizes(ino)))}
+            else:
+                number = I.parse_number(name)
+                names = {I.event_name(number), str(number).encode()}
             if name not in names:
                 # a third spelling of a number (``0042``): never cached, so that a
                 # replacement, which drops the canonical names (LogWatch._invalidate_sync),

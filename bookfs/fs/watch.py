@@ -274,7 +274,8 @@ class LogWatch:
             log.exception("invalidating the kernel's cached attributes failed")
 
     async def _invalidate_kernel(self, old: tuple[int, int], new: tuple[int, int],
-                                 segments: dict[int, bytes], slot: int | None) -> None:
+                                 segments: dict[tuple[int, bool], bytes],
+                                 slot: int | None) -> None:
         """Make the kernel forget what it cached of events ``old`` and of ``segments``
         (index -> name), looked up in generation ``slot`` (a worker thread: dropping
         pages waits for reads in flight, which this loop must keep serving)."""
@@ -284,15 +285,16 @@ class LogWatch:
             log.exception("invalidating the kernel's caches failed")
 
     def _invalidate_sync(self, old: tuple[int, int], new: tuple[int, int],
-                         segments: dict[int, bytes], slot: int | None) -> None:
+                         segments: dict[tuple[int, bool], bytes], slot: int | None
+                         ) -> None:
         """Every name of the old generation is dropped from the kernel's dentry cache,
         gone or not: its next lookup answers the new slot's inode, and the dentry's
         inode, no longer held, is evicted and forgotten (``slot_refs``).  Names other
         than the two canonical ones are never cached (``LogOperations.lookup``)."""
         slot = 0 if slot is None else slot
-        for k, name in segments.items():  # a segment's bytes may have changed
+        for (k, sizes), name in segments.items():  # a segment's bytes may have changed
             with contextlib.suppress(OSError):
-                self.fs.invalidate_inode(I.segment_inode(k, slot))
+                self.fs.invalidate_inode(I.segment_inode(k, slot, sizes))
             with contextlib.suppress(OSError):
                 self.fs.invalidate_entry(I.SEGMENTS, name)
         first, last = old

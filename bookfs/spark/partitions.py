@@ -8,6 +8,9 @@ one run a task (:class:`SegmentRuns`).  A task takes each segment of its run thr
 mount, mapped or read (:class:`SegmentBytes`; only the bytes of its own deeds when the
 range covers part of a segment, skipping the others by their length words), checks every
 deed's CRC and makes Arrow batches of the columns asked for (:mod:`bookfs.spark.rows`).
+A task asked for ``event`` and ``size`` alone reads each segment's sizes file instead
+(``segments/<K>.sizes``, 8 bytes an event: :func:`_sizes_batches`), what ``ls -l events/``
+shows: no payload byte is read and no CRC checked, as on the ``events/`` path.
 A mount without ``segments/`` (a pier or LMDB mount) is read from its ``events/`` files,
 :data:`EVENTS_PER_PARTITION` a task (:class:`EventFiles`).  Every task checks that it
 returned exactly the events it was planned for: a stale view of the mount fails the task,
@@ -29,6 +32,8 @@ from bookfs.spark.rows import DECODED, EventMtime, _batches, _segment_batches, p
 
 #: Events per partition when reading ``events/`` (no ``segments/`` on the mount).
 EVENTS_PER_PARTITION = 5000
+#: The columns a segment's sizes file gives (:func:`_sizes_batches`).
+FROM_SIZES = frozenset({"event", "size"})
 #: Bytes of ``segments/`` one task reads, about (option ``maxPartitionBytes``; a read is cut
 #: into :func:`task_count` runs of about equal bytes, :func:`balanced`).  Four times Spark's
 #: own file sources' default (``spark.sql.files.maxPartitionBytes``) because a Python data
@@ -324,6 +329,12 @@ def _read_segment(p: SegmentRange, want=None, source: SegmentBytes | None = None
     ``want``: the columns (:func:`_batches`); an event's mtime is looked up only for
     ``committed_at``, and only when it has no date
     (:class:`~bookfs.spark.rows.EventMtime`)."""
+    if want is not None and want - {SHIP} <= FROM_SIZES:
+        try:
+            yield from _sizes_batches(p)
+            return
+        except FileNotFoundError:  # a daemon from before segments/<K>.sizes (issue 34.5)
+            pass
     path = os.path.join(p.mnt, "segments", f"{p.first:012d}")
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -337,6 +348,37 @@ def _read_segment(p: SegmentRange, want=None, source: SegmentBytes | None = None
                                         EventMtime(p.mnt), want)
     finally:
         os.close(fd)
+
+
+def _sizes_batches(p: SegmentRange):
+    """``event`` and ``size`` of events ``p.lo..p.hi`` from their segment's sizes file
+    (``segments/<first>.sizes``: a little-endian u64 an event), one batch; only the words
+    of those events are read.  FileNotFoundError where the mount has no sizes files."""
+    import numpy as np
+    import pyarrow as pa
+
+    path = os.path.join(p.mnt, "segments", f"{p.first:012d}.sizes")
+    count = p.hi - p.lo + 1
+    buf = bytearray(8 * count)
+    view = memoryview(buf)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got = 0
+        while got < len(buf):
+            n = os.preadv(fd, [view[got:]], 8 * (p.lo - p.first) + got)
+            if not n:
+                break
+            got += n
+    finally:
+        view.release()
+        os.close(fd)
+    if got != len(buf):
+        raise ValueError(f"{path}: expected the sizes of events {p.lo}..{p.hi}, read "
+                         f"{got // 8} (the mount's view changed under the read?)")
+    sizes = np.frombuffer(buf, "<i8").astype(np.int64, copy=False)
+    yield pa.RecordBatch.from_arrays(
+        [pa.array(np.arange(p.lo, p.hi + 1, dtype=np.int64)), pa.array(sizes)],
+        names=["event", "size"])
 
 
 def _event_files(mnt: str, events: list[int], read: bool = True):
@@ -391,7 +433,9 @@ def read_partition(partition, columns: list[str] | None = None):
     """Arrow batches of one planned partition (the ``ship`` column added when it has
     one), of every column, or of ``columns`` only (:func:`~bookfs.spark.columns.projection`): then nothing is
     decoded unless one of :data:`bookfs.spark.rows.DECODED` is among them, and the
-    payload bytes are not copied unless ``jam`` is.  Deeds' CRCs are checked either way.
+    payload bytes are not copied unless ``jam`` is.  Deeds' CRCs are checked whenever a
+    segment is read; ``event`` and ``size`` alone read the segments' sizes files instead
+    (:func:`_sizes_batches`: no payload byte, as on the ``events/`` path).
     With nothing planned Spark still runs one task, on a bare ``InputPartition``: it
     yields no rows."""
     if isinstance(partition, Packed):

@@ -1,7 +1,13 @@
-"""``segments/<K>``: the log's bytes in fixed spans, for bulk readers (Spark's ``--bulk``).
+"""``segments/<K>``: the log's bytes in fixed spans, for bulk readers (Spark's ``--bulk``);
+``segments/<K>.sizes``: the payload sizes of its events.
 
 Shown for a plain UIP-layout log only (a :class:`~bookfs.formats.book.Book`); a segment is
-named by the first event it holds.
+named by the first event it holds.  ``<K>.sizes`` is reached by name only (a listing of
+``segments/`` shows the segments alone, so that a bulk reader of the directory reads only
+them): a little-endian u64 an event, ``formats/segments.py``'s ``Segments.sizes``, what
+``ls -l events/`` shows, from the offset index: no payload byte is read to serve it, and
+so no CRC is checked (Spark's ``event``/``size`` projections read it instead of the
+segment).  Its caching, generations and errors are its segment's.
 
 Caching: a segment that is complete (the log grew past its byte range) never changes:
 entry and attributes cached for a day (``FOREVER``), pages kept across opens.  The last,
@@ -32,13 +38,17 @@ from bookfs.fs import inodes as I
 from bookfs.fs.nodes.base import FOREVER, GROWING, Kind
 
 
+#: the name of a segment's sizes file is its segment's and this
+SIZES_SUFFIX = b".sizes"
+
+
 class SegmentHandle:
-    """An open segment and the log generation it was opened in."""
+    """An open segment (or its sizes file) and the log generation it was opened in."""
 
-    __slots__ = ("seg", "generation")
+    __slots__ = ("seg", "generation", "sizes")
 
-    def __init__(self, seg: Segment, generation: int):
-        self.seg, self.generation = seg, generation
+    def __init__(self, seg: Segment, generation: int, sizes: bool = False):
+        self.seg, self.generation, self.sizes = seg, generation, sizes
 
 
 class SegmentFiles(Kind):
@@ -46,15 +56,19 @@ class SegmentFiles(Kind):
 
     def __init__(self, fs):
         super().__init__(fs)
-        self.names: dict[int, bytes] = {}  # segment index -> name the kernel holds
+        #: (segment index, sizes file or not) -> the name the kernel may hold
+        self.names: dict[tuple[int, bool], bytes] = {}
         self.checked: dict[int, int] = {}  # segment index -> size whose deeds passed
 
-    def seg_attrs(self, seg: Segment) -> pyfuse3.EntryAttributes:
-        """A segment's attributes; its name is noted as one the kernel may cache."""
+    def seg_attrs(self, seg: Segment, sizes: bool = False) -> pyfuse3.EntryAttributes:
+        """A segment's attributes, or its sizes file's; its name is noted as one the
+        kernel may cache."""
         fs = self.fs
-        self.names[seg.index] = I.event_name(seg.first)
-        return fs.entry_attrs(I.segment_inode(seg.index, fs.generations.slot_now()),
-                              stat.S_IFREG | fs.modes.read, seg.size,
+        name = I.event_name(seg.first)
+        self.names[seg.index, sizes] = name + SIZES_SUFFIX if sizes else name
+        return fs.entry_attrs(I.segment_inode(seg.index, fs.generations.slot_now(), sizes),
+                              stat.S_IFREG | fs.modes.read,
+                              seg.sizes_size if sizes else seg.size,
                               self.log.mtime_ns(seg.last),
                               FOREVER if seg.complete else GROWING, entry_timeout=FOREVER)
 
@@ -67,16 +81,18 @@ class SegmentFiles(Kind):
             seg = segments.get(I.inode_segment(ino))
         if seg is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
-        return self.seg_attrs(seg)
+        return self.seg_attrs(seg, I.is_sizes(ino))
 
     async def lookup(self, name: bytes) -> pyfuse3.EntryAttributes:
-        """``segments/<name>``: the segment whose first event is ``name``."""
-        event = I.parse_number(name)
+        """``segments/<name>``: the segment whose first event is ``name``, or its sizes
+        (``<name>.sizes``)."""
+        sizes = name.endswith(SIZES_SUFFIX)
+        event = I.parse_number(name[:-len(SIZES_SUFFIX)] if sizes else name)
         self.fs.watch.look()
         seg = self.fs.segments.containing_first(event) if event is not None else None
         if seg is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
-        return self.seg_attrs(seg)
+        return self.seg_attrs(seg, sizes)
 
     async def check(self, seg: Segment) -> None:
         """Check ``seg``'s deeds before its bytes are served: once at each size (a complete
@@ -94,20 +110,25 @@ class SegmentFiles(Kind):
         if seg is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
         generation = fs.generations.generation
-        await self.check(seg)
-        return fs.file_info(fs.new_fh(SegmentHandle(seg, generation)),
+        sizes = I.is_sizes(ino)
+        if not sizes:
+            await self.check(seg)
+        return fs.file_info(fs.new_fh(SegmentHandle(seg, generation, sizes)),
                             keep_cache=seg.complete)
 
     async def read_inode(self, ino: int, off: int, size: int) -> bytes:
         segments, watch = self.fs.segments, self.fs.watch
-        what = f"segment {I.inode_segment(ino)}"
+        sizes = I.is_sizes(ino)
+        what = f"segment {I.inode_segment(ino)}{' sizes' if sizes else ''}"
         self.fs.generations.current(ino, what)
         seg = segments.get(I.inode_segment(ino))
         if seg is None:
             raise refuse(errno.ESTALE, f"{what}: no longer in the log")
-        await self.check(seg)
+        if not sizes:
+            await self.check(seg)
         self.fs.generations.current(ino, what)
-        return watch.read_then_recheck(ino, what, segments.read, seg, off, size)
+        return watch.read_then_recheck(ino, what, segments.sizes if sizes else segments.read,
+                                       seg, off, size)
 
     def read_handle(self, h: SegmentHandle, off: int, size: int) -> bytes:
         """A read through a handle ``open`` made."""
@@ -115,11 +136,12 @@ class SegmentFiles(Kind):
         if h.generation != self.fs.generations.generation:
             raise refuse(errno.ESTALE, f"segment {h.seg.index}: the log was recovered or "
                                        "replaced since this file was opened; reopen it")
-        if not h.seg.complete and off + size > h.seg.size:
+        if not h.seg.complete and off + size > (h.seg.sizes_size if h.sizes else h.seg.size):
             # the last segment grows with the log: read up to its current end (the
             # new deeds' CRCs were checked by the save or by Book.refresh)
             seg = segments.get(h.seg.index)
             if seg is not None and seg.first == h.seg.first:
                 h.seg = seg
-        return watch.read_then_recheck(None, f"segment {h.seg.index}", segments.read,
-                                          h.seg, off, size)
+        return watch.read_then_recheck(None, f"segment {h.seg.index}",
+                                       segments.sizes if h.sizes else segments.read,
+                                       h.seg, off, size)
