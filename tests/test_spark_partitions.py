@@ -196,3 +196,16 @@ def test_task_count_counts_the_cpus_the_planner_may_use(monkeypatch) -> None:
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid, a=allowed: set(a))
         monkeypatch.setattr(os, "cpu_count", lambda: 64)
         assert P.task_count(242 * MIB, P.MAX_PARTITION_BYTES) == tasks
+
+
+def test_a_read_of_event_and_size_is_planned_by_the_bytes_it_reads(mnt):
+    """``event`` and ``size`` read 8 bytes an event (``segments/<K>.sizes``), so they are
+    planned by those bytes: one task where the segments themselves make several."""
+    whole, _ = P.plan(P.Mount(mnt), None, None, 500, max_bytes=MIB)
+    sizes, _ = P.plan(P.Mount(mnt), None, None, 500, max_bytes=MIB,
+                      columns=["size", "event"])
+    assert len(whole) > 1 and len(sizes) == 1
+    assert sum(r.size for r in sizes[0].ranges) == 8 * EVENTS
+    rows = [r for b in P.read_partition(sizes[0], ["event", "size"]) for r in b.to_pylist()]
+    assert rows == [{"event": r["event"], "size": r["size"]}
+                    for r in reference(mnt, 1, EVENTS, {"event", "size"})]

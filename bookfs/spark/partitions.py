@@ -180,21 +180,26 @@ def pack_mounts(parts: list[InputPartition], max_bytes: int,
 
 
 def plan(mount: Mount, since: int | None, until: int | None, per_partition: int,
-         max_bytes: int = MAX_PARTITION_BYTES) -> tuple[list[InputPartition], int]:
+         max_bytes: int = MAX_PARTITION_BYTES, columns: list[str] | None = None
+         ) -> tuple[list[InputPartition], int]:
     """The partitions that read events ``since..until`` (inclusive; None: the mount's
     first, last) of ``mount``, and the last event they hold (less than ``since`` if
     none).  ``segments/`` ranges (:func:`bookfs.spark.plan_segments`) when the mount has
-    them, packed in runs of at most ``max_bytes`` (:func:`pack`), else ``events/`` files
-    in runs of ``per_partition``."""
+    them, packed in runs of at most ``max_bytes`` (:func:`pack`) of what the tasks read
+    (for ``columns`` that :func:`_sizes_batches` gives, 8 bytes an event, so such a read
+    is one task up to 2 million events), else ``events/`` files in runs of
+    ``per_partition``."""
     if since is not None and until is not None and since > until:
         return [], since - 1
     mnt = mount.path
     if os.path.isdir(os.path.join(mnt, "segments")):
         lo, hi, chosen = plan_segments(mnt, since, until)
         seg_dir = os.path.join(mnt, "segments")
-        ranges = [SegmentRange(*t, mnt=mnt,
-                               size=os.stat(os.path.join(seg_dir, f"{t[0]:012d}")).st_size)
-                  for t in chosen]
+        if columns is not None and set(columns) - {SHIP} <= FROM_SIZES:
+            ranges = [SegmentRange(*t, mnt=mnt, size=8 * (t[3] - t[2] + 1)) for t in chosen]
+        else:
+            ranges = [SegmentRange(*t, mnt=mnt, size=os.stat(
+                os.path.join(seg_dir, f"{t[0]:012d}")).st_size) for t in chosen]
         return [SegmentRuns(run, mnt, mount.ship) for run in pack(ranges, max_bytes)], hi
     view = committed(mnt)
     if view is None:

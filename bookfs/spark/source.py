@@ -302,7 +302,7 @@ class BookfsReader(DataSourceReader):
         parts = []
         for mount in self.mounts:
             parts += plan(mount, self.since, self.until, self.per_partition,
-                          self.max_bytes)[0]
+                          self.max_bytes, self.columns)[0]
         if len(self.mounts) > 1:  # many small ships: a task per max_bytes, not per ship
             parts = pack_mounts(parts, self.max_bytes, self.per_partition)
         return parts
@@ -396,7 +396,8 @@ class BookfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         deadline = time.monotonic() + STALE_VIEW_WAIT
         while True:
-            parts, got = plan(self.mount, lo, hi, self.per_partition, self.max_bytes)
+            parts, got = plan(self.mount, lo, hi, self.per_partition, self.max_bytes,
+                              self.columns)
             if got >= hi:
                 return parts
             if time.monotonic() > deadline:
@@ -499,7 +500,8 @@ class ShipsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                    "is no longer mounted")
             deadline = time.monotonic() + STALE_VIEW_WAIT
             while True:
-                got_parts, got = plan(mount, lo, hi, self.per_partition, self.max_bytes)
+                got_parts, got = plan(mount, lo, hi, self.per_partition, self.max_bytes,
+                                      self.columns)
                 if got >= hi:
                     break
                 if time.monotonic() > deadline:
