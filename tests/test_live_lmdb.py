@@ -301,7 +301,7 @@ class Run:
             finish = stream(str(self.mnt)) if stream else None
             writer = self.start_writer()
             threads = [threading.Thread(target=self.tail, name="tail"),
-                       threading.Thread(target=self.watch, name="follower"),
+                       threading.Thread(target=self.follower, name="follower"),
                        threading.Thread(target=self.lister, name="lister")]
             threads += [threading.Thread(target=self.random_reader, args=(k,),
                                          name=f"reader{k}") for k in range(2)]
