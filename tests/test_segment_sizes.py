@@ -88,3 +88,19 @@ def test_a_damaged_payload_keeps_its_size_and_fails_its_read(tmp_path):
         assert words(f"{m}/segments/{first:012d}.sizes")[120 - first] == size
         assert err_of(lambda: open(f"{m}/events/{120:012d}", "rb").read()) == errno.EIO
         assert err_of(lambda: open(f"{m}/segments/{first:012d}", "rb").read()) == errno.EIO
+
+
+def test_a_fleet_ship_answers_its_segments_sizes(src, tmp_path):
+    """A fleet mount's ship is the same mount below its own root: its segments' sizes
+    files are there too, under the fleet's own inode numbers."""
+    import shutil
+
+    fleet = tmp_path / "fleet"
+    fleet.mkdir()
+    shutil.copytree(src, fleet / "a")
+    with mounted(fleet, tmp_path / "mnt", "--fleet", "-o", SMALL_SEGMENTS) as m:
+        (ship,) = os.listdir(m)
+        firsts = sorted(int(n) for n in os.listdir(f"{m}/{ship}/segments"))
+        for first, nxt in zip(firsts, firsts[1:] + [EVENTS + 1]):
+            got = words(f"{m}/{ship}/segments/{first:012d}.sizes")
+            assert got == sizes_by_stat(f"{m}/{ship}", first, nxt - first), first
