@@ -104,3 +104,36 @@ def test_a_fleet_ship_answers_its_segments_sizes(src, tmp_path):
         for first, nxt in zip(firsts, firsts[1:] + [EVENTS + 1]):
             got = words(f"{m}/{ship}/segments/{first:012d}.sizes")
             assert got == sizes_by_stat(f"{m}/{ship}", first, nxt - first), first
+
+
+@pytest.fixture(scope="module")
+def small_book(tmp_path_factory):
+    """A 300-event sample log, open, with its payload sizes."""
+    path = build_sample(tmp_path_factory.mktemp("sizes-prop") / "log", 300)
+    with Book.open(path) as book:
+        yield book, {e: len(book.read(e)) for e in range(book.first, book.last + 1)}
+
+
+def test_any_slice_of_any_segments_sizes_is_the_slice_of_its_words(small_book):
+    """``Segments.sizes(seg, offset, size)`` for any span, segment, offset and size: the
+    same bytes as the whole file's words sliced there (a property test over reads that
+    start and end inside words, past the end, and of nothing)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from bookfs.formats.segments import Segments
+
+    book, sizes = small_book
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.integers(64, 1 << 16), st.data())
+    def check(span, data):
+        segs = list(Segments(book, span))
+        seg = data.draw(st.sampled_from(segs))
+        whole = b"".join(sizes[e].to_bytes(8, "little") for e in range(seg.first, seg.last + 1))
+        assert seg.sizes_size == len(whole)
+        offset = data.draw(st.integers(0, len(whole) + 20))
+        size = data.draw(st.integers(0, len(whole) + 20))
+        assert Segments(book, span).sizes(seg, offset, size) == whole[offset:offset + size]
+
+    check()
