@@ -13,12 +13,14 @@ made by ``bench/make_ship.py``.  Steps, in order, each timed (wall clock):
     ``ls -l MNT/events > /dev/null``, the daemon's RSS after each; the same ``find`` with
     ``-o ro,readdirplus=auto``;
  6. ``bookfs verify --nouns SHIP``: every CRC and every payload decoded, as MB/s;
- 7. Spark over the mount: ``spark.read.format("bookfs").load(MNT).count()`` and a full
-    scan of every column into Spark's ``noop`` sink (``--no-spark`` leaves it out).
+ 7. Spark over the mount: ``spark.read.format("bookfs").load(MNT).count()``, a full
+    scan of every column into Spark's ``noop`` sink, and ``event`` and ``size`` alone
+    (``segments/K.sizes``, issue 34.5) counted and summed (``--no-spark`` leaves it out;
+    ``--spark-only`` runs only this step, ``--rounds`` interleaved rounds of the three).
 
 Prints a Markdown table.  MB = 10^6 bytes.  Needs root (drop_caches) and /dev/fuse.
 
-    python bench/bench_bigship.py SHIP [--rounds 5] [--no-spark]
+    python bench/bench_bigship.py SHIP [--rounds 5] [--no-spark | --spark-only]
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ def main(argv=None) -> int:
     p.add_argument("ship", help="a Book directory (bench/make_ship.py)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--no-spark", action="store_true")
+    p.add_argument("--spark-only", action="store_true",
+                   help="only step 7, in --rounds interleaved rounds")
     a = p.parse_args(argv)
     ship = os.path.abspath(a.ship)
     size = os.path.getsize(os.path.join(ship, "book.log"))
@@ -83,6 +87,9 @@ def main(argv=None) -> int:
               file=sys.stderr, flush=True)
 
     load0 = os.getloadavg()[0]
+    if a.spark_only:
+        spark_step(ship, mnt, a.rounds, row)
+        return report(ship, size, load0, rows, work)
     drop_caches()
     t = timed(BOOKFS + ["info", ship], env=env)  # progress bar on stderr
     row("first index build (bookfs info, empty cache), MB/s", [size / 1e6 / t], "MB/s",
@@ -133,19 +140,47 @@ def main(argv=None) -> int:
     t = timed(BOOKFS + ["verify", "--nouns", ship], env=env)
     row("bookfs verify --nouns (cold), MB/s", [size / 1e6 / t], "MB/s", "≥ 200")
     if not a.no_spark:
-        from bookfs.spark import register, session
-        spark = session()
-        register(spark)
+        spark_step(ship, mnt, 1, row)
+    return report(ship, size, load0, rows, work)
+
+
+def spark_step(ship: str, mnt: str, rounds: int, row) -> None:
+    """Step 7: ``rounds`` interleaved rounds of a count (every column: Spark 4.3's Python
+    sources prune none), a full scan of every column, and ``event,size`` counted and
+    summed (read from ``segments/K.sizes``)."""
+    from pyspark.sql import functions as F
+
+    from bookfs.spark import register, session
+
+    spark = session()
+    register(spark)
+    times: dict[str, list[float]] = {"count": [], "scan": [], "sizes": []}
+    try:
         with mounted(ship, mnt, "-o", "ro"):
-            df = spark.read.format("bookfs").load(mnt)
-            t = time.perf_counter()
-            n = df.count()
-            row(f"Spark count ({n:,} rows)", [time.perf_counter() - t], "s")
-            t = time.perf_counter()
-            df.write.format("noop").mode("overwrite").save()
-            row("Spark full scan, every column, noop sink", [time.perf_counter() - t], "s")
-            rss_after.append(rss_mb(mnt))
+            for r in range(rounds):
+                for job in (("count", "scan", "sizes") if r % 2 == 0
+                            else ("sizes", "scan", "count")):
+                    t = time.perf_counter()
+                    if job == "count":
+                        n = spark.read.format("bookfs").load(mnt).count()
+                    elif job == "scan":
+                        (spark.read.format("bookfs").load(mnt).write.format("noop")
+                         .mode("overwrite").save())
+                    else:
+                        got = (spark.read.format("bookfs").option("columns", "event,size")
+                               .load(mnt).agg(F.count("*"), F.sum("size")).first())
+                    times[job].append(time.perf_counter() - t)
+    finally:
         spark.stop()
+    if got[0] != n:
+        raise SystemExit(f"event,size counted {got[0]:,} rows, the full count {n:,}")
+    row(f"Spark count ({n:,} rows; every column)", times["count"], "s")
+    row("Spark full scan, every column, noop sink", times["scan"], "s")
+    row(f"Spark event,size: count and sum of sizes ({got[0]:,} rows, {got[1]:,} bytes)",
+        times["sizes"], "s")
+
+
+def report(ship: str, size: int, load0: float, rows: list, work: str) -> int:
     shutil.rmtree(work, ignore_errors=True)
     print(f"ship {ship}: {size / 1e6:,.0f} MB of log; 1-minute load {load0:.2f} at the "
           f"start, {os.getloadavg()[0]:.2f} at the end\n")
@@ -154,7 +189,6 @@ def main(argv=None) -> int:
     for what, lo, med, hi, unit, target, k in rows:
         print(f"| {what} | {lo:.3f} | {med:.3f} | {hi:.3f} | {unit} | {target} | {k} |")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
