@@ -34,6 +34,12 @@ from bookfs.spark.rows import DECODED, EventMtime, _batches, _segment_batches, p
 EVENTS_PER_PARTITION = 5000
 #: The columns a segment's sizes file gives (:func:`_sizes_batches`).
 FROM_SIZES = frozenset({"event", "size"})
+
+
+def reads_sizes(columns) -> bool:
+    """Whether a read of ``columns`` (None: every column) takes the segments' sizes files
+    instead of the segments: :data:`FROM_SIZES` and ``ship`` alone."""
+    return columns is not None and set(columns) - {SHIP} <= FROM_SIZES
 #: Bytes of ``segments/`` one task reads, about (option ``maxPartitionBytes``; a read is cut
 #: into :func:`task_count` runs of about equal bytes, :func:`balanced`).  Four times Spark's
 #: own file sources' default (``spark.sql.files.maxPartitionBytes``) because a Python data
@@ -195,7 +201,7 @@ def plan(mount: Mount, since: int | None, until: int | None, per_partition: int,
     if os.path.isdir(os.path.join(mnt, "segments")):
         lo, hi, chosen = plan_segments(mnt, since, until)
         seg_dir = os.path.join(mnt, "segments")
-        if columns is not None and set(columns) - {SHIP} <= FROM_SIZES:
+        if reads_sizes(columns):
             ranges = [SegmentRange(*t, mnt=mnt, size=8 * (t[3] - t[2] + 1)) for t in chosen]
         else:
             ranges = [SegmentRange(*t, mnt=mnt, size=os.stat(
@@ -334,7 +340,7 @@ def _read_segment(p: SegmentRange, want=None, source: SegmentBytes | None = None
     ``want``: the columns (:func:`_batches`); an event's mtime is looked up only for
     ``committed_at``, and only when it has no date
     (:class:`~bookfs.spark.rows.EventMtime`)."""
-    if want is not None and want - {SHIP} <= FROM_SIZES:
+    if reads_sizes(want):
         try:
             yield from _sizes_batches(p)
             return
