@@ -36,7 +36,11 @@ def src(tmp_path_factory, module_cache):
     return build_sample(tmp_path_factory.mktemp("sizes") / "log", EVENTS)
 
 
-def test_each_segments_sizes_are_its_events_sizes(src, tmp_path):
+@pytest.mark.parametrize("path_kind", ["no-open", "stock"])
+def test_each_segments_sizes_are_its_events_sizes(src, tmp_path, monkeypatch, path_kind):
+    """Read by inode (the patched pyfuse3's no-open path) and through handles (stock)."""
+    if path_kind == "stock":
+        monkeypatch.setenv("BOOKFS_STOCK_PYFUSE3", "1")  # the daemon opens with handles
     with mounted(src, tmp_path / "mnt", "-o", f"ro,{SMALL_SEGMENTS}") as m:
         firsts = sorted(int(n) for n in os.listdir(f"{m}/segments"))
         assert len(firsts) > 10
