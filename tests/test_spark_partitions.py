@@ -209,3 +209,8 @@ def test_a_read_of_event_and_size_is_planned_by_the_bytes_it_reads(mnt):
     rows = [r for b in P.read_partition(sizes[0], ["event", "size"]) for r in b.to_pylist()]
     assert rows == [{"event": r["event"], "size": r["size"]}
                     for r in reference(mnt, 1, EVENTS, {"event", "size"})]
+    three = ["size", "epoch", "event"]  # epoch: null on the segments/ path, from sizes too
+    assert P.reads_sizes(three) and not P.reads_sizes(["event", "mug"])
+    rows = [r for b in P.read_partition(sizes[0], three) for r in b.to_pylist()]
+    assert rows == [{c: r[c] for c in three}
+                    for r in reference(mnt, 1, EVENTS, {"event", "epoch", "size"})]

@@ -8,7 +8,7 @@ one run a task (:class:`SegmentRuns`).  A task takes each segment of its run thr
 mount, mapped or read (:class:`SegmentBytes`; only the bytes of its own deeds when the
 range covers part of a segment, skipping the others by their length words), checks every
 deed's CRC and makes Arrow batches of the columns asked for (:mod:`bookfs.spark.rows`).
-A task asked for ``event`` and ``size`` alone reads each segment's sizes file instead
+A task asked for ``event``, ``size`` and ``epoch`` alone reads each segment's sizes file instead
 (``segments/<K>.sizes``, 8 bytes an event: :func:`_sizes_batches`), what ``ls -l events/``
 shows: no payload byte is read and no CRC checked, as on the ``events/`` path.
 A mount without ``segments/`` (a pier or LMDB mount) is read from its ``events/`` files,
@@ -32,8 +32,9 @@ from bookfs.spark.rows import DECODED, EventMtime, _batches, _segment_batches, p
 
 #: Events per partition when reading ``events/`` (no ``segments/`` on the mount).
 EVENTS_PER_PARTITION = 5000
-#: The columns a segment's sizes file gives (:func:`_sizes_batches`).
-FROM_SIZES = frozenset({"event", "size"})
+#: The columns a segment's sizes file gives (:func:`_sizes_batches`; ``epoch`` is null on
+#: the ``segments/`` path: a plain Book log has no epochs).
+FROM_SIZES = frozenset({"event", "epoch", "size"})
 
 
 def reads_sizes(columns) -> bool:
@@ -362,9 +363,10 @@ def _read_segment(p: SegmentRange, want=None, source: SegmentBytes | None = None
 
 
 def _sizes_batches(p: SegmentRange):
-    """``event`` and ``size`` of events ``p.lo..p.hi`` from their segment's sizes file
-    (``segments/<first>.sizes``: a little-endian u64 an event), one batch; only the words
-    of those events are read.  FileNotFoundError where the mount has no sizes files."""
+    """``event``, ``epoch`` (null) and ``size`` of events ``p.lo..p.hi`` from their
+    segment's sizes file (``segments/<first>.sizes``: a little-endian u64 an event), one
+    batch; only the words of those events are read.  FileNotFoundError where the mount
+    has no sizes files."""
     import numpy as np
     import pyarrow as pa
 
@@ -388,8 +390,8 @@ def _sizes_batches(p: SegmentRange):
                          f"{got // 8} (the mount's view changed under the read?)")
     sizes = np.frombuffer(buf, "<i8").astype(np.int64, copy=False)
     yield pa.RecordBatch.from_arrays(
-        [pa.array(np.arange(p.lo, p.hi + 1, dtype=np.int64)), pa.array(sizes)],
-        names=["event", "size"])
+        [pa.array(np.arange(p.lo, p.hi + 1, dtype=np.int64)), pa.nulls(count, pa.int64()),
+         pa.array(sizes)], names=["event", "epoch", "size"])
 
 
 def _event_files(mnt: str, events: list[int], read: bool = True):

@@ -41,11 +41,11 @@ Only those are made (:func:`bookfs.spark.columns.projection`, :func:`read_partit
 ``wire``, ``card`` or ``error`` no payload is decoded, without ``jam`` none is copied,
 without ``committed_at`` no event is ``stat``-ed, and on the ``events/`` path a
 projection of ``event``/``size``/``committed_at`` reads no payload byte.  On the
-``segments/`` path ``event`` and ``size`` alone (with ``ship``) read each segment's
-``.sizes`` file, 8 bytes an event, instead of its deeds (issue 34.5).  Those two
+``segments/`` path ``event``, ``size`` and ``epoch`` alone (with ``ship``) read each
+segment's ``.sizes`` file, 8 bytes an event, instead of its deeds (issue 34.5).  Those
 projections give what ``ls -l events/`` shows, from the mount's index, so no CRC is
-checked for them; every other read checks the CRC of every deed it reads.  A column that is not the table's, or has another
-type, is refused in one line.  The rows are made by the compiled row builder
+checked for them; every other read checks the CRC of every deed it reads.  A column that
+is not the table's, or has another type, is refused in one line.  The rows are made by the compiled row builder
 (``bookfs/spark/_rows.pyx``, :data:`bookfs.spark.ROWS`) and the compiled noun core
 (:data:`bookfs.noun.CORE`) when they built, by their pure references otherwise: the same
 rows either way.
