@@ -68,26 +68,26 @@ def _numeric_id(value: str) -> int:
     return n
 
 
-def _user_id(value: str) -> int:
-    import pwd
-
+def _named_id(value: str, by_name, what: str) -> int:
+    """A numeric id, or the id ``by_name(value)`` gives (KeyError: not a name there)."""
     if value.isdigit():
         return _numeric_id(value)
     try:
-        return pwd.getpwnam(value).pw_uid
+        return by_name(value)
     except KeyError:
-        raise ValueError("expected a numeric uid or a user name") from None
+        raise ValueError(f"expected a numeric {what}") from None
+
+
+def _user_id(value: str) -> int:
+    import pwd
+
+    return _named_id(value, lambda n: pwd.getpwnam(n).pw_uid, "uid or a user name")
 
 
 def _group_id(value: str) -> int:
     import grp
 
-    if value.isdigit():
-        return _numeric_id(value)
-    try:
-        return grp.getgrnam(value).gr_gid
-    except KeyError:
-        raise ValueError("expected a numeric gid or a group name") from None
+    return _named_id(value, lambda n: grp.getgrnam(n).gr_gid, "gid or a group name")
 
 
 def _choice(*values: str):
