@@ -219,3 +219,30 @@ def test_follow_names_the_live_tail_only():
             if "follower" in name.lower() or name in ("follow", "Following"):
                 named.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}")
     assert not named, named
+
+
+#: the modules that know how a deed is laid out: the byte layouts, the one walk per layout,
+#: the framing scan, the checks of damaged logs, and telling the layouts apart
+DEED_MODULES = {"layout", "deeds", "framing", "deedcheck", "vere_deeds", "detect"}
+#: the names that spell a deed's bytes out
+DEED_BYTES = {"DEED_LEN", "DEED_TAIL", "DEED_HEAD", "DEED_OVERHEAD", "DEED_TAIL_SIZE",
+              "DEED_HEAD_SIZE", "VERE_DEED_OVERHEAD", "PADDED_DEED_OVERHEAD", "encode_deed",
+              "deed_parts", "deed_size", "scan_deeds"}
+
+
+def test_deeds_are_walked_in_one_place():
+    """Every reader and writer of deeds (engines, recovery, index, segments, Spark rows,
+    the mount) goes through its layout's walk in ``formats/deeds.py`` (``UIP``,
+    ``VERE``); no other module spells a deed's bytes out (issue 36, item 4).  The
+    compiled row builder (``spark/_rows.pyx``) is the one twin, held equal by
+    ``tests/test_rows.py``."""
+    spelled = []
+    for path in PKG.rglob("*.py"):
+        if path.parent.name == "formats" and path.stem in DEED_MODULES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.ImportFrom)
+                     else [getattr(node, "id", None) or getattr(node, "attr", None)])
+            spelled += [f"{path.relative_to(ROOT)}:{node.lineno} {n}"
+                        for n in names if n in DEED_BYTES]
+    assert not spelled, spelled

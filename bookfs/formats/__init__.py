@@ -7,7 +7,7 @@
 ``book``            the UIP layout's engine (``book.log`` + ``meta.bin``)
 ``vere``            vere's two-slot layout's engine
 ``vere_header``     vere's two header slots: parse, pack, choose
-``vere_deeds``      vere's deeds: framing scan, batch CRC, framed deeds at any offset
+``vere_deeds``      vere's damaged deeds: batch CRC, framed deeds at any offset, torn tail
 ``detect``          telling the two Book layouts apart, without guessing
 ``lmdb_log``        LMDB epochs (read-only)
 ``lmdb_snapshots``  reading a live LMDB store without its lock file
@@ -18,16 +18,17 @@
 ``reports``         what an open and a check report (``RecoveryReport``, ``CheckReport``)
 ``quarantine``      bytes that may hold events kept aside before a log is cut back
 ``nouncheck``       the noun check (``verify --nouns``): every event decode-checked
-``deedcheck``       the UIP deed checks: CRC (streamed; forked past 256 MiB), valid deeds
-                    in a damaged region, the torn tail
+``deedcheck``       a damaged UIP log's deeds: the first bad CRC (forked past 256 MiB),
+                    valid deeds in a damaged region, the torn tail
 ``book_recovery``   the ladder for the UIP layout
 ``vere_recovery``   the ladder for vere's layout
 ``lmdb_recovery``   the ladder for LMDB epochs (check and salvage)
 ``pier_recovery``   the ladder for a pier (each epoch by its format, then the chain), and
                     ``recovery_for(path)``: the ladder for any source, by ``identify``
 ``salvage``         what a salvage writes: batched events, the bytes left out, publishing
-``index``           the persisted offset index (8 B/event), validated and rebuilt when stale;
-                    the framing scan of both Book layouts
+``deeds``           one deed walk per layout (``UIP``, ``VERE``): sizes, checks, walks, writer;
+                    every reader and writer of deeds goes through it
+``index``           the persisted offset index (8 B/event), validated and rebuilt when stale
 ``framing``         the framing scan of both Book layouts, and walks from the log's end
 ``datecolumn``      each event's date, kept beside the offset index
 ``shipcard``        a ship's card: what a fleet mount shows of a log it has not opened
@@ -37,5 +38,6 @@
 ``segments``        the bulk view: the log cut into byte ranges of whole deeds
 ``info``            the summary of any opened log (``bookfs info``, a mount's ``info`` file)
 ``lock``            the single-writer lock
-``fileio``          safe opens, preads into reusable buffers, directory fsync, publish by rename
+``fileio``          safe opens, preads into reusable buffers, vectored writes, directory
+                    fsync, publish by rename
 """

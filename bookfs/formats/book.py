@@ -27,7 +27,6 @@ Contract
 from __future__ import annotations
 
 import bisect
-import errno
 import logging
 import os
 import struct
@@ -42,9 +41,10 @@ from bookfs.errors import (BadMagic, BadVersion, BookError, ContiguityError, Too
 from bookfs.formats.index import (FileStamp, OffsetIndex, discard_index, load_index,
     save_index)
 from bookfs.formats.datecolumn import DateColumn, fill
-from bookfs.formats.framing import confirm_chain, newest_deeds, scan_framing
-from bookfs.formats.layout import (DEED_LEN, DEED_OVERHEAD, DEED_TAIL, FIR_OFFSET, HEADER,
-    HEADER_SIZE, LOG_NAME, MAGIC, META_NAME, VERSION, crc32, deed_parts)
+from bookfs.formats.deeds import UIP, BadDeed
+from bookfs.formats.framing import confirm_chain, newest_deeds
+from bookfs.formats.layout import (FIR_OFFSET, HEADER, HEADER_SIZE, LOG_NAME, MAGIC,
+    META_NAME, VERSION)
 from bookfs.formats.detect import epoch_says_vere, identify_fd, looks_padded, slot_crc_ok
 from bookfs.formats.lock import WriterLock
 from bookfs.formats.logbase import SingleFileLog
@@ -66,7 +66,7 @@ class Book(SingleFileLog):
     """An open Book log.  Use :meth:`open`; close with :meth:`close` or ``with``.  The
     state, meta and read accessors it shares with vere's layout are in ``logbase.py``."""
 
-    DEED_OVERHEAD = DEED_OVERHEAD
+    DEEDS = UIP
     WHAT = "a Book log"
 
     def __init__(self, directory: str, fd: int, meta_fd: int | None, writable: bool,
@@ -162,7 +162,7 @@ class Book(SingleFileLog):
                 self.recovery.notes.append(
                     f"{self.log_path}: fir_d is 0 but data follows the header")
             else:
-                end = scan_framing(fd, index, size, progress=progress)
+                end = UIP.scan(fd, index, size, progress=progress)
             if cached is None or end == size:
                 break
             # Damage past a persisted index: never cut or quarantine on a cache's word.
@@ -183,7 +183,7 @@ class Book(SingleFileLog):
                                           progress=progress)
         elif index.count and index.verified_end < index.end:
             i = index.count - 1
-            ok = deedcheck.deed_crc_ok(fd, index.offsets[i], index.payload_size(index.first + i))
+            ok = UIP.sound(fd, index.offsets[i], index.payload_size(index.first + i))
             bad = None if ok else i
         else:
             bad = None
@@ -235,7 +235,7 @@ class Book(SingleFileLog):
         """The header and the last published deed's CRC and ``let_d``: if a later look
         finds them different, published events were rewritten (a writer's recovery)."""
         ix = self._index
-        tail = os.pread(self._fd, 12, ix.end - 12) if ix.count else b""
+        tail = UIP.tail_before(self._fd, ix.end) if ix.count else b""
         return os.pread(self._fd, HEADER_SIZE, 0) + tail
 
     def _rebuild(self, why: str) -> int:
@@ -274,15 +274,10 @@ class Book(SingleFileLog):
         off, n = self._locate(event)
         if self._confirm_offset(event, event - self._view[0]):
             off, n = self._locate(event)  # the index was rebuilt
-        buf = os.pread(self._fd, n + DEED_OVERHEAD, off)
-        if len(buf) != n + DEED_OVERHEAD:  # the file was cut under us
-            self._corrupt(event, off, "framing (the deed runs past the end of the file)")
-        self._check_len(event, off, n, buf[:8])
-        crc, let = DEED_TAIL.unpack_from(buf, n + 8)
-        mv = memoryview(buf)
-        if let != n or crc32(mv[: n + 8]) != crc:
-            self._corrupt(event, off)
-        return bytes(mv[8 : n + 8])
+        try:
+            return UIP.read(self._fd, off, n)
+        except BadDeed as e:
+            self._corrupt(event, off, e.what, e.detail)
 
     def _confirm_offset(self, event: int, i: int) -> bool:
         """Walk the chain of deeds from the last confirmed offset through deed ``i`` (one
@@ -298,7 +293,7 @@ class Book(SingleFileLog):
             return False
         seen = self._index
         count, end = self._view[1], self._view[2]
-        k = confirm_chain(self._fd, seen.offsets, k, i, count, end, DEED_OVERHEAD)
+        k = confirm_chain(self._fd, seen.offsets, k, i, count, end, UIP.overhead)
         self._chain_ok = k
         if k <= i:
             self._index_lied(event, seen.offsets[k], seen)
@@ -330,7 +325,7 @@ class Book(SingleFileLog):
             old = self._index
             end = self._view[2]
             fresh = OffsetIndex(first=old.first, times=list(old.times))
-            scan_framing(self._fd, fresh, end)
+            UIP.scan(self._fd, fresh, end)
             clean = fresh.end == end and (not self.writable or deedcheck.first_bad_deed(
                 self._fd, fresh.offsets, 0, fresh.end) is None)
             try:
@@ -367,9 +362,10 @@ class Book(SingleFileLog):
         off, n = self._locate(event)
         if self._confirm_offset(event, event - self._view[0]):
             off, n = self._locate(event)  # the index was rebuilt
-        self._check_len(event, off, n, os.pread(self._fd, 8, off))
-        if not deedcheck.deed_crc_ok(self._fd, off, n):
-            self._corrupt(event, off)
+        try:
+            UIP.verify(self._fd, off, n)
+        except BadDeed as e:
+            self._corrupt(event, off, e.what, e.detail)
 
     def newest_heads(self, most: int, size: int) -> Iterator[bytes]:
         """The first ``size`` bytes of the payloads of up to ``most`` of the newest deeds,
@@ -380,10 +376,10 @@ class Book(SingleFileLog):
         chain of deeds up to it (:meth:`_confirm_offset`: the whole log, once an open)."""
         _, count, end = self._view
         floor = self._index.offsets[0] if count else end
-        for start, n in newest_deeds(self._fd, floor, end, most):
-            if not deedcheck.deed_crc_ok(self._fd, start, n):
+        for start, n in newest_deeds(self._fd, floor, end, most, overhead=UIP.overhead):
+            if not UIP.sound(self._fd, start, n):
                 return
-            yield os.pread(self._fd, min(size, n), start + 8)
+            yield UIP.payload_at(self._fd, start, min(size, n))
 
     def verify(self, *, progress: Progress | None = None) -> list[tuple[int, int]]:
         """Check every deed's CRC.  Returns ``(event, offset)`` of each bad deed.  The chain
@@ -430,7 +426,7 @@ class Book(SingleFileLog):
             ix.first = fir
         before = ix.count
         published_end = ix.end
-        scan_framing(self._fd, ix, size)
+        UIP.scan(self._fd, ix, size)
         # expose only deeds whose CRC checks; stop at the first that does not (yet)
         bad = deedcheck.first_bad_deed(self._fd, ix.offsets, before, ix.end)
         if bad is not None:
@@ -493,7 +489,7 @@ class Book(SingleFileLog):
             if was_empty:
                 os.pwrite(fd, struct.pack("<Q", first_event), FIR_OFFSET)
                 os.fdatasync(fd)
-            self._write_deeds(payloads, start)
+            UIP.write(fd, payloads, start)
             os.fdatasync(fd)
         except OSError:
             self._undo(start, was_empty)
@@ -505,7 +501,7 @@ class Book(SingleFileLog):
         off = start
         for p in payloads:
             offsets.append(off)
-            off += len(p) + DEED_OVERHEAD
+            off += UIP.size(len(p))
         ix.end = ix.verified_end = off
         if known:
             self._vstamp = FileStamp.of(os.fstat(fd))
@@ -537,39 +533,6 @@ class Book(SingleFileLog):
         with self._mutex:
             if len(self._index.dates) != self._dates_saved and self._fd >= 0:
                 self._persist_index()
-
-    def _write_deeds(self, payloads: list, start: int) -> None:
-        """Write the deeds for ``payloads`` at ``start``: one ``pwritev`` for a batch of
-        in-memory payloads; a :class:`Blob` (a payload too large to hold in memory) is
-        streamed once, in bounded chunks, its CRC computed over exactly the bytes written.
-        A blob that yields another number of bytes than its length announced (it changed
-        while being saved) raises ``OSError(EIO)``, and ``save`` undoes the write: a
-        length field never disagrees with the bytes after it."""
-        bufs: list = []
-        off = start
-        for p in payloads:
-            if isinstance(p, (bytes, bytearray, memoryview)):
-                head, tail = deed_parts(p)
-                bufs += (head, p, tail)
-                continue
-            off = self._pwritev_all(bufs, off)
-            bufs = []
-            n = len(p)
-            head = DEED_LEN.pack(n)
-            crc = crc32(head)
-            off = self._pwritev_all([head], off)
-            got = 0
-            for chunk in p.chunks():
-                got += len(chunk)
-                if got > n:
-                    break
-                crc = crc32(chunk, crc)
-                off = self._pwritev_all([chunk], off)
-            if got != n:
-                raise OSError(errno.EIO, f"payload changed size while saved ({n} -> {got} "
-                                         "bytes); nothing saved")
-            off = self._pwritev_all([DEED_TAIL.pack(crc, n)], off)
-        self._pwritev_all(bufs, off)
 
     def _undo(self, start: int, was_empty: bool) -> None:
         try:

@@ -13,12 +13,10 @@ from dataclasses import dataclass, field
 from bookfs.errors import BadMagic, BookError
 from bookfs.formats import deedcheck, recovery, reports
 from bookfs.formats.book import Book
+from bookfs.formats.deeds import UIP
 from bookfs.formats.fileio import open_regular
-from bookfs.formats.framing import scan_framing
 from bookfs.formats.index import OffsetIndex
 from bookfs.formats.layout import (
-    DEED_LEN,
-    DEED_OVERHEAD,
     HEADER,
     HEADER_SIZE,
     MAGIC,
@@ -85,7 +83,7 @@ class BookRecovery(recovery.BookDirRecovery):
             numbered = None
             while True:
                 index.end = pos
-                stop = scan_framing(fd, index, size, progress=progress)
+                stop = UIP.scan(fd, index, size, progress=progress)
                 if stop >= size:
                     break
                 if numbered is None:
@@ -187,20 +185,20 @@ class BookRecovery(recovery.BookDirRecovery):
                         left.copy(fd, prev_end, off - prev_end, kind=DAMAGED,
                                   why="bytes that do not frame a deed")
                         original_known = False
-                    (n,) = DEED_LEN.unpack(os.pread(fd, 8, off))
-                    prev_end = off + n + DEED_OVERHEAD
+                    n = UIP.length_at(fd, off)
+                    prev_end = off + UIP.size(n)
                     original = first + i if original_known else None
-                    if not deedcheck.deed_crc_ok(fd, off, n):
-                        gaps.append({"offset": off, "bytes": n + DEED_OVERHEAD,
+                    if not UIP.sound(fd, off, n):
+                        gaps.append({"offset": off, "bytes": UIP.size(n),
                                      "after_new_event": batch.next_event - 1,
                                      "events_lost": 1, "original_event": original})
-                        left.copy(fd, off, n + DEED_OVERHEAD, kind=DAMAGED,
+                        left.copy(fd, off, UIP.size(n), kind=DAMAGED,
                                   why="a deed whose CRC fails", deeds=1,
                                   original_event=original)
                         continue  # framing is intact: later original numbers stay known
-                    batch.add(os.pread(fd, n, off + 8), offset=off, original_event=original)
+                    batch.add(UIP.payload_at(fd, off, n), offset=off, original_event=original)
                     if progress is not None:
-                        progress(n + DEED_OVERHEAD)
+                        progress(UIP.size(n))
                 batch.flush()
                 if prev_end < size:
                     torn = st.torn_tail is not None and st.torn_tail[0] == prev_end

@@ -1,6 +1,6 @@
-"""The checks of UIP deeds (``len_d | payload | crc | let_d``), apart from any recovery:
-one deed's CRC streamed (:func:`deed_crc_ok`), the first bad CRC over a range of indexed
-deeds, in several processes when the range is large (:func:`first_bad_deed`, with
+"""The checks of a damaged UIP log's deeds (``len_d | payload | crc | let_d``), apart from
+any recovery (one deed's checks are ``deeds.py``'s :data:`~bookfs.formats.deeds.UIP`): the
+first bad CRC over a range of indexed deeds, in several processes when the range is large (:func:`first_bad_deed`, with
 :func:`in_workers`), where valid deeds start in a damaged region
 (:func:`find_valid_deeds`) and whether a bad region is only a torn tail
 (:func:`is_torn_tail`).  ``recovery.py`` states the rules these serve, and re-exports
@@ -12,31 +12,12 @@ from __future__ import annotations
 import os
 import pickle
 
+from bookfs.formats.deeds import UIP
 from bookfs.formats.fileio import pread_into
-from bookfs.formats.layout import (DEED_LEN, DEED_OVERHEAD, DEED_TAIL, MAX_PAYLOAD,
-                                   MIN_PAYLOAD, crc32)
+from bookfs.formats.layout import DEED_LEN, DEED_OVERHEAD, MAX_PAYLOAD, MIN_PAYLOAD, crc32
 
 _CRC_CHUNK = 8 << 20  # bytes per pread when checking large deeds / ranges
 _SALVAGE_WINDOW = 64 << 20  # bytes examined at a time by find_valid_deeds
-
-
-def deed_crc_ok(fd: int, off: int, n: int) -> bool:
-    """Stream the CRC of the deed at ``off`` with payload ``n`` (constant memory)."""
-    tail = os.pread(fd, 12, off + 8 + n)
-    if len(tail) != 12:  # the deed does not fit in the file (it was cut)
-        return False
-    want_crc, let = DEED_TAIL.unpack(tail)
-    if let != n:
-        return False
-    crc = 0
-    pos, stop = off, off + 8 + n
-    while pos < stop:
-        chunk = os.pread(fd, min(_CRC_CHUNK, stop - pos), pos)
-        if not chunk:
-            return False
-        crc = crc32(chunk, crc)
-        pos += len(chunk)
-    return crc == want_crc
 
 
 _PARALLEL_BYTES = 256 << 20  # ranges larger than this are checked by several processes
@@ -119,7 +100,7 @@ def _first_bad_serial(fd: int, offsets, start_i: int, end: int, *,
         base = offsets[i]
         nxt0 = offsets[i + 1] if i + 1 < count else end
         if nxt0 - base > _CRC_CHUNK:  # one big deed: stream it
-            if not deed_crc_ok(fd, base, nxt0 - base - DEED_OVERHEAD):
+            if not UIP.sound(fd, base, nxt0 - base - DEED_OVERHEAD):
                 return i
             if progress is not None:
                 progress(nxt0 - base)
@@ -177,7 +158,7 @@ def find_valid_deeds(fd: int, start: int, stop: int, *, limit: int | None = None
         cands.sort()
         for off in cands:
             (n,) = DEED_LEN.unpack(os.pread(fd, 8, off))
-            if deed_crc_ok(fd, off, n):
+            if UIP.sound(fd, off, n):
                 found.append(off)
                 if limit is not None and len(found) >= limit:
                     return found

@@ -17,7 +17,7 @@ import os
 import struct
 
 from bookfs.errors import BadMagic, BadVersion, BookError, FormatError, TooShort
-from bookfs.formats.deedcheck import deed_crc_ok
+from bookfs.formats.deeds import UIP
 from bookfs.formats.fileio import open_regular
 from bookfs.formats.layout import (
     DEED_LEN,
@@ -147,7 +147,7 @@ def identify_fd(fd: int, path: str, vere_context: bool) -> str:
     if size == 16 and not vere_context:
         return "uip"  # an empty UIP log (see detect_layout)
     (n,) = DEED_LEN.unpack(os.pread(fd, 8, 16).ljust(8, b"\0"))
-    if 4 <= n <= MAX_PAYLOAD and deed_crc_ok(fd, 16, n):
+    if 4 <= n <= MAX_PAYLOAD and UIP.sound(fd, 16, n):
         return "uip"
     if size <= VERE_SLOT_SIZE and vere_context:
         raise TooShort(f"{path}: {size} bytes, but epoc.txt 3 beside it says vere's layout, "

@@ -14,7 +14,7 @@ import sys
 from typing import Any, Protocol
 
 from bookfs.formats.fileio import pread_into
-from bookfs.formats.layout import DEED_LEN, DEED_TAIL_SIZE, MAX_PAYLOAD, MIN_PAYLOAD
+from bookfs.formats.layout import DEED_LEN, MAX_PAYLOAD, MIN_PAYLOAD
 
 
 class OffsetIndex(Protocol):
@@ -39,24 +39,15 @@ def u64_views(mv: memoryview) -> list[memoryview]:
     return views
 
 
-def scan_framing(fd: int, index: OffsetIndex, size: int, *, progress=None) -> int:
-    """Extend ``index`` with every deed whose framing is sound, from ``index.end`` up to
-    ``size``: ``MIN_PAYLOAD <= len_d <= MAX_PAYLOAD``, the deed fits in the file, and
-    ``let_d == len_d``.  Returns the offset where the scan stopped (== ``index.end``);
-    below ``size`` means the bytes from there on do not frame a deed.  Reads in large
-    chunks with ``pread`` (no mmap, so a concurrent truncation cannot crash a reader);
-    memory stays constant whatever the deed sizes.
-    """
-    return scan_deeds(fd, index, size, trailer=DEED_TAIL_SIZE - 8, progress=progress)
-
-
 def scan_deeds(fd: int, index: OffsetIndex, size: int, *, trailer: int,
                min_len: int = MIN_PAYLOAD, limit: int | None = None, progress=None) -> int:
     """The framing scan of either Book layout: deeds ``u64 len_d | payload | trailer bytes
     | u64 let_d`` (``trailer``: 4 for the UIP layout's CRC, 0 for vere's), from
     ``index.end`` up to ``size`` and at most ``limit`` deeds in all; each needs
     ``min_len <= len_d <= MAX_PAYLOAD``, to fit in the file, and ``let_d == len_d``.
-    Returns where the scan stopped (== ``index.end``).  Constant memory."""
+    Returns where the scan stopped (== ``index.end``); below ``size`` means the bytes from
+    there on do not frame a deed.  Constant memory.  Its callers reach it through their
+    layout's :meth:`~bookfs.formats.deeds.Deeds.scan`."""
     if sys.byteorder != "little":  # pragma: no cover - the views below assume LE
         raise NotImplementedError("bookfs indexes logs on little-endian machines only")
     offsets = index.offsets
@@ -173,7 +164,7 @@ def _walk_alone(fd: int, offsets, k: int, j: int, count: int, end: int,
 
 
 def newest_deeds(fd: int, floor: int, end: int, most: int, *,
-                 overhead: int = DEED_TAIL_SIZE + 8) -> list[tuple[int, int]]:
+                 overhead: int) -> list[tuple[int, int]]:
     """``(offset, payload size)`` of up to ``most`` deeds walked back from ``end``, newest
     first: each found by its trailing ``let_d`` (the deed before ``pos`` starts at ``pos -
     let_d - overhead``), which must match its ``len_d`` and keep the deed at or after

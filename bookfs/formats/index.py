@@ -51,8 +51,9 @@ from dataclasses import dataclass, field
 
 from bookfs.errors import BookError
 from bookfs.formats.datecolumn import DateColumn
+from bookfs.formats.deeds import UIP
 from bookfs.formats.fileio import open_regular, private_dir
-from bookfs.formats.layout import DEED_LEN, DEED_OVERHEAD, DEED_TAIL_SIZE, HEADER_SIZE, crc32
+from bookfs.formats.layout import HEADER_SIZE, crc32
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +208,7 @@ class OffsetIndex:
     def payload_size(self, event: int) -> int:
         i = event - self.first
         nxt = self.offsets[i + 1] if i + 1 < len(self.offsets) else self.end
-        return nxt - self.offsets[i] - DEED_OVERHEAD
+        return UIP.payload_size(self.offsets[i], nxt)
 
     def truncate(self, count: int) -> None:
         """Keep only the first ``count`` deeds."""
@@ -345,7 +346,7 @@ def save_index(log_path: str, fd: int, index: OffsetIndex,
         path = _index_path(log_path, st)
         private_dir(os.path.dirname(path), "index cache directory")
         header16 = os.pread(fd, HEADER_SIZE, 0)
-        tail12 = os.pread(fd, DEED_TAIL_SIZE, index.end - DEED_TAIL_SIZE) if index.offsets else b""
+        tail12 = UIP.tail_before(fd, index.end) if index.offsets else b""
         ndates = min(len(index.dates), index.count)
         head = _FILE_HEAD.pack(
             _FILE_MAGIC, st.st_dev, st.st_ino, index.first, index.count, index.end,
@@ -568,7 +569,7 @@ def _validate(raw: bytes, fd: int, st: os.stat_result, size: int, crc_ok: bool):
     if sys.byteorder != "little":
         offsets.byteswap()
     if count:
-        if os.pread(fd, DEED_TAIL_SIZE, end - DEED_TAIL_SIZE) != tail12:
+        if UIP.tail_before(fd, end) != tail12:
             return "the last deed changed"
         if offsets[0] != HEADER_SIZE:
             return "does not start after the header"
@@ -576,12 +577,9 @@ def _validate(raw: bytes, fd: int, st: os.stat_result, size: int, crc_ok: bool):
         picks = {0, count - 1} | {rng.randrange(count) for _ in range(_SAMPLE)}
         for i in picks:
             nxt = offsets[i + 1] if i + 1 < count else end
-            (n,) = DEED_LEN.unpack(os.pread(fd, 8, offsets[i]))
-            if n + DEED_OVERHEAD != nxt - offsets[i]:
-                return f"deed {i} does not match the log"
-            let = os.pread(fd, 8, nxt - 8)
-            if len(let) != 8 or DEED_LEN.unpack(let)[0] != n:
-                return f"deed {i}'s let_d does not match the log"
+            why = UIP.spans(fd, offsets[i], nxt)
+            if why is not None:
+                return f"deed {i}'s {why}"
     elif end != HEADER_SIZE:
         return "empty index not at the header"
     times = [

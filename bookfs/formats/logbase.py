@@ -12,7 +12,6 @@ deeds' checks, its recovery rule and its commit.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import stat
@@ -33,10 +32,10 @@ from bookfs.errors import (
 )
 from bookfs.formats import quarantine
 from bookfs.formats.committed import CommittedReads
+from bookfs.formats.deeds import BadDeed, Deeds
 from bookfs.formats.fileio import create_files, open_regular
 from bookfs.formats.index import OffsetIndex
 from bookfs.formats.layout import (
-    DEED_LEN,
     LOG_NAME,
     MAX_PAYLOAD,
     META_FIELDS,
@@ -49,9 +48,6 @@ from bookfs.formats.mark import MarkReader, MarkWriter
 from bookfs.types import EventNum
 
 log = logging.getLogger(__name__)
-
-_IOV_MAX = 1024
-_JOIN_LIMIT = 1 << 20  # buffers adding up to less than this are joined into one write
 
 
 def contained(directory: str, name: str) -> str:
@@ -67,30 +63,6 @@ def contained(directory: str, name: str) -> str:
     if os.path.dirname(real) != os.path.realpath(directory):
         raise PathEscape(f"{path}: resolves to {real}, outside {directory}; refusing it")
     return path
-
-
-def pwritev_all(fd: int, bufs: list, off: int) -> int:
-    """Write ``bufs`` contiguously at ``off`` with as few syscalls as possible (one
-    ``pwritev`` per 1024 buffers; small batches joined first), resuming short writes.
-    Returns the offset after them."""
-    if not bufs:
-        return off
-    if len(bufs) > 1 and sum(len(b) for b in bufs) <= _JOIN_LIMIT:
-        bufs = [b"".join(bufs)]
-    for i in range(0, len(bufs), _IOV_MAX):
-        group = bufs[i : i + _IOV_MAX]
-        want = sum(len(b) for b in group)
-        written = os.pwritev(fd, group, off)
-        off += written
-        if written < want:  # short write: continue from where it stopped
-            rest = memoryview(b"".join(bytes(b) for b in group))[written:]
-            while rest:
-                k = os.pwrite(fd, rest, off)
-                if k == 0:
-                    raise OSError(errno.EIO, "short write")
-                off += k
-                rest = rest[k:]
-    return off
 
 
 def _open_meta(meta_path: str, flags: int, writable: bool, follow: bool) -> int | None:
@@ -187,12 +159,12 @@ class PublishedView(LogMixin):
 
 
 class SingleFileLog(CommittedReads, PublishedView):
-    """The engine base of a one-file Book log.  Subclasses set ``DEED_OVERHEAD`` (bytes a
-    deed adds to its payload) and ``WHAT``, keep ``_index`` and ``recovery`` (a
+    """The engine base of a one-file Book log.  Subclasses set ``DEEDS`` (their
+    layout's deed, ``deeds.py``) and ``WHAT``, keep ``_index`` and ``recovery`` (a
     :class:`~bookfs.formats.reports.RecoveryReport`), call ``_publish_view`` after the
     index grows, and say what a torn tail is (``_is_torn_tail``)."""
 
-    DEED_OVERHEAD: int
+    DEEDS: Deeds
     #: the kind of log a missing ``book.log`` was expected to be (error messages)
     WHAT: str
     #: what the bytes past the valid prefix are not, and what quarantined ones do (logs)
@@ -423,7 +395,7 @@ class SingleFileLog(CommittedReads, PublishedView):
         offsets = self._index.offsets
         off = offsets[i]
         nxt = offsets[i + 1] if i + 1 < count else end
-        return off, nxt - off - self.DEED_OVERHEAD
+        return off, self.DEEDS.payload_size(off, nxt)
 
     def payload_size(self, event: int) -> int:
         """Bytes of ``event``'s payload (mug + jam), from the index alone."""
@@ -432,7 +404,7 @@ class SingleFileLog(CommittedReads, PublishedView):
     def payload_bounds(self, event: int, n: int):
         """The offsets where the deeds of ``event .. event + n - 1`` start and where the
         last one ends (``n + 1`` of them, an ``array('Q')``): each payload's size is the
-        difference less ``DEED_OVERHEAD``.  For a listing's batch, from the index alone."""
+        difference less ``DEEDS.overhead``.  For a listing's batch, from the index alone."""
         first, count, end = self._view[0], self._view[1], self._view[2]
         i = event - first
         if i < 0 or n < 1 or i + n > count:
@@ -454,10 +426,12 @@ class SingleFileLog(CommittedReads, PublishedView):
         the log itself need nothing here."""
         return False
 
-    def _check_len(self, event: int, off: int, n: int, len_bytes: bytes) -> None:
+    def _check_len(self, event: int, off: int, n: int) -> None:
         """The deed at ``off`` must announce the ``n`` payload bytes the index gives it."""
-        if len(len_bytes) != 8 or DEED_LEN.unpack(len_bytes)[0] != n:
-            self._corrupt(event, off, f"framing (len_d is not the indexed {n} bytes)")
+        try:
+            self.DEEDS.check_len(self._fd, off, n)
+        except BadDeed as e:
+            self._corrupt(event, off, e.what, e.detail)
 
     def _corrupt(self, event: int, off: int, what: str = "CRC", detail: str = ""):
         """Log and raise :class:`CorruptDeed`: ``event``'s deed at ``off`` fails ``what``."""
@@ -476,10 +450,10 @@ class SingleFileLog(CommittedReads, PublishedView):
         off, n = self._locate(event)
         if self._confirm_offset(event, event - self._view[0]):
             off, n = self._locate(event)  # the index was rebuilt
-        self._check_len(event, off, n, os.pread(self._fd, 8, off))
+        self._check_len(event, off, n)
         if offset >= n:
             return b""
-        return os.pread(self._fd, min(size, n - offset), off + 8 + offset)
+        return self.DEEDS.payload_at(self._fd, off, min(size, n - offset), offset)
 
     def read_payloads_unchecked(self, first: int, last: int) -> list[memoryview]:
         """The payloads of ``first..last`` as views into one ``pread`` of their byte range,
@@ -487,14 +461,14 @@ class SingleFileLog(CommittedReads, PublishedView):
         known bytes, as ``migrate`` does after writing."""
         start, _ = self._locate(first)
         end_off, n = self._locate(last)
-        buf = memoryview(os.pread(self._fd, end_off + n + self.DEED_OVERHEAD - start, start))
+        buf = memoryview(os.pread(self._fd, end_off + self.DEEDS.size(n) - start, start))
         offsets = self._index.offsets
         i0 = first - self._view[0]
         out = []
         for k in range(last - first + 1):
             a = offsets[i0 + k] - start
             b = (offsets[i0 + k + 1] - start if first + k < last else len(buf))
-            out.append(buf[a + 8 : b - (self.DEED_OVERHEAD - 8)])
+            out.append(buf[a + 8 : b - self.DEEDS.tail])
         return out
 
     def fileno(self) -> int:
@@ -521,9 +495,6 @@ class SingleFileLog(CommittedReads, PublishedView):
                 raise PayloadTooLarge(f"event {first_event + k}: {n} bytes, over the "
                                       f"{MAX_PAYLOAD}-byte limit")
         return payloads
-
-    def _pwritev_all(self, bufs: list, off: int) -> int:
-        return pwritev_all(self._fd, bufs, off)
 
     @property
     def has_meta(self) -> bool:

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from bookfs.errors import CorruptDeed
 from bookfs.formats.book import Book
 from bookfs.formats.deedcheck import first_bad_deed
-from bookfs.formats.layout import DEED_OVERHEAD, HEADER_SIZE
+from bookfs.formats.deeds import UIP
+from bookfs.formats.layout import HEADER_SIZE
 
 #: Spark holds a whole file (one row) per task in memory: 16 MiB keeps that small.
 DEFAULT_SPAN = 16 << 20
@@ -128,7 +129,7 @@ class Segments:
         starts = offsets[base + i: base + j]
         ends = offsets[base + i + 1: base + j]
         ends.append(offsets[base + j] if seg.first + j <= seg.last else seg.end)
-        words = array("Q", [b - a - DEED_OVERHEAD for a, b in zip(starts, ends)])
+        words = array("Q", [UIP.payload_size(a, b) for a, b in zip(starts, ends)])
         if sys.byteorder != "little":
             words.byteswap()
         skip = offset - i * SIZE_WORD

@@ -75,12 +75,11 @@ from collections.abc import Iterable
 
 from bookfs.errors import BookError, ContiguityError, FormatError, TooShort
 from bookfs.formats import reports
+from bookfs.formats.deeds import VERE, BadDeed
 from bookfs.formats.index import OffsetIndex
 from bookfs.formats.layout import (
-    DEED_LEN,
     LOG_NAME,
     META_NAME,
-    VERE_DEED_OVERHEAD,
     VERE_DEEDS_START,
     VERE_SLOT_OFFSETS,
     VERE_SLOT_SIZE,
@@ -89,8 +88,7 @@ from bookfs.formats.layout import (
 from bookfs.formats.lock import WriterLock
 from bookfs.formats.logbase import SingleFileLog
 from bookfs.formats.mark import UNSURE, Mark
-from bookfs.formats.vere_deeds import (crc_range, is_torn_vere_tail, scan_vere_framing,
-                                        write_vere_deeds)
+from bookfs.formats.vere_deeds import crc_range, is_torn_vere_tail
 from bookfs.formats.vere_header import (Slot, durable_slots, initial_log_bytes, parse_slot,
                                          read_header, read_slots)
 from bookfs.types import Progress
@@ -116,7 +114,7 @@ class VereBook(SingleFileLog):
     The state, meta and read accessors it shares with the UIP layout are in
     ``logbase.py``."""
 
-    DEED_OVERHEAD = VERE_DEED_OVERHEAD
+    DEEDS = VERE
     WHAT = "a vere-layout Book log"
     _NOT_VALID = "committed deeds"
     _QUARANTINED = "are not committed"
@@ -205,7 +203,7 @@ class VereBook(SingleFileLog):
 
         index = OffsetIndex(first=fir + 1, end=VERE_DEEDS_START, verified_end=VERE_DEEDS_START)
         index.times.append((fir + 1, os.fstat(fd).st_mtime_ns))
-        scan_vere_framing(fd, index, size, max(c.las - fir for c in cands), progress=progress)
+        VERE.scan(fd, index, size, limit=max(c.las - fir for c in cands), progress=progress)
 
         held = False
         if not self.writable:  # a reader: only the states a writer committed
@@ -300,12 +298,12 @@ class VereBook(SingleFileLog):
                 continue
             trial = OffsetIndex(first=index.first, end=index.end, verified_end=index.end)
             trial.offsets.extend(index.offsets)
-            scan_vere_framing(self._fd, trial, os.fstat(self._fd).st_size, k, min_len=0)
+            VERE.scan(self._fd, trial, os.fstat(self._fd).st_size, limit=k, min_len=0)
             if trial.count != k or not self._batch_ok(trial, c):
                 continue
             ends = list(trial.offsets[1:]) + [trial.end]
             empty = [(fir + 1 + i, off) for i, (off, nxt) in enumerate(zip(trial.offsets, ends))
-                     if nxt - off == VERE_DEED_OVERHEAD]
+                     if VERE.payload_size(off, nxt) == 0]
             event, off = empty[0]
             if not self._empty_ok:
                 raise EmptyPayload(
@@ -420,12 +418,12 @@ class VereBook(SingleFileLog):
         """
         off, n = self._locate(event)
         i = event - self._view[0]
-        buf = os.pread(self._fd, n + VERE_DEED_OVERHEAD, off)
-        if (len(buf) != n + VERE_DEED_OVERHEAD or DEED_LEN.unpack_from(buf)[0] != n
-                or DEED_LEN.unpack_from(buf, n + 8)[0] != n):
-            self._corrupt(event, off, "framing (len_d/let_d)")
+        try:
+            payload = VERE.read(self._fd, off, n)
+        except BadDeed as e:
+            self._corrupt(event, off, e.what, e.detail)
         self._check_batch(event, off, i)
-        return bytes(memoryview(buf)[8 : n + 8])
+        return payload
 
     def _check_batch(self, event: int, off: int, i: int) -> None:
         _, count, end, b0, bsum = self._view
@@ -441,11 +439,10 @@ class VereBook(SingleFileLog):
         :class:`CorruptDeed`."""
         off, n = self._locate(event)
         i = event - self._view[0]
-        head = os.pread(self._fd, 8, off)
-        tail = os.pread(self._fd, 8, off + 8 + n)
-        if (len(head) != 8 or len(tail) != 8 or DEED_LEN.unpack(head)[0] != n
-                or DEED_LEN.unpack(tail)[0] != n):
-            self._corrupt(event, off, "framing (len_d/let_d)")
+        try:
+            VERE.verify(self._fd, off, n)
+        except BadDeed as e:
+            self._corrupt(event, off, e.what, e.detail)
         self._check_batch(event, off, i)
 
     def verify(self, *, progress: Progress | None = None) -> list[tuple[int, int]]:
@@ -456,9 +453,8 @@ class VereBook(SingleFileLog):
         bad = []
         for i in range(count):
             off = offsets[i]
-            n = (offsets[i + 1] if i + 1 < count else end) - off - VERE_DEED_OVERHEAD
-            head, tail = os.pread(self._fd, 8, off), os.pread(self._fd, 8, off + 8 + n)
-            if head != DEED_LEN.pack(n) or tail != DEED_LEN.pack(n):
+            n = VERE.payload_size(off, offsets[i + 1] if i + 1 < count else end)
+            if not VERE.sound(self._fd, off, n):
                 bad.append((first + i, off))
         if bsum >= 0 and b0 < count:
             if crc_range(self._fd, offsets[b0], end) != bsum:
@@ -523,7 +519,7 @@ class VereBook(SingleFileLog):
             log.warning("%s: header slot %s (seq %d) rewrote events from %d on; re-indexing",
                         self.log_path, best.name, best.seq, best.las - best.bat + 1)
             return self._reindex()
-        scan_vere_framing(fd, ix, size, max(c.las - self._fir for c in cands))
+        VERE.scan(fd, ix, size, limit=max(c.las - self._fir for c in cands))
         if gate is not None:
             allowed = [c for c in cands if gate(c, ix)]
             if len(allowed) < len(cands):
@@ -614,7 +610,7 @@ class VereBook(SingleFileLog):
         old_slot = os.pread(fd, VERE_SLOT_SIZE, VERE_SLOT_OFFSETS[target])
         seq = max(s.seq for s in self._slots if s) + 1
         try:
-            sizes, sm = write_vere_deeds(self._fd, payloads, start)
+            sm = VERE.write(fd, payloads, start)
             new = Slot(target, fir, las + len(payloads), seq, len(payloads), sm)
             if os.pwrite(fd, new.pack(), new.offset) != VERE_SLOT_SIZE:
                 raise OSError(errno.EIO, "short header write")
@@ -625,9 +621,9 @@ class VereBook(SingleFileLog):
         offsets = ix.offsets
         b0 = ix.count
         off = start
-        for n in sizes:
+        for p in payloads:
             offsets.append(off)
-            off += n + VERE_DEED_OVERHEAD
+            off += VERE.size(len(p))
         ix.end = ix.verified_end = off
         self._slots[target] = new
         self._active = new

@@ -1,19 +1,17 @@
-"""vere's deeds: the framing scan, batch CRCs, and finding framed deeds at any offset.
+"""vere's deeds when a log is damaged: batch CRCs, finding framed deeds at any offset, the
+torn tail.
 
 A vere deed is ``u64 len_d | payload | u64 let_d`` (no CRC of its own: a batch's CRC is in
-the header slot that commits it).  The engine (``vere.py``) indexes and recovers with
-these; its ``fsck`` (``vere_recovery.py``) too.
+the header slot that commits it).  Its walks, checks and writer are ``deeds.py``'s
+:data:`~bookfs.formats.deeds.VERE`; the engine (``vere.py``) and its ``fsck``
+(``vere_recovery.py``) recover with these.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 
 from bookfs.formats.fileio import pread_into
-from bookfs.formats.framing import scan_deeds
-from bookfs.formats.index import OffsetIndex
-from bookfs.formats.logbase import pwritev_all
 from bookfs.formats.layout import (
     DEED_LEN,
     MAX_PAYLOAD,
@@ -21,22 +19,9 @@ from bookfs.formats.layout import (
     VERE_MIN_LEN,
     crc32,
 )
-from bookfs.types import Progress
 
 _CRC_CHUNK = 8 << 20  # bytes per pread when computing a batch CRC
 _SALVAGE_WINDOW = 64 << 20  # bytes examined at a time when looking for framed deeds
-
-
-def scan_vere_framing(fd: int, index: OffsetIndex, size: int, limit: int, *,
-                      progress: Progress | None = None, min_len: int = VERE_MIN_LEN) -> int:
-    """Extend ``index`` with deeds whose framing is sound, from ``index.end`` up to ``size``
-    and at most ``limit`` deeds in all: ``min_len <= len_d <= 2^32`` (``min_len`` 1, or 0
-    where a batch CRC is to decide: 16 zero bytes frame a 0-byte deed), the deed
-    (``len_d + 16`` bytes) fits in the file, and ``let_d == len_d``.  Returns where the
-    scan stopped (== ``index.end``).  Reads in large chunks with ``pread``; constant
-    memory (:func:`bookfs.formats.framing.scan_deeds`)."""
-    return scan_deeds(fd, index, size, trailer=0, min_len=min_len, limit=limit,
-                      progress=progress)
 
 
 def crc_range(fd: int, start: int, stop: int) -> int | None:
@@ -92,37 +77,3 @@ def is_torn_vere_tail(fd: int, off: int, size: int) -> bool:
         if not (VERE_MIN_LEN <= n <= MAX_PAYLOAD) or off + n + VERE_DEED_OVERHEAD <= size:
             return False  # announces no deed, or a whole deed that was never committed
     return find_framed_deed(fd, off + 1, size) is None
-
-
-def write_vere_deeds(fd: int, payloads: list, start: int) -> tuple[list[int], int]:
-    """Write the deeds for ``payloads`` at ``start`` of the log ``fd`` (a save of
-    ``vere.py``): one ``pwritev`` for a batch of
-    in-memory payloads; a ``Blob`` (``book.py``) is streamed once, in bounded chunks.  Returns
-    the payload sizes and the crc32 of all deed bytes written (the batch ``sum``)."""
-    bufs: list = []
-    sizes = []
-    crc = 0
-    off = start
-    for p in payloads:
-        n = len(p)
-        sizes.append(n)
-        frame = DEED_LEN.pack(n)
-        if isinstance(p, (bytes, bytearray, memoryview)):
-            bufs += (frame, p, frame)
-            crc = crc32(frame, crc32(p, crc32(frame, crc)))
-            continue
-        off = pwritev_all(fd, bufs, off)
-        bufs = []
-        crc = crc32(frame, crc)
-        off = pwritev_all(fd, [frame], off)
-        got = 0
-        for chunk in p.chunks():
-            crc = crc32(chunk, crc)
-            got += len(chunk)
-            off = pwritev_all(fd, [chunk], off)
-        if got != n:
-            raise OSError(errno.EIO, f"payload changed size while written ({n} -> {got})")
-        crc = crc32(frame, crc)
-        off = pwritev_all(fd, [frame], off)
-    pwritev_all(fd, bufs, off)
-    return sizes, crc

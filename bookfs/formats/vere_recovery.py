@@ -12,13 +12,13 @@ import os
 from dataclasses import dataclass
 
 from bookfs.formats import quarantine, recovery, reports
+from bookfs.formats.deeds import VERE
 from bookfs.formats.fileio import open_regular
 from bookfs.formats.index import OffsetIndex
 from bookfs.formats.layout import (
     META_NAME,
     META_SIZE,
     MIN_PAYLOAD,
-    VERE_DEED_OVERHEAD,
     VERE_DEEDS_START,
     VERE_SLOT_OFFSETS,
     VERE_SLOT_SIZE,
@@ -35,7 +35,6 @@ from bookfs.formats.vere_deeds import (
     crc_range,
     find_framed_deed,
     is_torn_vere_tail,
-    scan_vere_framing,
 )
 from bookfs.formats.vere_header import Slot, parse_slot
 
@@ -49,7 +48,7 @@ def short_payloads(b: VereBook) -> list[tuple[int, int, int]]:
     if not count:
         return []
     offs = np.frombuffer(b._index.offsets, dtype=np.uint64)[:count].astype(np.int64)
-    sizes = np.append(offs[1:], end) - offs - VERE_DEED_OVERHEAD
+    sizes = VERE.payload_size(offs, np.append(offs[1:], end))
     return [(first + int(i), int(offs[i]), int(sizes[i]))
             for i in np.nonzero(sizes < MIN_PAYLOAD)[0]]
 
@@ -260,7 +259,7 @@ class VereRecovery(recovery.BookDirRecovery):
                 batch = SalvageBatch(dst, fir + 1, epoch=fir, left_out=left, gaps=gaps)
                 for i, off in enumerate(committed):
                     nxt = committed[i + 1] if i + 1 < count else end
-                    batch.add(os.pread(fd, nxt - off - VERE_DEED_OVERHEAD, off + 8),
+                    batch.add(VERE.payload_at(fd, off, VERE.payload_size(off, nxt)),
                               offset=off, original_event=fir + 1 + i)
                     if progress is not None:
                         progress(nxt - off)
@@ -315,10 +314,10 @@ class VereRecovery(recovery.BookDirRecovery):
             if resume is None:
                 break
             ix = OffsetIndex(first=1, end=resume)
-            stop = scan_vere_framing(fd, ix, size, 1 << 62)
+            stop = VERE.scan(fd, ix, size)
             ends = list(ix.offsets[1:]) + [stop]
             breaks.append((at, resume - at))
-            runs.append([(o, e - o - VERE_DEED_OVERHEAD) for o, e in zip(ix.offsets, ends)])
+            runs.append([(o, VERE.payload_size(o, e)) for o, e in zip(ix.offsets, ends)])
             at = stop
         deeds = [(r, d) for r, run in enumerate(runs) for d in run]
         found = None
@@ -329,7 +328,7 @@ class VereRecovery(recovery.BookDirRecovery):
                 if window[0][0] != window[-1][0]:
                     continue  # a batch never spans a break
                 lo = window[0][1][0]
-                hi = window[-1][1][0] + window[-1][1][1] + VERE_DEED_OVERHEAD
+                hi = window[-1][1][0] + VERE.size(window[-1][1][1])
                 budget -= hi - lo
                 if budget < 0:
                     break
@@ -355,10 +354,10 @@ class VereRecovery(recovery.BookDirRecovery):
                       why="bytes inside acknowledged events that do not frame a deed")
             take = run[: kept - done]
             for o, m in take:
-                batch.add(os.pread(fd, m, o + 8), offset=o)
-                end = o + m + VERE_DEED_OVERHEAD
+                batch.add(VERE.payload_at(fd, o, m), offset=o)
+                end = o + VERE.size(m)
                 if progress is not None:
-                    progress(m + VERE_DEED_OVERHEAD)
+                    progress(VERE.size(m))
             done += len(take)
         if len(used) == 1:  # one break: slot c says how many events it lost
             used[0]["events_lost"] = c.las - fir - before - kept
@@ -374,7 +373,7 @@ def _count_framed(fd: int, pos: int, size: int) -> int:
     at = pos
     while at < size:
         ix = OffsetIndex(first=1, end=at)
-        stop = scan_vere_framing(fd, ix, size, 1 << 62)
+        stop = VERE.scan(fd, ix, size)
         n += ix.count
         if stop >= size:
             break

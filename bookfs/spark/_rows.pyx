@@ -833,17 +833,21 @@ def segment_batches(segments, since, until, stamp, want=None, batch_rows=None,
         pos = 0
         event = first
         while pos < end and event <= hi:
+            # the messages are bookfs.formats.deeds.BadDeed's, as the pure walk gives them
             if end - pos < DEED_OVERHEAD:
-                raise ValueError(f"segments/{name:012d}: truncated deed for event "
-                                 f"{event} at byte {pos}")
+                raise ValueError(f"segments/{name:012d}: event {event} at byte {pos} "
+                                 "fails its framing check: a truncated deed")
             size = le64(p + pos)
             if size > end - pos - DEED_OVERHEAD:
                 raise ValueError(f"segments/{name:012d}: event {event} at byte {pos} "
-                                 f"claims {size} bytes, past the segment's end")
+                                 f"fails its framing check: it claims {size} bytes, "
+                                 "past the end")
             stop = pos + 8 + size
-            if (le64(p + stop + 4) != size or
-                    _crc32(point(deed, p + pos, 8 + size))
-                    != le32(p + stop)):
+            if le64(p + stop + 4) != size:
+                raise ValueError(f"segments/{name:012d}: event {event} at byte {pos} "
+                                 f"fails its framing check: let_d is {le64(p + stop + 4)}, "
+                                 f"not len_d {size}")
+            if _crc32(point(deed, p + pos, 8 + size)) != le32(p + stop):
                 raise ValueError(f"segments/{name:012d}: event {event} at byte {pos} "
                                  "fails its CRC check")
             if event >= lo:

@@ -220,18 +220,15 @@ def plan(mount: Mount, since: int | None, until: int | None, per_partition: int,
 
 def _skip_deeds(fd: int, pos: int, count: int, size: int, path: str) -> int:
     """The byte offset ``count`` deeds after offset ``pos`` of the open segment ``fd``
-    (``size`` bytes), reading only each deed's length word."""
-    from bookfs.formats.layout import DEED_LEN, DEED_OVERHEAD
+    (``size`` bytes), reading only each deed's length word (the UIP layout's
+    :meth:`~bookfs.formats.deeds.Deeds.skip`); a ValueError naming ``path`` if a deed
+    is truncated or runs past the segment's end."""
+    from bookfs.formats.deeds import UIP, BadDeed
 
-    for _ in range(count):
-        head = os.pread(fd, DEED_LEN.size, pos)
-        if len(head) < DEED_LEN.size:
-            raise ValueError(f"{path}: truncated deed at byte {pos}")
-        nxt = pos + DEED_LEN.unpack(head)[0] + DEED_OVERHEAD
-        if nxt > size:
-            raise ValueError(f"{path}: the deed at byte {pos} runs past the segment's end")
-        pos = nxt
-    return pos
+    try:
+        return UIP.skip(fd, pos, count, size)
+    except BadDeed as e:
+        raise ValueError(f"{path}: {e}") from None
 
 
 #: ``madvise(2)`` advice that faults a mapping's pages in up front and reports a page that

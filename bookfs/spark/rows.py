@@ -214,29 +214,19 @@ def _decode_files(batches):
 def _deeds(seg, first: int, until: int, name: int | None = None
            ) -> Iterator[tuple[int, memoryview]]:
     """The deeds of the segment bytes ``seg`` (a memoryview; its first deed is event
-    ``first``) as ``(event, payload)`` pairs, up to event ``until``, each deed's length and
-    CRC checked (ValueError naming the segment, event and byte otherwise).  ``name``: the
-    segment's name when ``seg`` is a part of it starting at a later event (byte positions
-    in errors are then relative to that part)."""
-    from bookfs.formats.layout import DEED_LEN, DEED_OVERHEAD, DEED_TAIL, crc32
+    ``first``) as ``(event, payload)`` pairs, up to event ``until``, each one sound: the
+    UIP layout's walk (:meth:`~bookfs.formats.deeds.Deeds.walk`), its
+    :class:`~bookfs.formats.deeds.BadDeed` a ValueError naming the segment.  ``name``:
+    the segment's name when ``seg`` is a part of it starting at a later event (byte
+    positions in errors are then relative to that part)."""
+    from bookfs.formats.deeds import UIP, BadDeed
 
     name = first if name is None else name
-    pos, event, end = 0, first, len(seg)
-    while pos < end and event <= until:
-        if pos + DEED_OVERHEAD > end:
-            raise ValueError(f"segments/{name:012d}: truncated deed for event "
-                             f"{event} at byte {pos}")
-        (n,) = DEED_LEN.unpack_from(seg, pos)
-        stop = pos + 8 + n
-        if stop + 12 > end:
-            raise ValueError(f"segments/{name:012d}: event {event} at byte {pos} "
-                             f"claims {n} bytes, past the segment's end")
-        crc, let = DEED_TAIL.unpack_from(seg, stop)
-        if let != n or crc32(seg[pos:stop]) != crc:
-            raise ValueError(f"segments/{name:012d}: event {event} at byte {pos} "
-                             "fails its CRC check")
-        yield event, seg[pos + 8:stop]
-        pos, event = stop + 12, event + 1
+    try:
+        for event, _, payload in UIP.walk(seg, first, until):
+            yield event, payload
+    except BadDeed as e:
+        raise ValueError(f"segments/{name:012d}: {e}") from None
 
 
 def _pure_segment_batches(segments, since: int, until: int, stamp, want=None,

@@ -361,7 +361,7 @@ class Directories(Kind):
             mtimes = fs.event_files.dates.mtimes(event, n) if plus else array("q", bytes(8 * n))
             done = self._reply_run(token, a, event, I.NAME_DIGITS, event - first + 1,
                                    I.event_inode(event, slot), log.payload_bounds(event, n),
-                                   log.DEED_OVERHEAD, mtimes)
+                                   log.DEEDS.overhead, mtimes)
             if plus:
                 fs.generations.slot_refs[slot] += done  # linked by the kernel: Generations.entry
             event += done
