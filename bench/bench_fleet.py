@@ -32,6 +32,15 @@ the sample's events and ``0i<N>`` a Book epoch in vere's layout (``book.log``,
 with ``cp -a --reflink=auto``, each copy's ``meta.bin`` given its own ``who``).  Such a
 ship's card is kept in a card file of its own in the index cache (``formats/shipcard.py``).
 
+With ``--floor`` (and ``--no-spark``; a fleet of UIP Book logs) each round also times,
+for issue 34.7, what binds a first-ever ``find``: every log's bytes read with ``pread``
+into a 4 MiB buffer (the copy that any reading of the framing through ``pread`` pays;
+one core), the framing scan of every log (the UIP layout's ``Deeds.scan``, as an open
+does), and a first-ever ``find`` while a separate process (``nice`` 10) builds each
+ship's card, from the last ship back, as a card builder started with the mount would
+(a prototype kept here: ``fs/fleet/ops.py``'s ``_open_log`` on each ship, outside the
+daemon).
+
 The load average is noted at the start of each round.  Prints progress on stderr and a
 Markdown table (min, median, max of each measure, with the issue's targets) on stdout,
 and how many rounds met each target.
@@ -168,12 +177,68 @@ def first_find(args, fleet_dir: str, got: dict[str, float]) -> None:
         shutil.rmtree(cold, ignore_errors=True)
 
 
+#: the card builder of ``--floor``: every ship's card, from the last ship back, niced
+CARDS_AHEAD = """
+import os, sys
+os.nice(10)
+from bookfs.fs.fleet.ops import _open_log
+for path in reversed(sys.argv[1:]):
+    _open_log(path).close()
+"""
+
+
+def floor_round(fleet_dir: str, args, got: dict[str, float]) -> None:
+    """``--floor``'s measures (the docstring) into ``got``."""
+    from bookfs.formats.deeds import UIP
+    from bookfs.formats.index import OffsetIndex
+    from bookfs.formats.layout import HEADER_SIZE
+
+    ships = sorted(os.path.join(fleet_dir, d) for d in os.listdir(fleet_dir)
+                   if not d.startswith("."))
+    logs = [os.path.join(d, LOG_NAME) for d in ships]
+    buf = bytearray(4 << 20)
+
+    def read_all() -> None:
+        for path in logs:
+            fd = os.open(path, os.O_RDONLY)
+            off = 0
+            while n := os.preadv(fd, [buf], off):
+                off += n
+            os.close(fd)
+
+    def scan_all() -> None:
+        for path in logs:
+            fd = os.open(path, os.O_RDONLY)
+            UIP.scan(fd, OffsetIndex(first=1, end=HEADER_SIZE), os.fstat(fd).st_size)
+            os.close(fd)
+
+    got["floor: every log pread, s"] = timed(read_all)
+    got["floor: every log's framing scanned, s"] = timed(scan_all)
+    mnt = os.path.join(args.dir, "mnt_fleet")
+    cold = os.path.join(args.dir, "cache-cold")
+    shutil.rmtree(cold, ignore_errors=True)
+    os.makedirs(cold, mode=0o700)
+    mount_fleet(fleet_dir, mnt, cold)
+    builder = subprocess.Popen([sys.executable, "-c", CARDS_AHEAD, *ships],
+                               env=dict(os.environ, BOOKFS_CACHE_DIR=cold))
+    try:
+        got["first-ever find, cards built ahead, s"], got[
+            "first-ever find, cards built ahead: logs opened"] = find(mnt)
+    finally:
+        builder.kill()
+        builder.wait()
+        umount_quietly(mnt)
+        shutil.rmtree(cold, ignore_errors=True)
+
+
 def one_round(args, spark, fleet_dir: str, big_mnt: str, n: int) -> dict[str, float]:
     mnt = os.path.join(args.dir, "mnt_fleet")
     os.makedirs(mnt, exist_ok=True)
     got: dict[str, float] = {"load average": loadavg()}
     if spark is None:
         first_find(args, fleet_dir, got)
+        if args.floor:
+            floor_round(fleet_dir, args, got)
     got["mount ready s"], pid = mount_fleet(fleet_dir, mnt, args.cache)
     try:
         got["ls MNT s"] = timed(lambda: subprocess.run(["ls", mnt], check=True,
@@ -213,11 +278,16 @@ def main() -> int:
     p.add_argument("--piers", action="store_true",
                    help="a fleet of real-layout piers (LMDB + vere Book epochs); "
                         "needs --no-spark")
+    p.add_argument("--floor", action="store_true",
+                   help="with --no-spark: also time what binds a first-ever find "
+                        "(docstring)")
     args = p.parse_args()
     if args.ships < 1 or args.events < 2 or args.rounds < 1:
         p.error("--ships and --rounds must be at least 1, --events at least 2")
     if args.piers and not args.no_spark:
         p.error("--piers: only with --no-spark")
+    if args.floor and (args.piers or not args.no_spark):
+        p.error("--floor: only with --no-spark, on a fleet of Book logs (no --piers)")
     n = args.ships * args.events
     if args.piers:
         fleet_dir = make_piers(args.dir, args.ships, args.events)
