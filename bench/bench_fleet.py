@@ -38,8 +38,8 @@ into a 4 MiB buffer (the copy that any reading of the framing through ``pread`` 
 one core), the framing scan of every log (the UIP layout's ``Deeds.scan``, as an open
 does), and a first-ever ``find`` while a separate process (``nice`` 10) builds each
 ship's card, from the last ship back, as a card builder started with the mount would
-(a prototype kept here: ``fs/fleet/ops.py``'s ``_open_log`` on each ship, outside the
-daemon).
+(a prototype kept here: ``formats/shipcard.py``'s ``open_keeping_card`` on each ship,
+outside the daemon).
 
 The load average is noted at the start of each round.  Prints progress on stderr and a
 Markdown table (min, median, max of each measure, with the issue's targets) on stdout,
@@ -181,9 +181,9 @@ def first_find(args, fleet_dir: str, got: dict[str, float]) -> None:
 CARDS_AHEAD = """
 import os, sys
 os.nice(10)
-from bookfs.fs.fleet.ops import _open_log
+from bookfs.formats.shipcard import open_keeping_card
 for path in reversed(sys.argv[1:]):
-    _open_log(path).close()
+    open_keeping_card(path).close()
 """
 
 

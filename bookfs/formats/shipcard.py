@@ -236,6 +236,22 @@ def write_card(path: str, book, before: tuple[tuple | None, int] | None = None) 
         return False
 
 
+def open_keeping_card(path: str):
+    """Open the log at ``path`` read-only (:func:`~bookfs.formats.pier.open_source`) and
+    keep its card when it has none that holds (a pier's from what its files were just
+    before the open, :func:`looked`); a card that cannot be kept never fails the open.
+    What a fleet mount does to open a ship (``fs/fleet/ops.py``, in a worker thread)."""
+    from bookfs.formats.pier import open_source
+
+    before = looked(path)
+    book = open_source(path)
+    try:
+        write_card(path, book, before)
+    except Exception:
+        log.exception("%s: keeping its card failed", path)
+    return book
+
+
 def _settled(seen: tuple, taken_ns: int) -> bool:
     return all(w is None or taken_ns - w[5] >= X.racy_margin(w[5]) for w in seen)
 

@@ -63,11 +63,11 @@ import trio
 from bookfs.formats import index as X
 from bookfs.formats.fleet import FLEET_MARKER, FleetDir, Ship
 from bookfs.formats.info import render
-from bookfs.formats.shipcard import looked, write_card
+from bookfs.formats.shipcard import open_keeping_card
 from bookfs.fs.fleet import inodes as F
 from bookfs.fs import inodes as I
 from bookfs.fs.cache import DEFAULT_MAX_BYTES, EventCache
-from bookfs.fs.fleet.ship import SHIP_ROOT_NAMES, ShipFaces, ShipOperations
+from bookfs.fs.fleet.ship import SHIP_ROOT, SHIP_ROOT_NAMES, ShipFaces, ShipOperations
 from bookfs.fs.nodes.base import CHANGING, directory_bits
 from bookfs.fs.ops import FEATURES, guarded
 from bookfs.fs.tail import DEFAULT_TIMEOUT, WAITING_EVERY
@@ -182,7 +182,7 @@ class FleetOperations(pyfuse3.Operations):
             self._make_room()
             self.faces.forget(sid)
             try:
-                book = await trio.to_thread.run_sync(_open_log, ship.path)
+                book = await trio.to_thread.run_sync(open_keeping_card, ship.path)
             except Exception as e:
                 why = str(e) or type(e).__name__
                 self.errors[sid] = (why, time.monotonic())
@@ -470,6 +470,8 @@ class FleetOperations(pyfuse3.Operations):
                     return
             return
         if record[0] == "shiproot":
+            if start_id >= len(SHIP_ROOT):  # the end, asked for again: nothing to list
+                return
             entries = self.faces.listing(self._ship(record[1]))
             for i in range(start_id, len(entries)):
                 if not pyfuse3.readdir_reply(token, *entries[i], i + 1):
@@ -579,21 +581,6 @@ class FleetOperations(pyfuse3.Operations):
 
 
 SHIP_ROOT_INODES = frozenset(SHIP_ROOT_NAMES.values())
-
-
-def _open_log(path: str):
-    """Open the log at ``path`` read-only (in a worker thread) and keep its card
-    (``formats/shipcard.py``; a pier's from what its files were just before the open)
-    when it has none that holds; a card that cannot be kept never fails the open."""
-    from bookfs.formats.pier import open_source
-
-    before = looked(path)
-    book = open_source(path)
-    try:
-        write_card(path, book, before)
-    except Exception:
-        log.exception("%s: keeping its card failed", path)
-    return book
 
 
 def _enoent():

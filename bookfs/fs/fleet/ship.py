@@ -174,6 +174,7 @@ class ShipFaces:
     def __init__(self, fleet):
         self.fleet = fleet
         self._cards: dict[int, tuple[tuple | None, Card | str]] = {}  # sid -> last read
+        self._info_sizes: dict[int, tuple[Card, int]] = {}  # sid -> (card, its info's size)
         # sid -> (when, (source file, its uid, gid), (uid, gid, modes)): the last look
         self._modes_seen: dict[int, tuple[float, tuple, tuple]] = {}
         self.read = self.stale = self.missing = 0
@@ -182,6 +183,7 @@ class ShipFaces:
     def forget(self, sid: int) -> None:
         """The ship's log was opened (it may write a card) or the ship is gone."""
         self._cards.pop(sid, None)
+        self._info_sizes.pop(sid, None)
         self._modes_seen.pop(sid, None)
 
     def modes(self, ship: Ship):
@@ -244,10 +246,19 @@ class ShipFaces:
     def _from_card(self, make, modes, ship: Ship, local: int, card: Card
                    ) -> pyfuse3.EntryAttributes:
         mtime = self.fleet.mounted_ns if card.mtime_ns is None else card.mtime_ns
-        size = len(readonly_info(with_core(card.summary), self.fuse))
+        size = self._info_size(ship, card) if local == I.INFO else 0
         a = fixed_attrs(make, modes, local, card.count, mtime, size)
         a.st_ino = self.fleet.inodes.fleet(ship.sid, local)
         return a
+
+    def _info_size(self, ship: Ship, card: Card) -> int:
+        """The size of the ``info`` file that ``card``'s summary renders: rendered once
+        per card read (the card read last is kept per ship, :meth:`card`)."""
+        memo = self._info_sizes.get(ship.sid)
+        if memo is None or memo[0] is not card:
+            memo = self._info_sizes[ship.sid] = (
+                card, len(readonly_info(with_core(card.summary), self.fuse)))
+        return memo[1]
 
     def entry(self, ship: Ship, local: int) -> pyfuse3.EntryAttributes | None:
         """The attributes of the fixed entry ``local`` of a closed ship, from its card;
