@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -76,6 +77,8 @@ class Deeds:
     crc: bool
     #: the smallest ``len_d`` a deed of this layout may announce
     min_len: int
+    #: the bytes after the payload: ``(crc, let_d)`` (UIP) or ``(let_d,)`` (vere)
+    trailer: struct.Struct
 
     @property
     def tail(self) -> int:
@@ -92,21 +95,17 @@ class Deeds:
 
     # --- checks ----------------------------------------------------------------------------
 
-    def _trailer(self, tail, n: int, pos: int) -> int | None:
-        """The CRC the trailer ``tail`` (the deed's bytes after its payload) names (None in
-        vere), after checking its ``let_d`` against ``n``: :class:`BadDeed` if not."""
-        (let,) = DEED_LEN.unpack_from(tail, self.tail - 8)
-        if let != n:
-            raise BadDeed(pos, "framing", f"let_d is {let}, not len_d {n}")
-        return int.from_bytes(tail[:4], "little") if self.crc else None
-
-    def _sound(self, deed, n: int, pos: int) -> memoryview:
-        """The payload of ``deed`` (a memoryview of exactly one deed's bytes, whose
-        ``len_d`` is ``n``), after checking ``let_d`` and the CRC."""
-        want = self._trailer(deed[8 + n :], n, pos)
-        if want is not None and crc32(deed[: 8 + n]) != want:
-            raise BadDeed(pos, "CRC")
-        return deed[8 : 8 + n]
+    def _bad(self, buf, pos: int, n: int) -> BadDeed | None:
+        """Why the deed at ``pos`` of ``buf`` (a memoryview holding all of it; its
+        ``len_d``, ``n``, already read) is not sound: its ``let_d``, then its CRC; None
+        when it is."""
+        stop = pos + 8 + n
+        got = self.trailer.unpack_from(buf, stop)  # (crc, let_d) or (let_d,)
+        if got[-1] != n:
+            return BadDeed(pos, "framing", f"let_d is {got[-1]}, not len_d {n}")
+        if self.crc and crc32(buf[pos:stop]) != got[0]:
+            return BadDeed(pos, "CRC")
+        return None
 
     def walk(self, buf, first: int, until: int | None = None
              ) -> Iterator[tuple[int, int, memoryview]]:
@@ -116,18 +115,18 @@ class Deeds:
         that is not, or that runs past ``buf``'s end."""
         pos, event, end = 0, first, len(buf)
         until = end if until is None else until
+        unpack, over, bad = DEED_LEN.unpack_from, self.overhead, self._bad
         while pos < end and event <= until:
-            if pos + self.overhead > end:
+            if pos + over > end:
                 raise BadDeed(pos, "framing", "a truncated deed", event)
-            (n,) = DEED_LEN.unpack_from(buf, pos)
-            stop = pos + n + self.overhead
+            (n,) = unpack(buf, pos)
+            stop = pos + n + over
             if stop > end:
                 raise BadDeed(pos, "framing", f"it claims {n} bytes, past the end", event)
-            try:
-                payload = self._sound(buf[pos:stop], n, pos)
-            except BadDeed as e:
-                raise BadDeed(pos, e.what, e.detail, event) from None
-            yield event, pos, payload
+            why = bad(buf, pos, n)
+            if why is not None:
+                raise BadDeed(pos, why.what, why.detail, event)
+            yield event, pos, buf[pos + 8 : pos + 8 + n]
             pos, event = stop, event + 1
 
     def read(self, fd: int, off: int, n: int) -> bytes:
@@ -137,8 +136,11 @@ class Deeds:
         buf = os.pread(fd, n + self.overhead, off)
         if len(buf) != n + self.overhead:
             raise BadDeed(off, "framing", "the deed runs past the end of the file")
-        self._len_is(buf[:8], n, off)
-        return bytes(self._sound(memoryview(buf), n, off))
+        self._len_is(buf, n, off)
+        why = self._bad(memoryview(buf), 0, n)
+        if why is not None:
+            raise BadDeed(off, why.what, why.detail)
+        return buf[8 : 8 + n]
 
     def verify(self, fd: int, off: int, n: int) -> None:
         """:meth:`read`'s checks in constant memory: ``len_d`` and the trailer read alone,
@@ -147,8 +149,10 @@ class Deeds:
         tail = os.pread(fd, self.tail, off + 8 + n)
         if len(tail) != self.tail:
             raise BadDeed(off, "framing", "the deed runs past the end of the file")
-        want = self._trailer(tail, n, off)
-        if want is not None and self._stream_crc(fd, off, off + 8 + n) != want:
+        got = self.trailer.unpack(tail)  # (crc, let_d) or (let_d,)
+        if got[-1] != n:
+            raise BadDeed(off, "framing", f"let_d is {got[-1]}, not len_d {n}")
+        if self.crc and self._stream_crc(fd, off, off + 8 + n) != got[0]:
             raise BadDeed(off, "CRC")
 
     def sound(self, fd: int, off: int, n: int) -> bool:
@@ -172,7 +176,8 @@ class Deeds:
 
     @staticmethod
     def _len_is(head: bytes, n: int, off: int) -> None:
-        if len(head) != 8 or DEED_LEN.unpack(head)[0] != n:
+        """``head`` (a deed's bytes from its start) must begin with ``len_d == n``."""
+        if len(head) < 8 or DEED_LEN.unpack_from(head)[0] != n:
             raise BadDeed(off, "framing", f"len_d is not the indexed {n} bytes")
 
     def check_len(self, fd: int, off: int, n: int) -> None:
@@ -295,6 +300,6 @@ class Deeds:
 
 
 #: the UIP layout's deed (``book.log``; engine ``book.py``)
-UIP = Deeds("uip", DEED_OVERHEAD, crc=True, min_len=MIN_PAYLOAD)
+UIP = Deeds("uip", DEED_OVERHEAD, crc=True, min_len=MIN_PAYLOAD, trailer=DEED_TAIL)
 #: vere's two-slot layout's deed (engine ``vere.py``)
-VERE = Deeds("vere", VERE_DEED_OVERHEAD, crc=False, min_len=VERE_MIN_LEN)
+VERE = Deeds("vere", VERE_DEED_OVERHEAD, crc=False, min_len=VERE_MIN_LEN, trailer=DEED_LEN)
