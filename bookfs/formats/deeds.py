@@ -35,7 +35,7 @@ import errno
 import os
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bookfs.formats.fileio import pwritev_all
 from bookfs.formats.framing import scan_deeds
@@ -80,10 +80,11 @@ class Deeds:
     #: the bytes after the payload: ``(crc, let_d)`` (UIP) or ``(let_d,)`` (vere)
     trailer: struct.Struct
 
-    @property
-    def tail(self) -> int:
-        """Bytes after the payload: the CRC (UIP only), then ``let_d``."""
-        return self.overhead - 8
+    #: bytes after the payload: the CRC (UIP only), then ``let_d``
+    tail: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tail", self.trailer.size)
 
     def size(self, n: int) -> int:
         """Bytes of a deed carrying ``n`` payload bytes."""
