@@ -174,3 +174,13 @@ def test_truncated_bytes_are_refused_by_name(deeds, tmp_path) -> None:
             deeds.skip(fd, 0, 2, len(raw) - 1)
     finally:
         os.close(fd)
+
+
+def test_the_sizes_are_layout_pys() -> None:
+    from bookfs.formats.layout import (DEED_OVERHEAD, DEED_TAIL_SIZE, MIN_PAYLOAD,
+                                       VERE_DEED_OVERHEAD, VERE_MIN_LEN)
+
+    assert (UIP.overhead, UIP.tail, UIP.min_len, UIP.crc) == (
+        DEED_OVERHEAD, DEED_TAIL_SIZE, MIN_PAYLOAD, True)
+    assert (VERE.overhead, VERE.tail, VERE.min_len, VERE.crc) == (
+        VERE_DEED_OVERHEAD, 8, VERE_MIN_LEN, False)

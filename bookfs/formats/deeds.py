@@ -41,10 +41,8 @@ from bookfs.formats.fileio import pwritev_all
 from bookfs.formats.framing import scan_deeds
 from bookfs.formats.layout import (
     DEED_LEN,
-    DEED_OVERHEAD,
     DEED_TAIL,
     MIN_PAYLOAD,
-    VERE_DEED_OVERHEAD,
     VERE_MIN_LEN,
     crc32,
 )
@@ -71,8 +69,6 @@ class Deeds:
 
     #: the layout: ``uip`` or ``vere``
     name: str
-    #: bytes a deed adds to its payload
-    overhead: int
     #: whether a CRC-32 of ``len_d ++ payload`` sits before ``let_d``
     crc: bool
     #: the smallest ``len_d`` a deed of this layout may announce
@@ -82,9 +78,12 @@ class Deeds:
 
     #: bytes after the payload: the CRC (UIP only), then ``let_d``
     tail: int = field(init=False)
+    #: bytes a deed adds to its payload: ``len_d``, then the tail
+    overhead: int = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tail", self.trailer.size)
+        object.__setattr__(self, "overhead", DEED_LEN.size + self.trailer.size)
 
     def size(self, n: int) -> int:
         """Bytes of a deed carrying ``n`` payload bytes."""
@@ -301,6 +300,6 @@ class Deeds:
 
 
 #: the UIP layout's deed (``book.log``; engine ``book.py``)
-UIP = Deeds("uip", DEED_OVERHEAD, crc=True, min_len=MIN_PAYLOAD, trailer=DEED_TAIL)
+UIP = Deeds("uip", crc=True, min_len=MIN_PAYLOAD, trailer=DEED_TAIL)
 #: vere's two-slot layout's deed (engine ``vere.py``)
-VERE = Deeds("vere", VERE_DEED_OVERHEAD, crc=False, min_len=VERE_MIN_LEN, trailer=DEED_LEN)
+VERE = Deeds("vere", crc=False, min_len=VERE_MIN_LEN, trailer=DEED_LEN)
