@@ -29,7 +29,8 @@ import pytest
 from bookfs.errors import FormatError, ReadOnly
 from bookfs.formats.layout import crc32
 from bookfs.formats.lmdb_log import LmdbLog
-from bookfs.formats.pier import Pier, epoch_kind, identify, open_source
+from bookfs.formats.epochs import epoch_kind
+from bookfs.formats.pier import Pier, identify, open_source
 from bookfs.formats.pier_recovery import recovery_for
 from lmdb_fixtures import (
     MAP_SIZE,

@@ -272,3 +272,35 @@ def test_ro_pier_mount_follows_a_roll(tmp_path):
         later(0.5, append_more)  # follow/ waits in the new epoch
         res = subprocess.run(["cat", f"{m}/follow/18"], capture_output=True, timeout=15)
         assert res.returncode == 0 and res.stdout == more[7]
+
+
+def _waiting_in_the_kernel(proc: subprocess.Popen) -> bool:
+    """True once ``proc``'s lookup is in the kernel, waiting for the daemon's answer."""
+    try:
+        with open(f"/proc/{proc.pid}/stack") as f:
+            stack = f.read()
+    except OSError:
+        return False
+    return "fuse_" in stack and "request_wait_answer" in stack
+
+
+def test_a_waiting_lookup_holds_up_no_other_in_its_directory(small_src, tmp_path):
+    """While ``cat follow/11`` waits for event 11, in the kernel, a lookup of another name
+    in ``follow/`` (and in ``events/``) is answered at once: the mount runs the lookups
+    of one directory in parallel (patched pyfuse3's ``parallel_dirops``: libfuse before
+    3.17 never told the kernel it may, and the kernel then serializes them,
+    ``fs/fuse/dir.c``, ``fuse_lookup()`` -> ``fuse_lock_inode()``)."""
+    data = payload(11, 300)
+    with mounted(small_src, tmp_path / "rw") as m:
+        waiter = subprocess.Popen(["cat", f"{m}/follow/11"], stdout=subprocess.PIPE)
+        try:
+            assert wait_for(lambda: _waiting_in_the_kernel(waiter), timeout=20)
+            other = subprocess.run(["cat", f"{m}/follow/3"], capture_output=True,
+                                   timeout=20)
+            assert other.stdout == payload(3, 4 + 37 * 3)
+            assert waiter.poll() is None, "the waiting lookup ended before the other"
+            assert os.stat(f"{m}/follow/000000000004").st_size == 4 + 37 * 4
+            assert waiter.poll() is None
+        finally:
+            append_new(m, 11, data)
+            assert waiter.communicate(timeout=20)[0] == data

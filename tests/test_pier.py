@@ -23,7 +23,8 @@ from bookfs.errors import (
 from bookfs.formats.eventlog import EventLog
 from bookfs.formats.lmdb_log import LmdbLog
 from bookfs.formats.lock import WriterLock
-from bookfs.formats.pier import Pier, epoch_kind, open_book_dir, open_source
+from bookfs.formats.epochs import epoch_kind
+from bookfs.formats.pier import Pier, open_book_dir, open_source
 from lmdb_fixtures import (
     make_book_epoch,
     make_lmdb_epoch,

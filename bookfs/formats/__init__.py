@@ -13,6 +13,7 @@
 ``lmdb_snapshots``  reading a live LMDB store without its lock file
 ``pier``            a pier = ordered epochs, one numbering; ``identify``/``open_source``
                     pick the format
+``epochs``          an epoch directory: its ``epoc.txt``, the store it holds, a pier's epochs
 ``recovery``        the Recovery ladder (check → repair → salvage) and what every ladder
                     shares (``meta.bin``), nothing else
 ``reports``         what an open and a check report (``RecoveryReport``, ``CheckReport``)

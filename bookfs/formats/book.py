@@ -294,7 +294,8 @@ class Book(SingleFileLog):
         seen = self._index
         count, end = self._view[1], self._view[2]
         k = confirm_chain(self._fd, seen.offsets, k, i, count, end, UIP.overhead)
-        self._chain_ok = k
+        if self._index is seen:  # (a walk in another thread may have gone further)
+            self._chain_ok = max(self._chain_ok, k)
         if k <= i:
             self._index_lied(event, seen.offsets[k], seen)
             return True
@@ -346,6 +347,19 @@ class Book(SingleFileLog):
             if self.writable:
                 self._vstamp = FileStamp.of(os.fstat(self._fd))
             self._persist_index()
+
+    def chain_confirmed(self, event: int) -> bool:
+        """True when the chain of deeds is confirmed through ``event`` (or ``event`` is not
+        in the log): reading it, or its size, walks none first (:meth:`_confirm_offset`)."""
+        return not 0 <= event - self._view[0] < self._view[1] or \
+            event - self._view[0] < self._chain_ok
+
+    def confirm_to(self, event: int) -> None:
+        """Walk the chain of deeds through ``event`` now (:meth:`_confirm_offset`: up to
+        the whole log, once an open), for a caller that runs it off its event loop
+        (``fs/nodes/events.py``).  :class:`NoSuchEvent` if it is not in the log."""
+        self._locate(event)
+        self._confirm_offset(event, event - self._view[0])
 
     def payload_size(self, event: int) -> int:
         """Bytes of ``event``'s payload (mug + jam), from the index, once the chain of deeds

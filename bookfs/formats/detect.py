@@ -6,7 +6,7 @@ the version number cannot tell them apart (both are 1), a header slot's CRC can.
 the UIP engine runs the same check on open (:func:`identify_fd`), so no path reaches a
 layout by another road.
 
-For telling an epoch's stores apart (``pier.epoch_kind``): :func:`is_lmdb_file` (LMDB's
+For telling an epoch's stores apart (``epochs.epoch_kind``): :func:`is_lmdb_file` (LMDB's
 magic in a ``data.mdb``) and :func:`book_log_holds_events` (whether a ``book.log``'s bytes
 can hold any event).
 """

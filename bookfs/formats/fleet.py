@@ -59,7 +59,7 @@ def who_of(path: str) -> int | None:
     try:
         log_dir = os.path.join(path, PIER_LOG_DIR)
         if os.path.isdir(log_dir):
-            from bookfs.formats.pier import list_epochs
+            from bookfs.formats.epochs import list_epochs
 
             names, kinds = list_epochs(log_dir)
             path = os.path.join(log_dir, names[-1][1])

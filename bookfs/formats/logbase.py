@@ -93,6 +93,15 @@ class LogMixin:
     def meta(self) -> dict[str, bytes]:
         return {k: self.read_meta(k) for k in META_FIELDS}
 
+    def chain_confirmed(self, event: int) -> bool:
+        """True when reading ``event`` by number walks no chain of deeds first (only a UIP
+        Book opened from a persisted index has one to walk: ``Book.confirm_to``)."""
+        return True
+
+    def confirm_to(self, event: int) -> None:
+        """Do now what a read of ``event`` by number would do first (``Book.confirm_to``);
+        nothing for a log whose index is built from the log itself."""
+
     def walk(self, start: int | None = None, end: int | None = None
              ) -> Iterator[tuple[EventNum, bytes]]:
         """``(event, payload)`` for ``start..end`` inclusive (defaults: the whole log),

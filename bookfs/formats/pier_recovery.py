@@ -15,8 +15,8 @@ from bookfs.formats.pier import (
     LOG_DIR,
     Pier,
     identify,
-    list_epochs,
 )
+from bookfs.formats.epochs import list_epochs
 from bookfs.formats.reports import CheckReport, Problem
 from bookfs.formats.salvage import publish_salvage
 

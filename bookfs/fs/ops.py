@@ -140,11 +140,12 @@ def guarded(fn):
 def fuse_path(readonly: bool) -> str:
     """Which request path a mount (read-only or not) is on with this pyfuse3
     (:data:`FEATURES`), as its ``info`` says."""
+    parallel = ", parallel lookups" if "parallel_dirops" in FEATURES else ""
     if readonly and "read_inode" in FEATURES:
-        return "patched pyfuse3: no-open reads by inode, noflush, cached listings"
+        return f"patched pyfuse3: no-open reads by inode, noflush, cached listings{parallel}"
     if "noflush" in FEATURES:
-        return ("patched pyfuse3: noflush, cached listings (opens kept for new/ and "
-                f"meta/); the commit rule's descriptor scan in {rule.SCAN}")
+        return (f"patched pyfuse3: noflush, cached listings{parallel} (opens kept for new/ "
+                f"and meta/); the commit rule's descriptor scan in {rule.SCAN}")
     refused = "" if readonly else "; appends and meta writes refused"
     return (f"stock pyfuse3: a request for every open and close{refused} "
             "(mount_scripts/setup.sh builds the patched one)")

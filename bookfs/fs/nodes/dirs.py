@@ -46,6 +46,7 @@ import time
 from array import array
 
 import pyfuse3
+import trio
 
 from bookfs.errors import refuse
 from bookfs.formats.info import NEXT_KEY, render, summary
@@ -174,7 +175,7 @@ class Directories(Kind):
             return self._dir_attrs(ino)
         if ino == I.INFO:
             fs.watch.look()
-            data = self.info_bytes()
+            data = await self.info_bytes()
             return fixed_attrs(fs.entry_attrs, fs.modes, ino, self.log.count,
                                self.changed_mtime(ino, data, self._log_mtime()), len(data))
         raise pyfuse3.FUSEError(errno.ENOENT)
@@ -201,6 +202,7 @@ class Directories(Kind):
                 fs.watch.look()
                 if event is None or event not in fs.epochs[k].log:
                     raise pyfuse3.FUSEError(errno.ENOENT)
+            await fs.event_files.confirmed(event)
             return fs.event_files.event_attrs(event)
         ino = self.root_names.get(name) if parent_inode == I.ROOT else None
         if ino is None:
@@ -209,15 +211,18 @@ class Directories(Kind):
 
     # --- the info files ------------------------------------------------------------------
 
-    def info_bytes(self) -> bytes:
+    async def info_bytes(self) -> bytes:
         """The info file: the log's summary; on a read-write mount ``next:``, the number
         the next ``new/<N>`` must have now, and ``payloads:``, whether ``new/`` checks a
         payload before it saves it; then the last refused appends and meta writes
         (a shell ignores close()'s errno, so this is where a user reads why).  A read-only
         mount refuses writes at open(), where the shell sees the error, so it has no
         record and its info is exactly ``bookfs info``'s."""
-        fs = self.fs
-        info = summary(self.log)
+        fs, log = self.fs, self.log
+        if log.chain_confirmed(log.last):
+            info = summary(log)
+        else:  # its dates may read the newest events by number: EventFiles.confirmed
+            info = await trio.to_thread.run_sync(summary, log)
         if fs.readonly:
             return readonly_info(info, fs.fuse_path())
         info["fuse"] = fs.fuse_path()
@@ -247,13 +252,13 @@ class Directories(Kind):
             if writing:
                 raise refuse(errno.EACCES, "info is read-only")
             fs.watch.look()
-            return fs.file_info(fs.new_fh(BytesHandle(self.info_bytes())),
+            return fs.file_info(fs.new_fh(BytesHandle(await self.info_bytes())),
                                 direct_io=True, keep_cache=False)
         raise pyfuse3.FUSEError(errno.EISDIR if ino in self.inodes else errno.ENOENT)
 
     async def read_inode(self, ino: int, off: int, size: int) -> bytes:
         if ino == I.INFO:
-            return self.info_bytes()[off : off + size]
+            return (await self.info_bytes())[off : off + size]
         if I.is_epoch(ino):
             k, kind = I.inode_epoch(ino)
             if kind == I.EPOCH_INFO and k < len(self.fs.epochs):

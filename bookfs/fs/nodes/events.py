@@ -79,6 +79,7 @@ class EventFiles(Kind):
 
     async def attrs(self, ino: int) -> pyfuse3.EntryAttributes:
         event = self.existing(self.event_of(ino))
+        await self.confirmed(event)
         return self.event_attrs(event)
 
     async def lookup(self, name: bytes) -> pyfuse3.EntryAttributes:
@@ -87,15 +88,26 @@ class EventFiles(Kind):
         if event is None:  # can never exist (Hadoop's .<name>.crc, say): cache that
             return negative()
         event = self.existing(event)
+        await self.confirmed(event)
         return self.event_attrs(event)
 
     # --- checking ------------------------------------------------------------------------
+
+    async def confirmed(self, event: int) -> None:
+        """Before ``event``'s size or bytes are answered from the log's index: a persisted
+        index is a hint until the chain of deeds from the header proves it, which its
+        first read by number walks (``Book.confirm_to``: up to the whole log, once an
+        open; 6.7 s for the last event of a 10-million-event log).  That walk runs in a
+        worker thread, so the event loop answers every other request meanwhile."""
+        if not self.log.chain_confirmed(event):
+            await trio.to_thread.run_sync(self.log.confirm_to, event)
 
     async def check(self, event: int) -> bytes | None:
         """Check ``event`` before any of its bytes are served: a small one is read whole,
         checked and kept in the shared cache (returned); a large one is checked by
         streaming it in a worker thread, once per log generation (None: read it with
         ``read_slice``).  A failed check raises, which the handlers answer EIO."""
+        await self.confirmed(event)
         if self.log.payload_size(event) <= SMALL_EVENT:
             return self.checked(event)
         if event not in self.verified_large:

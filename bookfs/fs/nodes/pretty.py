@@ -128,8 +128,8 @@ class PrettyFiles(Kind):
         from bookfs.errors import MetaAbsent
         from bookfs.noun.event import event_text
 
-        size = self.log.payload_size(event)
         data = await self.fs.event_files.check(event)
+        size = self.log.payload_size(event)
         if data is not None:
             def pread(off: int, n: int) -> bytes:
                 return data[off:off + n]

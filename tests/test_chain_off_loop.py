@@ -1,0 +1,123 @@
+"""A log opened from its persisted index walks the chain of deeds once, before it first
+answers an event's size or bytes by number (``Book._confirm_offset``): the whole log for
+its last event (6.7 s on the 10-million-event ship).  A mount runs that walk in a worker
+thread, never on the event loop, which would answer no other request meanwhile.
+
+Driven directly (s3ql-style, ``LogOperations`` under ``trio.run``) so that the thread
+the walk ran in can be seen, for every request that reads an event by number, over the
+source kinds whose index can be a hint (a UIP Book directory, a pier with a UIP Book
+epoch); and once through a real mount."""
+
+from __future__ import annotations
+
+import os
+import threading
+from types import SimpleNamespace
+
+import pytest
+import trio
+
+from bookfs.formats import book as book_module
+from bookfs.formats.book import Book
+from bookfs.formats.info import parse
+from bookfs.formats.pier import open_source
+from bookfs.fs import inodes as I
+from bookfs.fs.ops import LogOperations
+from mount_fixtures import payload
+
+CTX = SimpleNamespace(pid=os.getpid(), uid=0, gid=0, umask=0o022)
+N = 3000  # events: far more than one walk of a deed at a time (framing._WALK_ALONE)
+
+
+def _book_dir(tmp_path):
+    d = tmp_path / "book"
+    with Book.open(d, writable=True, create=True) as b:
+        b.save(1, [payload(n, 40 + n % 50) for n in range(1, N + 1)])
+    return d
+
+
+def _pier(tmp_path):
+    from lmdb_fixtures import make_pier
+
+    return make_pier(tmp_path / "pier", [("lmdb", [payload(n, 30) for n in range(1, 11)]),
+                                         ("book", [payload(n, 40) for n in range(11, N + 1)])])
+
+
+SOURCES = {"UIP Book": _book_dir, "pier, UIP Book epoch": _pier}
+
+
+@pytest.fixture(params=list(SOURCES))
+def hinted(request, tmp_path, monkeypatch):
+    """A read-only log opened from the persisted index a first open left, and the list
+    of threads each chain walk ran in."""
+    src = SOURCES[request.param](tmp_path)
+    open_source(src).close()  # builds and persists the index
+    log = open_source(src)
+    walks = []
+    real = book_module.confirm_chain
+
+    def watched(*args):
+        walks.append(threading.current_thread() is threading.main_thread())
+        return real(*args)
+
+    monkeypatch.setattr(book_module, "confirm_chain", watched)
+    yield log, walks
+    log.close()
+
+
+def _requests(ops, last):
+    """Each request that reads ``last`` by number first."""
+    name = b"%012d" % last
+    ino = I.event_inode(last)
+    return {
+        "lookup": lambda: ops.lookup(I.EVENTS, name, CTX),
+        "getattr": lambda: ops.getattr(ino, CTX),
+        "read": lambda: ops.read_inode(ino, 0, 0, 10),  # the no-open path: fh 0
+        "pretty": lambda: ops.lookup(I.PRETTY, name, CTX),
+        "info": lambda: ops.getattr(I.INFO, CTX),
+    }
+
+
+@pytest.mark.parametrize("request_kind", ["lookup", "getattr", "read", "pretty", "info"])
+def test_the_chain_walk_never_runs_on_the_event_loop(hinted, request_kind):
+    log, walks = hinted
+    ops = LogOperations(log)
+    last = log.last
+
+    async def go():
+        return await _requests(ops, last)[request_kind]()
+
+    got = trio.run(go)
+    assert walks, "the request read the last event by number, so the chain was walked"
+    assert not any(walks), "a chain walk ran on the event loop's thread"
+    if request_kind in ("lookup", "getattr"):
+        assert got.st_size == log.payload_size(last)
+
+
+def test_the_chain_is_confirmed_once_by_number(hinted):
+    """``chain_confirmed`` says whether a read by number walks first; ``confirm_to``
+    walks, once."""
+    log, walks = hinted
+    last = log.last
+    assert not log.chain_confirmed(last) and log.chain_confirmed(last + 1)
+    log.confirm_to(last)
+    assert log.chain_confirmed(last) and len(walks) == 1
+    log.payload_size(last)
+    log.read(last)
+    assert len(walks) == 1
+
+
+def test_through_a_mount_the_last_event_of_a_hinted_index(tmp_path):
+    """Through a real read-only mount of a log opened from its persisted index: the
+    last event's size and bytes (the walk run by the daemon's worker thread) and info."""
+    from mounting import mounted
+
+    d = _book_dir(tmp_path)
+    Book.open(d).close()  # the index persisted
+    with mounted(d, tmp_path / "mnt", "-o", "ro") as mnt:
+        path = os.path.join(mnt, "events", "%012d" % N)
+        assert os.stat(path).st_size == len(payload(N, 40 + N % 50))
+        with open(path, "rb") as f:
+            assert f.read() == payload(N, 40 + N % 50)
+        with open(os.path.join(mnt, "info")) as f:
+            assert parse(f.read())["events"] == str(N)
