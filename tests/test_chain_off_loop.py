@@ -121,3 +121,51 @@ def test_through_a_mount_the_last_event_of_a_hinted_index(tmp_path):
             assert f.read() == payload(N, 40 + N % 50)
         with open(os.path.join(mnt, "info")) as f:
             assert parse(f.read())["events"] == str(N)
+
+
+def test_a_segment_is_named_and_read_by_the_proved_index(tmp_path, monkeypatch):
+    """A persisted index that drops one deed's offset (its checksum valid, the load's
+    sample made to miss it) numbers every later deed one too low.  A segment after the
+    lie is looked up and read by the index the chain walk proved (the lying one is
+    rebuilt), so the name it answers to is its first deed's true event number, and
+    every deed in its bytes is the event its position says."""
+    import errno
+    from pathlib import Path
+
+    import pyfuse3
+
+    from bookfs.formats import index as index_mod
+    from bookfs.formats.deeds import UIP
+    from bookfs.formats.layout import HEADER_SIZE
+    from index_fixtures import write_index
+
+    monkeypatch.setattr(index_mod, "_SAMPLE", 0)
+    d, lie, span = tmp_path / "log", 1000, 16 << 10
+    events = [payload(e, 40 + e % 50) for e in range(1, N + 1)]
+    with Book.open(d, writable=True, create=True) as b:
+        b.save(1, events)
+    with Book.open(d) as b:
+        true, end = list(b.index.offsets), b.index.end
+    idx = Path(index_mod._index_path(str(d / "book.log"), os.stat(d / "book.log")))
+    write_index(idx, d / "book.log", 1, true[: lie - 1] + true[lie:], end)
+    book = Book.open(d)
+    try:
+        assert book.count == N - 1  # the lie, as loaded
+        ops = LogOperations(book, segment_span=span)
+        k = (true[2000] - HEADER_SIZE) // span  # a segment well after the lie
+        told = ops.segments.get(k).first  # its name by the lying index
+        right = true.index(min(o for o in true if o >= HEADER_SIZE + k * span)) + 1
+
+        async def lookup(first):
+            return await ops.lookup(I.SEGMENTS, b"%012d" % first, CTX)
+
+        with pytest.raises(pyfuse3.FUSEError) as e:
+            trio.run(lookup, told)  # the lying name: no segment starts there
+        assert e.value.errno == errno.ENOENT and told == right - 1
+        a = trio.run(lookup, right)
+        data = trio.run(ops.read_inode, a.st_ino, 0, 0, a.st_size)
+        got = [(event, bytes(p)) for event, _, p in UIP.walk(memoryview(data), right)]
+        assert got and got == [(e, events[e - 1]) for e, _ in got]
+        assert book.count == N
+    finally:
+        book.close()

@@ -72,13 +72,25 @@ class SegmentFiles(Kind):
                               self.log.mtime_ns(seg.last),
                               FOREVER if seg.complete else GROWING, entry_timeout=FOREVER)
 
+    async def confirmed(self, k: int) -> Segment | None:
+        """Segment ``k`` (None if no deed starts in it), once the log's index is
+        confirmed through its last event: its name, size, sizes and the numbers of its
+        deeds come from the index, a hint until the chain of deeds proves it
+        (``EventFiles.confirmed``: the walk runs in a worker thread; an index that lied
+        is rebuilt, and the segment is taken from the new one)."""
+        seg = self.fs.segments.get(k)
+        if seg is not None and not self.log.chain_confirmed(seg.last):
+            await self.fs.event_files.confirmed(seg.last)
+            seg = self.fs.segments.get(k)
+        return seg
+
     async def attrs(self, ino: int) -> pyfuse3.EntryAttributes:
-        segments, watch = self.fs.segments, self.fs.watch
-        seg = segments.get(I.inode_segment(ino))
+        watch = self.fs.watch
+        seg = await self.confirmed(I.inode_segment(ino))
         if seg is None or not seg.complete:  # it may have grown: look at the log
             watch.look()
             self.fs.generations.current(ino, f"segment {I.inode_segment(ino)}")
-            seg = segments.get(I.inode_segment(ino))
+            seg = await self.confirmed(I.inode_segment(ino))
         if seg is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
         return self.seg_attrs(seg, I.is_sizes(ino))
@@ -89,8 +101,12 @@ class SegmentFiles(Kind):
         sizes = name.endswith(SIZES_SUFFIX)
         event = I.parse_number(name[:-len(SIZES_SUFFIX)] if sizes else name)
         self.fs.watch.look()
+        if event is not None:  # the name is an event number: by the proved index
+            await self.fs.event_files.confirmed(event)
         seg = self.fs.segments.containing_first(event) if event is not None else None
-        if seg is None:
+        if seg is not None:
+            seg = await self.confirmed(seg.index)
+        if seg is None or seg.first != event:
             raise pyfuse3.FUSEError(errno.ENOENT)
         return self.seg_attrs(seg, sizes)
 
@@ -106,7 +122,7 @@ class SegmentFiles(Kind):
         fs = self.fs
         if writing:
             raise refuse(errno.EROFS, "segments are read-only")
-        seg = fs.segments.get(I.inode_segment(ino))
+        seg = await self.confirmed(I.inode_segment(ino))
         if seg is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
         generation = fs.generations.generation
@@ -121,7 +137,7 @@ class SegmentFiles(Kind):
         sizes = I.is_sizes(ino)
         what = f"segment {I.inode_segment(ino)}{' sizes' if sizes else ''}"
         self.fs.generations.current(ino, what)
-        seg = segments.get(I.inode_segment(ino))
+        seg = await self.confirmed(I.inode_segment(ino))
         if seg is None:
             raise refuse(errno.ESTALE, f"{what}: no longer in the log")
         if not sizes:
