@@ -13,7 +13,12 @@ Contract, for every implementation:
   format has; it raises ``NoSuchEvent`` or ``CorruptDeed`` (never returns corrupt bytes).
   ``verify_event`` runs the same check without holding the payload in memory;
   ``read_slice`` returns unchecked bytes and is used only after ``verify_event``.
-* ``payload_size`` and ``mtime_ns`` are cheap (no payload read where the format allows).
+* ``payload_size`` and ``mtime_ns`` are cheap (no payload read where the format allows),
+  once ``chain_confirmed(event)`` is True.  Until then (a UIP Book opened from its
+  persisted index, a hint until the chain of deeds proves it) a read by number first
+  walks the chain up to it, up to the whole log once an open; ``confirm_to(event)`` does
+  that walk now, for a caller that runs it off its event loop.  A format whose index is
+  built from the log itself is always confirmed.
 * ``refresh()`` picks up events another process committed and returns how many.  It
   also notices when the log was rewritten under it (shrank, was replaced by a rename, or
   its header or already-published deeds changed: a writer's recovery that cut events and
@@ -72,6 +77,10 @@ class EventLog(Protocol):
     def verify_event(self, event: int) -> None: ...
 
     def read_slice(self, event: int, offset: int, size: int) -> bytes: ...
+
+    def chain_confirmed(self, event: int) -> bool: ...
+
+    def confirm_to(self, event: int) -> None: ...
 
     def walk(self, start: int | None = None, end: int | None = None
              ) -> Iterator[tuple[EventNum, bytes]]: ...
