@@ -35,11 +35,10 @@ ship's card is kept in a card file of its own in the index cache (``formats/ship
 With ``--floor`` (and ``--no-spark``; a fleet of UIP Book logs) each round also times,
 for issue 34.7, what binds a first-ever ``find``: every log's bytes read with ``pread``
 into a 4 MiB buffer (the copy that any reading of the framing through ``pread`` pays;
-one core), the framing scan of every log (the UIP layout's ``Deeds.scan``, as an open
-does), and a first-ever ``find`` while a separate process (``nice`` 10) builds each
-ship's card, from the last ship back, as a card builder started with the mount would
-(a prototype kept here: ``formats/shipcard.py``'s ``open_keeping_card`` on each ship,
-outside the daemon).
+one core), one file created per ship in a fresh directory beside the index cache (what
+keeping each ship's index and card costs in the file system), the framing scan of every
+log (the UIP layout's ``Deeds.scan``, as an open does), and a first-ever ``find`` without ship readahead (``--ships-ahead 0``,
+``fs/fleet/ahead.py``): the share of the cards built ahead.
 
 The load average is noted at the start of each round.  Prints progress on stderr and a
 Markdown table (min, median, max of each measure, with the issue's targets) on stdout,
@@ -142,13 +141,13 @@ def make_piers(directory: str, ships: int, events: int) -> str:
     return fleet
 
 
-def mount_fleet(fleet_dir: str, mnt: str, cache: str) -> tuple[float, int]:
+def mount_fleet(fleet_dir: str, mnt: str, cache: str, *extra: str) -> tuple[float, int]:
     """``(seconds until ready, daemon pid)`` of ``bookfs mount --fleet`` with the index
-    cache ``cache``."""
+    cache ``cache`` (and the options ``extra``)."""
     env = dict(os.environ, BOOKFS_CACHE_DIR=cache)
     t = time.perf_counter()
-    res = subprocess.run([*BOOKFS, "mount", "--fleet", fleet_dir, mnt], capture_output=True,
-                         text=True, env=env)
+    res = subprocess.run([*BOOKFS, "mount", "--fleet", *extra, fleet_dir, mnt],
+                         capture_output=True, text=True, env=env)
     took = time.perf_counter() - t
     if res.returncode:
         raise SystemExit(f"bench_fleet: mount --fleet failed: {res.stderr.strip()}")
@@ -177,16 +176,6 @@ def first_find(args, fleet_dir: str, got: dict[str, float]) -> None:
         shutil.rmtree(cold, ignore_errors=True)
 
 
-#: the card builder of ``--floor``: every ship's card, from the last ship back, niced
-CARDS_AHEAD = """
-import os, sys
-os.nice(10)
-from bookfs.formats.shipcard import open_keeping_card
-for path in reversed(sys.argv[1:]):
-    open_keeping_card(path).close()
-"""
-
-
 def floor_round(fleet_dir: str, args, got: dict[str, float]) -> None:
     """``--floor``'s measures (the docstring) into ``got``."""
     from bookfs.formats.deeds import UIP
@@ -212,21 +201,26 @@ def floor_round(fleet_dir: str, args, got: dict[str, float]) -> None:
             UIP.scan(fd, OffsetIndex(first=1, end=HEADER_SIZE), os.fstat(fd).st_size)
             os.close(fd)
 
+    def create_all() -> None:  # one index file per ship, as a first-ever find keeps
+        probe = os.path.join(args.dir, "cache-probe")
+        shutil.rmtree(probe, ignore_errors=True)
+        os.makedirs(probe, mode=0o700)
+        for i in range(len(logs)):
+            os.close(os.open(os.path.join(probe, str(i)), os.O_CREAT | os.O_WRONLY, 0o600))
+
     got["floor: every log pread, s"] = timed(read_all)
+    got["floor: a file created per ship beside the cache, s"] = timed(create_all)
+    shutil.rmtree(os.path.join(args.dir, "cache-probe"), ignore_errors=True)
     got["floor: every log's framing scanned, s"] = timed(scan_all)
     mnt = os.path.join(args.dir, "mnt_fleet")
     cold = os.path.join(args.dir, "cache-cold")
     shutil.rmtree(cold, ignore_errors=True)
     os.makedirs(cold, mode=0o700)
-    mount_fleet(fleet_dir, mnt, cold)
-    builder = subprocess.Popen([sys.executable, "-c", CARDS_AHEAD, *ships],
-                               env=dict(os.environ, BOOKFS_CACHE_DIR=cold))
+    mount_fleet(fleet_dir, mnt, cold, "--ships-ahead", "0")
     try:
-        got["first-ever find, cards built ahead, s"], got[
-            "first-ever find, cards built ahead: logs opened"] = find(mnt)
+        got["first-ever find, no readahead (--ships-ahead 0), s"], got[
+            "first-ever find, no readahead: logs opened"] = find(mnt)
     finally:
-        builder.kill()
-        builder.wait()
         umount_quietly(mnt)
         shutil.rmtree(cold, ignore_errors=True)
 

@@ -36,7 +36,8 @@ need_install=0
 if [ ! -f "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ] ||
         [ "$here/bookfs/fs/append/_fdscan.c" -nt "$stamp" ] ||
         [ "$here/bookfs/noun/_core.pyx" -nt "$stamp" ] ||
-        [ "$here/bookfs/spark/_rows.pyx" -nt "$stamp" ]; then
+        [ "$here/bookfs/spark/_rows.pyx" -nt "$stamp" ] ||
+        [ "$here/bookfs/formats/_framing.pyx" -nt "$stamp" ]; then
     need_install=1
 fi
 # pyfuse3 built from its pinned PyPI sdist with bookfs's patch (reads by inode, noflush and

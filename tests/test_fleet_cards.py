@@ -63,7 +63,8 @@ def test_find_opens_no_log_once_each_ship_has_a_card(tmp_path):
     fleet = _fleet(tmp_path, n)
     counts = {_who(fleet / f"s{i:02d}"): EVENTS + i for i in range(n)}
     # the first find: no index, no card yet; each log is opened once (and its card kept)
-    with mounted(fleet, tmp_path / "mnt", "--fleet", "--max-open", "2") as mnt:
+    with mounted(fleet, tmp_path / "mnt", "--fleet", "--max-open", "2",
+                 "--ships-ahead", "0") as mnt:  # (test_fleet_ahead.py builds ahead)
         first = _find(mnt)
         assert _marker(mnt)["opened"] == n  # each once: the bound closes, never reopens
     # a new daemon: every card holds, so nothing is opened

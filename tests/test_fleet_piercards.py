@@ -71,7 +71,8 @@ MIXED = [LAYOUT, (("lmdb", 7),), (("vere", 9),), (("lmdb", 4), ("lmdb", 5)),
 def test_find_opens_no_pier_once_each_has_a_card(tmp_path):
     fleet = _fleet(tmp_path, MIXED)
     n = len(MIXED)
-    with mounted(fleet, tmp_path / "mnt", "--fleet", "--max-open", "2") as mnt:
+    with mounted(fleet, tmp_path / "mnt", "--fleet", "--max-open", "2",
+                 "--ships-ahead", "0") as mnt:  # (test_fleet_ahead.py builds ahead)
         first = _find(mnt)
         assert _marker(mnt)["opened"] == n  # each once, its card kept
         counts = {s: os.stat(Path(mnt) / s / "events").st_size for s in os.listdir(mnt)}

@@ -177,7 +177,7 @@ def cmd_mount(args) -> int:
         return mount_fleet(args.source, args.mountpoint, options=opts,
                            foreground=args.foreground, debug=args.debug,
                            log_file=args.log_file, max_open=args.max_open,
-                           idle_close=args.idle_close)
+                           idle_close=args.idle_close, ships_ahead=args.ships_ahead)
     return mount(args.source, args.mountpoint, options=opts, foreground=args.foreground,
                  debug=args.debug, log_file=args.log_file)
 
@@ -296,6 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "used idle one is closed to open another)")
     s.add_argument("--idle-close", type=float, default=30.0, metavar="SECONDS",
                    help="--fleet: close a log unused for this long (default 30)")
+    s.add_argument("--ships-ahead", type=cliargs.count(0), default=64, metavar="N",
+                   help="--fleet: once a walk (find, du, ls -R) opens ships in listing "
+                        "order, build the cards of up to N ships ahead of it in "
+                        "background processes, one per CPU (default 64; 0: off)")
     s.add_argument("-f", "--foreground", action="store_true",
                    help="stay in the foreground, log to stderr (Ctrl-C unmounts)")
     s.add_argument("-o", dest="options", metavar="OPTS", action=_JoinOptions,

@@ -31,6 +31,7 @@
                     every reader and writer of deeds goes through it
 ``index``           the persisted offset index (8 B/event), validated and rebuilt when stale
 ``framing``         the framing scan of both Book layouts, and walks from the log's end
+                    (its walk of a chunk compiled: ``_framing.pyx``)
 ``datecolumn``      each event's date, kept beside the offset index
 ``shipcard``        a ship's card: what a fleet mount shows of a log it has not opened
 ``mark``            the commit mark: a writer's word to readers in other processes

@@ -98,7 +98,7 @@ class Book(SingleFileLog):
     @classmethod
     def open(cls, path: str | os.PathLike, writable: bool = False, create: bool = False, *,
              lock: bool = True, progress: Progress | None = None,
-             use_index_cache: bool = True) -> "Book":
+             use_index_cache: bool = True, persist: bool = True) -> "Book":
         """Open the log in directory ``path``.
 
         ``create=True`` (needs ``writable``) makes the directory's ``book.log`` (header with
@@ -111,10 +111,13 @@ class Book(SingleFileLog):
         :class:`LockHeld` if another writer holds the lock, :class:`PathEscape` for a file
         that resolves outside ``path`` (or any symlink, for a writable open).
         ``progress`` is called with byte counts during long scans.
+        ``persist=False``: an index built or grown by the open is not saved yet; the
+        caller saves it once, with what it adds (:meth:`save_card`, :meth:`save_index`,
+        or :meth:`close`), rather than twice.
         """
         return cls._open_directory(
             path, writable, create, lock, lambda _: HEADER.pack(MAGIC, VERSION, 0),
-            lambda book: book._load(progress, use_index_cache))
+            lambda book: book._load(progress, use_index_cache, persist))
 
     def _read_header(self, size: int) -> int:
         if size <= 48:  # too short for a whole vere slot: only identification may decide
@@ -135,7 +138,7 @@ class Book(SingleFileLog):
             )
         return fir
 
-    def _load(self, progress: Progress | None, use_cache: bool) -> None:
+    def _load(self, progress: Progress | None, use_cache: bool, persist: bool = True) -> None:
         fd = self._fd
         st = os.fstat(fd)
         size, self._seen_ctime = st.st_size, st.st_ctime_ns
@@ -205,7 +208,9 @@ class Book(SingleFileLog):
             self._index_dirty = True
         if index.count > before and before:
             index.note_growth(index.first + before, time.time_ns())
-        if self._index_dirty or not use_cache:
+        if not use_cache:
+            self._index_dirty = True
+        if self._index_dirty and persist:
             self._persist_index()
 
     def _is_torn_tail(self, off: int, size: int) -> bool:
@@ -222,6 +227,12 @@ class Book(SingleFileLog):
         mount's figures of this log, ``formats/shipcard.py``).  Like every save of the
         index: atomic, and a failure is logged, not raised."""
         self._persist_index(card)
+
+    def save_index(self) -> None:
+        """Persist the index now if it changed since it was last saved (an open with
+        ``persist=False``); atomic, and a failure is logged, not raised."""
+        if self._index_dirty:
+            self._persist_index()
 
     def fstat(self) -> os.stat_result:
         """``fstat`` of the open ``book.log``."""

@@ -5,14 +5,21 @@ sound.  CRCs are checked when a deed is read, not here.  Reads in large chunks w
 ``pread`` (no mmap, so a concurrent truncation cannot crash a reader) into one reusable
 buffer: memory stays constant whatever the deed sizes.  Knows nothing of persistence
 (``index.py``) or of FUSE.
+
+The walk of each chunk's deeds has a compiled twin (``bookfs/formats/_framing.pyx``),
+used when it built and imports and ``BOOKFS_PURE_FRAMING`` is not set (:data:`FRAMING`
+says which); the pure loop here is the reference, held equal to it by
+``tests/test_framing_compiled.py``.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from array import array
 from typing import Any, Protocol
 
+from bookfs.compiled import choose
 from bookfs.formats.fileio import pread_into
 from bookfs.formats.layout import DEED_LEN, MAX_PAYLOAD, MIN_PAYLOAD
 
@@ -27,6 +34,18 @@ class OffsetIndex(Protocol):
 
 
 _CHUNK = 4 << 20  # bytes read at a time while scanning framing
+
+_choice = choose("bookfs.formats._framing", "BOOKFS_PURE_FRAMING",
+                 "bookfs/formats/_framing.pyx")
+#: ``"compiled"`` or ``"pure"``: which walk of a chunk's deeds the scan uses
+FRAMING = _choice.name
+_compiled = _choice.module
+
+
+def framing_description() -> str:
+    """Which walk of a chunk's deeds the scan uses, for ``info``: compiled, or pure and
+    why."""
+    return _choice.describe()
 
 
 def u64_views(mv: memoryview) -> list[memoryview]:
@@ -58,30 +77,18 @@ def scan_deeds(fd: int, index: OffsetIndex, size: int, *, trailer: int,
     lo, hi = min_len, MAX_PAYLOAD
     gap = 8 + trailer  # from the payload's start to let_d, less the payload
     scratch = bytearray(min(_CHUNK, max(size - off, 0)))  # no 4 MiB for a small growth
+    # the compiled walk's output: room for every deed a chunk can hold
+    out = array("Q", bytes(8 * (len(scratch) // (lo + gap + 8) + 1))) if _compiled else None
     stopped = False
     while not stopped and len(offsets) < limit and off + gap + 8 + lo <= size:
         buf = pread_into(fd, scratch, min(_CHUNK, size - off), off)
         if len(buf) < 8:
             break
         base = off
-        views = u64_views(buf)
-        last_len = len(buf) - 8  # relative position of the last whole u64 in buf
-        rel = 0
-        while rel <= last_len:
-            n = views[rel & 7][rel >> 3]
-            t = rel + n + gap  # relative position of let_d
-            if n < lo or n > hi or base + t + 8 > size:
-                stopped = True  # the bytes at base + rel frame no deed
-                break
-            if t <= last_len:
-                let = views[t & 7][t >> 3]
-            else:
-                (let,) = DEED_LEN.unpack(os.pread(fd, 8, base + t))
-            if let != n:
-                stopped = True
-                break
-            append(base + rel)
-            rel = t + 8
+        if out is not None:
+            rel, stopped = _walk_compiled(fd, buf, base, size, lo, hi, gap, out, offsets)
+        else:
+            rel, stopped = _walk_pure(fd, buf, base, size, lo, hi, gap, append)
         off = base + rel
         if len(offsets) > limit:  # the chunk held more deeds than wanted: keep ``limit``
             off = offsets[limit]
@@ -95,6 +102,53 @@ def scan_deeds(fd: int, index: OffsetIndex, size: int, *, trailer: int,
         progress(off - reported)
     index.end = off
     return off
+
+
+def _walk_pure(fd: int, buf: memoryview, base: int, size: int, lo: int, hi: int, gap: int,
+               append) -> tuple[int, bool]:
+    """The deeds of one chunk (``buf``, the log's bytes from ``base``), walked in
+    Python: each sound deed's offset appended; ``(rel, stopped)``: where the walk ended
+    in ``buf``, and whether the bytes there frame no deed."""
+    views = u64_views(buf)
+    last_len = len(buf) - 8  # relative position of the last whole u64 in buf
+    rel = 0
+    while rel <= last_len:
+        n = views[rel & 7][rel >> 3]
+        t = rel + n + gap  # relative position of let_d
+        if n < lo or n > hi or base + t + 8 > size:
+            return rel, True  # the bytes at base + rel frame no deed
+        if t <= last_len:
+            let = views[t & 7][t >> 3]
+        else:
+            (let,) = DEED_LEN.unpack(os.pread(fd, 8, base + t))
+        if let != n:
+            return rel, True
+        append(base + rel)
+        rel = t + 8
+    return rel, False
+
+
+def _walk_compiled(fd: int, buf: memoryview, base: int, size: int, lo: int, hi: int,
+                   gap: int, out: array, offsets) -> tuple[int, bool]:
+    """:func:`_walk_pure`, by the compiled loop (``_framing.pyx``, ``scan_chunk``); a
+    ``let_d`` past the chunk is read here, as the pure walk reads it."""
+    rel = 0
+    while True:
+        rel, found, how = _compiled.scan_chunk(buf, rel, base, size, lo, hi, gap, out)
+        if found:
+            offsets.extend(out[:found])
+        if how == 0:
+            if found < len(out):
+                return rel, False
+            continue  # (``out`` was full)
+        if how == 1:
+            return rel, True
+        (n,) = DEED_LEN.unpack_from(buf, rel)  # how == 2: its let_d lies past the chunk
+        (let,) = DEED_LEN.unpack(os.pread(fd, 8, base + rel + n + gap))
+        if let != n:
+            return rel, True
+        offsets.append(base + rel)
+        rel += n + gap + 8
 
 
 _WALK_DEEDS = 1 << 16  # deeds confirmed per vectorised step of confirm_chain

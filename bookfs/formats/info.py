@@ -142,13 +142,14 @@ def add_fields(fields) -> None:
 
 
 def with_core(log_info: dict) -> dict:
-    """``log_info`` (:func:`log_summary`) and ``nouns``, this process's noun core
-    (compiled, or pure and why), then the fields registered with :func:`add_fields`:
+    """``log_info`` (:func:`log_summary`), ``nouns``, this process's noun core
+    (compiled, or pure and why), and ``framing``, its framing scan's walk (likewise), then the fields registered with :func:`add_fields`:
     :func:`summary`'s last lines, which say nothing of the log (a fleet mount keeps
     ``log_summary`` of a closed log and adds these when asked)."""
+    from bookfs.formats.framing import framing_description
     from bookfs.noun import core_description
 
-    info = {**log_info, "nouns": core_description()}
+    info = {**log_info, "nouns": core_description(), "framing": framing_description()}
     for fields in _EXTRA_FIELDS:
         info.update(fields())
     return info

@@ -240,15 +240,27 @@ def open_keeping_card(path: str):
     """Open the log at ``path`` read-only (:func:`~bookfs.formats.pier.open_source`) and
     keep its card when it has none that holds (a pier's from what its files were just
     before the open, :func:`looked`); a card that cannot be kept never fails the open.
-    What a fleet mount does to open a ship (``fs/fleet/ops.py``, in a worker thread)."""
-    from bookfs.formats.pier import open_source
+    What a fleet mount does to open a ship (``fs/fleet/ops.py``, in a worker thread), and
+    what its card builders do ahead of a walk (``fs/fleet/ahead.py``).
+
+    A UIP Book directory's index, when the open builds or grows it, is saved once: with
+    its card, or alone when no card is kept (``Book.open(persist=False)``)."""
+    from bookfs.formats.book import Book
+    from bookfs.formats.pier import identify, open_source
 
     before = looked(path)
-    book = open_source(path)
+    kind, where = identify(path)
+    book = Book.open(where, persist=False) if kind == "uip" else open_source(path)
     try:
-        write_card(path, book, before)
-    except Exception:
-        log.exception("%s: keeping its card failed", path)
+        try:
+            write_card(path, book, before)
+        except Exception:
+            log.exception("%s: keeping its card failed", path)
+        if kind == "uip":
+            book.save_index()  # not saved with a card: saved alone, as any open's
+    except BaseException:
+        book.close()
+        raise
     return book
 
 

@@ -5,6 +5,8 @@
             first use and closes idle ones, error files for ships that cannot be read
 ``ship``    one ship: a single read-only mount's operations in the fleet's inodes, and
             what a closed ship shows (its card)
+``ahead``   ship readahead: the cards of the next ships, built by separate processes
+            once a walk goes through the ships in order
 ``inodes``  a ship's inode numbers with its id in the bits a single log leaves unused
 ``daemon``  the fleet daemon's life cycle
 """

@@ -17,6 +17,7 @@ import signal
 from bookfs.errors import UsageError
 from bookfs.formats.fleet import FLEET_FSNAME_PREFIX
 from bookfs.fs.daemon import mount as M
+from bookfs.fs.fleet.ahead import MAX_SHIPS
 from bookfs.fs.fleet.ops import IDLE_CLOSE, MAX_OPEN
 from bookfs.fs.daemon.options import parse_options
 
@@ -26,9 +27,10 @@ log = logging.getLogger(__name__)
 def mount_fleet(directory: str, mountpoint: str, *, options: str | None = None,
                 foreground: bool = False, debug: bool = False,
                 log_file: str | None = None, max_open: int = MAX_OPEN,
-                idle_close: float = IDLE_CLOSE) -> int:
+                idle_close: float = IDLE_CLOSE, ships_ahead: int = MAX_SHIPS) -> int:
     """Mount every log under ``directory`` at ``mountpoint`` (read-only): at most
-    ``max_open`` logs open at once, each closed after ``idle_close`` seconds unused.
+    ``max_open`` logs open at once, each closed after ``idle_close`` seconds unused; the
+    cards of up to ``ships_ahead`` ships built ahead of a walk (``fs/fleet/ahead.py``).
     Returns a process exit status; prints where it mounted or why it could not."""
     if max_open < 1 or idle_close < 0:
         raise UsageError(f"--max-open {max_open} --idle-close {idle_close}: expected at "
@@ -42,12 +44,12 @@ def mount_fleet(directory: str, mountpoint: str, *, options: str | None = None,
     return M.mount(directory, mountpoint, options=",".join(filter(None, ["ro", options])),
                    foreground=foreground, debug=debug, log_file=log_file,
                    serve=functools.partial(_serve_fleet, max_open=max_open,
-                                           idle_close=idle_close))
+                                           idle_close=idle_close, ships_ahead=ships_ahead))
 
 
 def _serve_fleet(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
                  daemon: bool = False, *, max_open: int = MAX_OPEN,
-                 idle_close: float = IDLE_CLOSE) -> int:
+                 idle_close: float = IDLE_CLOSE, ships_ahead: int = MAX_SHIPS) -> int:
     import pyfuse3
     import trio
 
@@ -67,7 +69,8 @@ def _serve_fleet(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
     ops = FleetOperations(source, mountpoint, segment_span=opts.segment_span,
                           owner=(opts.uid, opts.gid), umask=opts.umask,
                           follow_timeout=opts.follow_timeout, debug=debug,
-                          max_open=max_open, idle_close=idle_close)
+                          max_open=max_open, idle_close=idle_close,
+                          ships_ahead=ships_ahead)
     if opts.ignored:
         log.info("mount options accepted without effect: %s", ",".join(opts.ignored))
     M._init_fuse(ops, mountpoint, fuse_opts)

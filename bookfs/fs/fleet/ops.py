@@ -65,6 +65,7 @@ from bookfs.formats.fleet import FLEET_MARKER, FleetDir, Ship
 from bookfs.formats.info import render
 from bookfs.formats.shipcard import open_keeping_card
 from bookfs.fs.fleet import inodes as F
+from bookfs.fs.fleet.ahead import MAX_SHIPS, CardsAhead
 from bookfs.fs import inodes as I
 from bookfs.fs.cache import DEFAULT_MAX_BYTES, EventCache
 from bookfs.fs.fleet.ship import SHIP_ROOT, SHIP_ROOT_NAMES, ShipFaces, ShipOperations
@@ -92,7 +93,7 @@ class FleetOperations(pyfuse3.Operations):
                  segment_span: int | None = None,
                  owner: tuple[int | None, int | None] = (None, None),
                  umask: int | None = None, follow_timeout: float = DEFAULT_TIMEOUT,
-                 debug: bool = False):
+                 ships_ahead: int = MAX_SHIPS, debug: bool = False):
         super().__init__()
         from bookfs.formats.segments import DEFAULT_SPAN
 
@@ -115,6 +116,9 @@ class FleetOperations(pyfuse3.Operations):
         self.opened = self.closed = 0  # counts, for the marker file
         self.mounted_ns = time.time_ns()
         self.faces = ShipFaces(self)
+        self.ahead = CardsAhead(ships_ahead)  # cards built ahead of a walk (``ahead.py``)
+        self._order: list[Ship] = []  # the ships as ``ls MNT`` lists them (by name)
+        self._pos: dict[int, int] = {}  # sid -> its place in ``_order``
         st = os.stat(directory)
         self._dir_owner = st.st_uid, st.st_gid  # what the root's classes count from
         self._uid = st.st_uid if owner[0] is None else owner[0]
@@ -128,9 +132,12 @@ class FleetOperations(pyfuse3.Operations):
         before = dict(self._by_sid)
         self.fleet.scan(force)
         self._by_sid = {s.sid: s for s in self.fleet.ships.values()}
+        self._order = sorted(self._by_sid.values(), key=lambda s: s.name)
+        self._pos = {s.sid: i for i, s in enumerate(self._order)}
         # every ship's index and card kept by this process's prune of the index cache (a
         # pier: its card file, and the indexes of its UIP Book epochs, if any)
-        X.keep_at_least(2 * len(self._by_sid) + X.INDEX_KEEP)
+        self.ahead.keep = 2 * len(self._by_sid) + X.INDEX_KEEP
+        X.keep_at_least(self.ahead.keep)
         for sid, ship in self._by_sid.items():
             if sid not in before and ship.who is None and sid not in self.errors:
                 self._check_kind(ship)
@@ -179,6 +186,7 @@ class FleetOperations(pyfuse3.Operations):
             return await self.ship_ops(sid)
         done = self._opening[sid] = trio.Event()
         try:
+            self._ahead(sid, self.ahead.opened)
             self._make_room()
             self.faces.forget(sid)
             try:
@@ -204,6 +212,11 @@ class FleetOperations(pyfuse3.Operations):
         finally:
             del self._opening[sid]
             done.set()
+
+    def _ahead(self, sid: int, what) -> None:
+        pos = self._pos.get(sid)  # ``what``: ``self.ahead.opened`` or ``.reached``
+        if pos is not None and self.ahead.max_ships:
+            what(pos, self._order, self.faces.holds)
 
     def _make_room(self) -> None:
         """Close the least recently used idle logs while ``max_open`` are open."""
@@ -231,6 +244,7 @@ class FleetOperations(pyfuse3.Operations):
             log.exception("%s: closing its log failed", ops.ship.name)
 
     def close_all(self) -> None:
+        self.ahead.stop()
         for sid in list(self.open_ships):
             self._close(sid)
 
@@ -272,6 +286,8 @@ class FleetOperations(pyfuse3.Operations):
                     await self._rescan_and_tell()
             except Exception:
                 log.exception("looking at the fleet directory failed; trying again")
+            if self.ahead.running:
+                self.ahead.idle(now, self.idle_close)
             for sid, ops in list(self.open_ships.items()):
                 if not ops.in_use and now - ops.used > self.idle_close:
                     self._close(sid)
@@ -316,10 +332,9 @@ class FleetOperations(pyfuse3.Operations):
                        "cache": f"{self.cache.bytes} of {self.cache.max_bytes} bytes",
                        "cards_read": self.faces.read, "cards_stale": self.faces.stale,
                        "cards_missing": self.faces.missing,
+                       "ships_read_ahead": self.ahead.ships_sent,
+                       "ships_built_ahead": self.ahead.ships_built,
                        "table_inodes": len(self.inodes)}).encode()
-
-    def _owner_or(self, k: int, found: int) -> int:
-        return self.owner[k] if self.owner[k] is not None else found
 
     def _root_entry(self, ship: Ship) -> pyfuse3.EntryAttributes:
         if ship.sid in self.errors:
@@ -443,6 +458,8 @@ class FleetOperations(pyfuse3.Operations):
         self._ship(sid)
         if local == 0:
             raise pyfuse3.FUSEError(errno.ENOTDIR)
+        if local == I.ROOT:
+            self._ahead(sid, self.ahead.reached)
         if local == I.ROOT and sid not in self.open_ships:
             return pyfuse3.FileInfo(fh=self._fh(("shiproot", sid)))
         got = await self._call(sid, "opendir", local, ctx)
@@ -457,7 +474,7 @@ class FleetOperations(pyfuse3.Operations):
         if record is None:
             raise pyfuse3.FUSEError(errno.EBADF)
         if record[0] == "root":
-            ships = sorted(self.fleet.ships.values(), key=lambda s: s.name)
+            ships = self._order  # (by name)
             for i in range(start_id, len(ships)):
                 ship = ships[i]
                 try:
@@ -563,21 +580,16 @@ class FleetOperations(pyfuse3.Operations):
     create = write = unlink = rmdir = rename = mkdir = mknod = symlink = link = \
         guarded(_erofs)
 
-    @guarded
-    async def getxattr(self, inode, name, ctx):
+    # --- no extended attributes --------------------------------------------------------
+
+    async def _enosys(self, *args):
         raise pyfuse3.FUSEError(errno.ENOSYS)
 
-    @guarded
-    async def listxattr(self, inode, ctx):
-        raise pyfuse3.FUSEError(errno.ENOSYS)
-
-    @guarded
-    async def setxattr(self, inode, name, value, ctx):
+    async def _enotsup(self, *args):
         raise pyfuse3.FUSEError(errno.ENOTSUP)
 
-    @guarded
-    async def removexattr(self, inode, name, ctx):
-        raise pyfuse3.FUSEError(errno.ENOSYS)
+    getxattr = listxattr = removexattr = guarded(_enosys)
+    setxattr = guarded(_enotsup)
 
 
 SHIP_ROOT_INODES = frozenset(SHIP_ROOT_NAMES.values())

@@ -45,6 +45,7 @@ class Fleet(Protocol):
     inodes: F.InodeMap
     cache: EventCache
     mounted_ns: int
+    ahead: Any  # ``fs/fleet/ahead.py``'s CardsAhead: its ``rebuilt(path)``
 
     def _attrs(self, ino: int, mode: int, size: int, timeout: float, **kw: Any
                ) -> pyfuse3.EntryAttributes: ...
@@ -225,7 +226,8 @@ class ShipFaces:
         """The ship's card if one holds for its files as they are now (their witnesses,
         just looked at: ``seen``)."""
         memo = self._cards.get(ship.sid)
-        if memo is not None and memo[0] is not None and seen == memo[0]:
+        if memo is not None and memo[0] is not None and seen == memo[0] and not (
+                isinstance(memo[1], str) and self.fleet.ahead.rebuilt(ship.path)):
             got = memo[1]
         else:
             seen, got = read_card(ship.path)
@@ -237,6 +239,11 @@ class ShipFaces:
             else:
                 self.missing += 1
         return got if isinstance(got, Card) else None
+
+    def holds(self, ship: Ship) -> bool:
+        """The card read last of ``ship`` held (nothing is looked at)."""
+        memo = self._cards.get(ship.sid)
+        return memo is not None and isinstance(memo[1], Card)
 
     def _faces(self, ship: Ship):
         seen = witnesses(ship.path)

@@ -1,0 +1,270 @@
+"""Ship readahead (``fs/fleet/ahead.py``, issue 34 item 7): once a walk opens a fleet's
+ships in listing order, builder processes keep the cards of the next ships, so the walk
+meets cards instead of opening logs; one ship, or ships taken out of order, start
+nothing; a card built ahead is believed only while its log is as it was; builders that
+die cost time, never a wrong answer; and none outlives its mount.  Through real FUSE
+mounts, with the window's rule also held directly."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+from bookfs.formats import index as X
+from bookfs.formats.book import Book
+from bookfs.formats.info import parse
+from bookfs.formats.shipcard import Card, open_keeping_card, read_card
+from bookfs.fs.fleet import ahead as A
+from bookfs.noun import patp
+from mount_fixtures import build_sample, daemon_pid, mounted, payload, wait_for
+
+EVENTS = 20
+N = 24
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("ahead") / "fleet"
+    d.mkdir()
+    for i in range(N):
+        build_sample(d / f"s{i:02d}", EVENTS + i, seed=i)
+    return d
+
+
+def _ships(fleet: Path) -> tuple[list[str], dict[str, int]]:
+    """The ships' names (their @p) in listing order, and each one's event count."""
+    counts = {_name(fleet / f"s{i:02d}"): EVENTS + i for i in range(N)}
+    return sorted(counts), counts
+
+
+def _name(path: Path) -> str:
+    with Book.open(path) as b:
+        return patp(int.from_bytes(b.meta()["who"], "little"))
+
+
+def _marker(mnt) -> dict[str, int]:
+    got = parse((Path(mnt) / ".bookfs-fleet").read_text())
+    return {k: int(v) for k, v in got.items() if v.strip().isdigit()}
+
+
+def _children(pid: int) -> set[int]:
+    """The card builders among the child processes of ``pid`` (every thread's):
+    multiprocessing's spawned workers (not its resource tracker, which stays with the
+    daemon, nor the mount's own helpers)."""
+    out: set[int] = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            out |= {int(c) for c in open(f"/proc/{pid}/task/{tid}/children").read().split()}
+        except FileNotFoundError:
+            continue
+    return {c for c in out if _alive(c) and b"spawn_main" in _cmdline(c)}
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read()
+    except FileNotFoundError:
+        return b""
+
+
+def _alive(pid: int) -> bool:
+    """``pid`` runs (neither gone nor a zombie)."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _walk(mnt, name: str) -> int:
+    """What a walk does at a ship: list its root, stat its ``events/``."""
+    os.listdir(Path(mnt) / name)
+    return os.stat(Path(mnt) / name / "events").st_size
+
+
+def test_a_walk_in_order_meets_cards_built_ahead_that_say_what_the_logs_hold(fleet, tmp_path):
+    names, counts = _ships(fleet)
+    fleet = Path(shutil.copytree(fleet, tmp_path / "fleet"))  # one ship grows below
+    with mounted(fleet, tmp_path / "mnt", "--fleet") as mnt:
+        pid = daemon_pid(mnt)
+        assert _walk(mnt, names[0]) == counts[names[0]]
+        assert _marker(mnt)["ships_read_ahead"] == 0  # one ship opened: nothing ahead
+        assert _walk(mnt, names[1]) == counts[names[1]]  # two in order: ships 2..5 ahead
+        m = _marker(mnt)
+        assert m["ships_read_ahead"] == A.INITIAL and m["opened"] == 2
+        assert wait_for(lambda: _marker(mnt)["ships_built_ahead"] >= A.INITIAL, 120)
+        assert _children(pid)  # the builders
+        # one built ahead, grown since: its card no longer holds; opened and shown as it is
+        grown = next(p for p in fleet.iterdir() if _name(p) == names[3])
+        with Book.open(grown, writable=True) as b:
+            b.save(b.count + 1, [payload(b.count + 1, 64)])
+        counts[names[3]] += 1
+        for k in range(2, 2 + A.INITIAL):
+            assert _walk(mnt, names[k]) == counts[names[k]]
+        m = _marker(mnt)
+        assert m["opened"] == 3, m  # the grown one alone: the others from their cards
+        assert m["cards_read"] >= A.INITIAL - 1  # (the grown one's: dropped by its writer)
+        assert m["ships_read_ahead"] > A.INITIAL  # the walk went on: the window grew
+        for name in names[2 + A.INITIAL:]:  # the rest of the walk: right, built or not
+            assert _walk(mnt, name) == counts[name]
+        info = {n: parse((Path(mnt) / n / "info").read_text()) for n in names}
+        assert all(int(info[n]["events"]) == counts[n] for n in names)
+        builders = _children(pid)
+    assert builders and wait_for(lambda: not any(_alive(c) for c in builders), 30)
+
+
+@pytest.mark.parametrize("order", [[5], [5, 2, 9, 14], [7, 3]])
+def test_one_ship_or_ships_out_of_order_read_nothing_ahead(fleet, tmp_path, order):
+    names, counts = _ships(fleet)
+    with mounted(fleet, tmp_path / "mnt", "--fleet") as mnt:
+        for k in order:
+            assert _walk(mnt, names[k]) == counts[names[k]]
+        m = _marker(mnt)
+        assert m["opened"] == len(order) and m["ships_read_ahead"] == 0
+        assert not _children(daemon_pid(mnt))
+
+
+def test_no_builder_without_an_index_cache(fleet, tmp_path):
+    names, counts = _ships(fleet)
+    with mounted(fleet, tmp_path / "mnt", "--fleet", "--no-index-cache") as mnt:
+        for name in names[:6]:
+            assert _walk(mnt, name) == counts[name]
+        assert _marker(mnt)["ships_read_ahead"] == 0
+        assert not _children(daemon_pid(mnt))
+
+
+def test_builders_killed_mid_walk_cost_time_never_a_wrong_answer(fleet, tmp_path):
+    names, counts = _ships(fleet)
+    with mounted(fleet, tmp_path / "mnt", "--fleet", "--idle-close", "1") as mnt:
+        pid = daemon_pid(mnt)
+        for name in names[:3]:
+            assert _walk(mnt, name) == counts[name]
+        assert wait_for(lambda: len(_children(pid)) > 0, 60)
+        for child in _children(pid):
+            os.kill(child, signal.SIGKILL)
+        for name in names[3:]:
+            assert _walk(mnt, name) == counts[name]
+        assert {n: int(parse((Path(mnt) / n / "info").read_text())["events"])
+                for n in names} == counts
+        # idle: the builders (the pool's replacements too) are stopped, within ten
+        # times --idle-close when a killed builder's job never came back
+        assert wait_for(lambda: not _children(pid), 60)
+
+
+def test_builders_stop_when_idle(fleet, tmp_path):
+    names, counts = _ships(fleet)
+    with mounted(fleet, tmp_path / "mnt", "--fleet", "--idle-close", "1") as mnt:
+        pid = daemon_pid(mnt)
+        for name in names[:2]:
+            _walk(mnt, name)
+        assert wait_for(lambda: _marker(mnt)["ships_built_ahead"] >= A.INITIAL, 120)
+        assert wait_for(lambda: not _children(pid), 30)
+        for name in names[2:]:  # and start again for a walk that goes on
+            assert _walk(mnt, name) == counts[name]
+
+
+# --- the window's rule, held directly ----------------------------------------------------
+
+
+class _Ship:
+    def __init__(self, i: int):
+        self.path = f"/ships/{i}"
+
+
+def _sent(monkeypatch, steps) -> list[list[int]]:
+    """The positions handed to builders after each step of ``steps`` (("opened" or
+    "reached", position)), over 200 ships none of which has a card."""
+    ahead = A.CardsAhead(16)
+    batches: list[str] = []
+    monkeypatch.setattr(ahead, "_submit", lambda paths: batches.extend(paths))
+    order = [_Ship(i) for i in range(200)]
+    out = []
+    for what, pos in steps:
+        getattr(ahead, what)(pos, order, lambda s: False)
+        out.append(sorted(int(p.rsplit("/", 1)[1]) for p in batches))
+        batches.clear()
+    return out
+
+
+def test_the_window_starts_at_two_opens_in_order_and_doubles_to_its_bound(monkeypatch):
+    got = _sent(monkeypatch, [("opened", 10), ("opened", 11), ("reached", 12),
+                              ("reached", 13), ("reached", 14), ("reached", 15)])
+    assert got == [[], list(range(12, 16)), list(range(16, 21)), list(range(21, 30)),
+                   [30], [31]]  # 4, then 8, then 16 ahead (the bound): one more a step
+
+
+def test_a_step_out_of_order_stops_it_and_two_opens_in_order_start_it_again(monkeypatch):
+    got = _sent(monkeypatch, [("opened", 0), ("opened", 1), ("reached", 2),
+                              ("reached", 40), ("reached", 41), ("opened", 41),
+                              ("opened", 42), ("reached", 43)])
+    assert got[3:6] == [[], [], []]  # stopped by the jump; opens alone start nothing
+    assert got[6] == list(range(43, 47)) and got[7] == list(range(47, 52))
+
+
+def test_ships_whose_card_the_fleet_holds_are_not_sent(monkeypatch):
+    ahead = A.CardsAhead(16)
+    sent: list[str] = []
+    monkeypatch.setattr(ahead, "_submit", lambda paths: sent.extend(paths))
+    order = [_Ship(i) for i in range(20)]
+    for pos in (0, 1):
+        ahead.opened(pos, order, lambda s: s.path.endswith(("/3", "/4")))
+    assert sent == ["/ships/2", "/ships/5"]
+
+
+@pytest.mark.parametrize("size, sent", [(400 << 20, [[2, 3], [4], [5]]),
+                                        (5 << 30, [[2], [3], [4]])])
+def test_at_most_max_bytes_of_logs_are_ahead_of_the_walk_and_one_ship_at_least(
+        monkeypatch, size, sent):
+    ahead = A.CardsAhead(16)
+    ahead.size_of = lambda path: size
+    got: list[int] = []
+    monkeypatch.setattr(ahead, "_submit",
+                        lambda paths: got.extend(int(p.rsplit("/", 1)[1]) for p in paths))
+    order = [_Ship(i) for i in range(50)]
+    out = []
+    for what, pos in [("opened", 0), ("opened", 1), ("reached", 2), ("reached", 3)]:
+        getattr(ahead, what)(pos, order, lambda s: False)
+        if got or what == "reached":
+            out.append(sorted(got))
+            got.clear()
+    assert ahead.max_bytes == 1 << 30 and out == sent
+
+
+def test_off_sends_nothing(monkeypatch):
+    ahead = A.CardsAhead(0)
+    monkeypatch.setattr(ahead, "_submit", pytest.fail)
+    order = [_Ship(i) for i in range(20)]
+    for pos in range(10):
+        ahead.opened(pos, order, lambda s: False)
+        ahead.reached(pos, order, lambda s: False)
+
+
+# --- what a builder does -------------------------------------------------------------------
+
+
+def test_a_builder_keeps_the_card_the_fleet_would_and_skips_one_that_holds(tmp_path):
+    ship = build_sample(tmp_path / "s", 40)
+    assert A.build_cards([str(ship), str(tmp_path / "nothing")]) == [str(ship)]
+    _, card = read_card(str(ship))
+    assert isinstance(card, Card) and card.count == 40
+    before = sorted(os.listdir(X.cache_dir()))
+    assert A.build_cards([str(ship)]) == [str(ship)]  # held: nothing written again
+    assert sorted(os.listdir(X.cache_dir())) == before
+
+
+def test_an_open_keeping_its_card_saves_the_index_once(tmp_path, monkeypatch):
+    ship = build_sample(tmp_path / "s", 40)
+    saves = []
+    real = X._replace
+    monkeypatch.setattr(X, "_replace", lambda path, chunks: (saves.append(path),
+                                                             real(path, chunks)))
+    open_keeping_card(str(ship)).close()
+    assert len(saves) == 1  # the index and its card in one save (the old open: two)
+    _, card = read_card(str(ship))
+    assert isinstance(card, Card) and card.count == 40
+    saves.clear()
+    open_keeping_card(str(ship)).close()  # the index and card hold: nothing saved
+    assert saves == []

@@ -1,0 +1,76 @@
+"""The framing scan's compiled walk of a chunk (``formats/_framing.pyx``) finds what the
+pure walk (``formats/framing.py``, the reference) finds: the same offsets and the same
+stop, over both layouts, sound logs and damaged ones (a ``len_d`` or ``let_d`` changed,
+bytes overwritten, a torn tail), chunks so small that a deed's ``let_d`` lies past the
+chunk, and a bound on the deeds wanted."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bookfs.formats import framing
+from bookfs.formats.deeds import UIP, VERE
+from bookfs.formats.index import OffsetIndex
+from bookfs.formats.layout import HEADER_SIZE
+
+pytestmark = pytest.mark.skipif(framing.FRAMING != "compiled",
+                                reason="the compiled framing walk did not build")
+
+LAYOUTS = {"uip": UIP, "vere": VERE}
+
+
+def _scan(monkeypatch, path: str, deeds, chunk: int, limit, compiled: bool):
+    """``(end, offsets)`` of a framing scan of the log at ``path``."""
+    with monkeypatch.context() as m:
+        m.setattr(framing, "_CHUNK", chunk)
+        if not compiled:
+            m.setattr(framing, "_compiled", None)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            index = OffsetIndex(first=1, end=HEADER_SIZE)
+            end = deeds.scan(fd, index, os.fstat(fd).st_size, limit=limit)
+            return end, list(index.offsets)
+        finally:
+            os.close(fd)
+
+
+damage = st.one_of(
+    st.none(),
+    st.tuples(st.just("cut"), st.floats(0, 1)),
+    st.tuples(st.just("bytes"), st.floats(0, 1), st.binary(min_size=1, max_size=9)),
+    st.tuples(st.just("len"), st.floats(0, 1), st.integers(0, (1 << 64) - 1)),
+)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(layout=st.sampled_from(sorted(LAYOUTS)),
+       payloads=st.lists(st.binary(min_size=0, max_size=300), max_size=40),
+       hurt=damage, chunk=st.sampled_from([24, 40, 64, 333, 4096, 4 << 20]),
+       limit=st.one_of(st.none(), st.integers(0, 45)))
+def test_the_compiled_walk_finds_what_the_pure_walk_finds(monkeypatch, layout, payloads,
+                                                          hurt, chunk, limit):
+    deeds = LAYOUTS[layout]
+    payloads = [p.ljust(deeds.min_len, b"\1") for p in payloads]
+    data = bytearray(b"\0" * HEADER_SIZE + b"".join(deeds.encode(p) for p in payloads))
+    if hurt is not None:
+        at = HEADER_SIZE + int(hurt[1] * (len(data) - HEADER_SIZE))
+        if hurt[0] == "cut":
+            del data[at:]
+        elif hurt[0] == "bytes":
+            data[at:at + len(hurt[2])] = hurt[2]
+        else:  # a u64 (a len_d, a let_d or payload bytes) set to any value
+            data[at:at + 8] = hurt[2].to_bytes(8, "little")
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(data)
+        f.flush()
+        pure = _scan(monkeypatch, f.name, deeds, chunk, limit, compiled=False)
+        assert _scan(monkeypatch, f.name, deeds, chunk, limit, compiled=True) == pure
+    if hurt is None:  # a sound log: every deed found (up to the bound)
+        want = len(payloads) if limit is None else min(limit, len(payloads))
+        assert len(pure[1]) == want
