@@ -22,7 +22,7 @@ from bookfs.formats.shipcard import Card, read_card, source_file, witnesses
 from bookfs.fs.fleet import inodes as F
 from bookfs.fs import inodes as I
 from bookfs.fs.cache import EventCache
-from bookfs.fs.nodes.base import CHANGING, FOREVER, REFRESH, make_attrs, modes_of
+from bookfs.fs.nodes.base import CHANGING, FOREVER, REFRESH, Looks, make_attrs, modes_of
 from bookfs.fs.nodes.dirs import fixed_attrs, readonly_info
 from bookfs.fs.ops import LogOperations, fuse_path
 
@@ -170,7 +170,10 @@ class ShipFaces:
     file the ship's log is read from) are kept per ship for
     :data:`~bookfs.fs.nodes.base.REFRESH` seconds while the source file and its owner
     stay the same, then looked at again: a ``chmod`` or ``chown`` anywhere on the path
-    reaches the fleet's users within about a second, as on a single mount."""
+    reaches the fleet's users within about a second, as on a single mount.  The
+    directories every ship shares (``/`` down to the fleet's) are looked at once per
+    :data:`~bookfs.fs.nodes.base.REFRESH` for all ships (:class:`~bookfs.fs.nodes.base.Looks`),
+    not once per ship."""
 
     def __init__(self, fleet):
         self.fleet = fleet
@@ -178,6 +181,7 @@ class ShipFaces:
         self._info_sizes: dict[int, tuple[Card, int]] = {}  # sid -> (card, its info's size)
         # sid -> (when, (source file, its uid, gid), (uid, gid, modes)): the last look
         self._modes_seen: dict[int, tuple[float, tuple, tuple]] = {}
+        self.looks = Looks()  # the directories every ship shares, looked at once a REFRESH
         self.read = self.stale = self.missing = 0
         self.fuse = fuse_path(True)
 
@@ -200,7 +204,7 @@ class ShipFaces:
             return (*memo[2], st)
         fleet = self.fleet
         uid, gid, modes, st = modes_of(path, ship.path, True, owner=fleet.owner,
-                                       umask=fleet.umask)
+                                       umask=fleet.umask, looks=self.looks)
         self._modes_seen[ship.sid] = (now, (path, st.st_uid, st.st_gid), (uid, gid, modes))
         return uid, gid, modes, st
 

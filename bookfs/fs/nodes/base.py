@@ -148,21 +148,61 @@ def surely(n: Node, cls: int, uid: int, gid: int) -> int:
     return non_owner if n.uid == uid else owner & non_owner
 
 
+class Looks:
+    """Looks at directories, each kept for :data:`REFRESH` seconds: what many logs
+    share (a fleet's ships, ``fs/fleet/ship.py``: every directory from ``/`` down to the
+    fleet's), looked at once in that time rather than once per log.  A ``chmod``,
+    ``chown`` or a link replaced on such a directory is seen within :data:`REFRESH`, as
+    on one log's own path.  At most :data:`LOOKS_KEPT` directories are kept."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, tuple[float, Node]] = {}
+        self._reals: dict[str, tuple[float, str]] = {}
+
+    def node(self, path: str) -> Node:
+        """:func:`node` of the directory ``path``, as looked at in the last
+        :data:`REFRESH` seconds."""
+        return self._kept(self._nodes, path, node)
+
+    def realpath(self, path: str) -> str:
+        """``path`` with symbolic links resolved: its parent's resolution kept, its own
+        name looked at now (:func:`_real`)."""
+        parent, name = os.path.split(path)
+        if not parent or name in ("", ".", ".."):
+            return os.path.realpath(path)
+        return _real(os.path.join(self._kept(self._reals, parent, os.path.realpath), name))
+
+    @staticmethod
+    def _kept(table: dict, path: str, look):
+        now = time.monotonic()
+        got = table.get(path)
+        if got is None or now - got[0] >= REFRESH:
+            if len(table) >= LOOKS_KEPT:
+                table.clear()
+            got = table[path] = (now, look(path))
+        return got[1]
+
+
+LOOKS_KEPT = 100_000  # directories a Looks keeps (a few hundred bytes each)
+
+
 def _real(path: str) -> str:
     """``path`` with symbolic links resolved, its parent's already being resolved (one
     ``lstat`` unless it is a link)."""
     return os.path.realpath(path) if os.path.islink(path) else path
 
 
-def source_paths(directory: str) -> tuple[str, list[str], list[str]]:
+def source_paths(directory: str, looks: Looks | None = None
+                 ) -> tuple[str, list[str], list[str]]:
     """``(standing, files, directories)`` of the log in ``directory``, symbolic links
     resolved: the file whose owner stands for it (a pier's newest epoch's ``book.log``
     or ``data.mdb``, else the directory's, else the directory itself); every file it is
     read from (:data:`READ_FILES` in the directory, and for a pier its top-level
     ``.urb/log/data.mdb`` and those of each epoch ``.urb/log/0i<N>``; the directory
     itself if there is none); and every directory on their paths, from ``/`` down.
-    OSError if one cannot be looked at."""
-    top = os.path.realpath(directory)
+    OSError if one cannot be looked at.  ``looks``: the directory's parent resolved as
+    :class:`Looks` keeps it."""
+    top = looks.realpath(directory) if looks is not None else os.path.realpath(directory)
     places, files = [top], []
     if os.path.isdir(os.path.join(top, PIER_LOG_DIR)):
         log_dir = os.path.realpath(os.path.join(top, PIER_LOG_DIR))
@@ -187,17 +227,21 @@ def source_paths(directory: str) -> tuple[str, list[str], list[str]]:
     return _real(standing), files, list(dirs)
 
 
-def source_bits(directory: str, uid: int, gid: int, standing: str | None = None) -> int:
+def source_bits(directory: str, uid: int, gid: int, standing: str | None = None,
+                looks: Looks | None = None) -> int:
     """The mode bits (``0o777``: read and write per class) that the log in ``directory``
     gives the classes of a mount whose files show owner ``uid`` and group ``gid``: a
     class reads if every user of it (:func:`surely`) can search every directory from
     ``/`` to each file the log is read from and can read each of those files; it writes
     if every user of it can search them all and write the file that stands for the log
     (``standing``, if given, else :func:`source_paths`'s).  OSError if a path cannot be
-    looked at."""
-    found, files, dirs = source_paths(directory)
-    standing = os.path.realpath(standing) if standing is not None else found
-    dir_nodes = [node(d) for d in dirs]
+    looked at.  ``looks``: the directories as :class:`Looks` keeps them."""
+    found, files, dirs = source_paths(directory, looks)
+    if standing is not None:
+        standing = os.path.realpath(standing) if looks is None else looks.realpath(standing)
+    else:
+        standing = found
+    dir_nodes = [node(d) for d in dirs] if looks is None else [looks.node(d) for d in dirs]
     file_nodes = [node(f) for f in files]
     writable = node(standing)
     mode = 0
@@ -330,15 +374,17 @@ def source_modes(book, readonly: bool, *, owner: tuple[int | None, int | None] =
 
 def modes_of(path: str, directory: str, readonly: bool, *,
              owner: tuple[int | None, int | None] = (None, None),
-             umask: int | None = None) -> tuple[int, int, Modes, os.stat_result]:
+             umask: int | None = None, looks: Looks | None = None
+             ) -> tuple[int, int, Modes, os.stat_result]:
     """What a fleet mount shows of a ship whose log is not open: ``(uid, gid, modes,
     stat)`` of a log whose source file (the file whose owner and mode stand for it) is
     ``path`` and whose directory is ``directory``: that file's owner (or ``owner``'s),
     the modes :func:`source_bits` gives (or ``umask``'s) as :func:`source_modes` gives
-    an open one, and that file's ``stat``.  OSError if a path cannot be looked at."""
+    an open one, and that file's ``stat``.  OSError if a path cannot be looked at.
+    ``looks``: :func:`source_bits`'s."""
     st = os.stat(path)
     bits = 0 if umask is not None else source_bits(directory, st.st_uid, st.st_gid,
-                                                   standing=path)
+                                                   standing=path, looks=looks)
     modes = modes_from(bits, readonly, umask)
     uid, gid = owner
     return (st.st_uid if uid is None else uid), (st.st_gid if gid is None else gid), modes, st
