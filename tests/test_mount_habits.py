@@ -419,6 +419,22 @@ def test_prune_keeps_newest_and_leaves_foreign_files(tmp_path):
     assert lookalike.exists() and foreign.exists() and link.is_symlink() and outside.exists()
 
 
+def test_prune_removes_the_temporary_files_of_saves_cut_short_once_old(tmp_path):
+    """A process killed mid-save (a fleet's card builder stopped at unmount, a daemon
+    killed) leaves its temporary file: pruned once TEMP_MAX_AGE old, never a fresh one
+    (a save in progress), nor a file not named as ours."""
+    d = tmp_path / "cache"
+    d.mkdir()
+    names = [".tmp-ab3_9xyz", ".tmp-00000000", ".tmp-fresh123", ".tmp-short", "x.tmp-abcdefgh"]
+    for name in names:
+        (d / name).write_bytes(b"partial")
+    old = time.time() - index_mod.TEMP_MAX_AGE - 60
+    for name in (".tmp-ab3_9xyz", ".tmp-00000000", ".tmp-short", "x.tmp-abcdefgh"):
+        os.utime(d / name, (old, old))
+    index_mod.prune_cache(str(d))
+    assert sorted(os.listdir(d)) == [".tmp-fresh123", ".tmp-short", "x.tmp-abcdefgh"]
+
+
 def test_prune_keeps_small_indexes_within_the_budget(tmp_path):
     """Beyond the INDEX_KEEP newest, indexes stay while the directory is within
     INDEX_BUDGET bytes: a fleet's thousand small indexes survive another process's prune

@@ -10,11 +10,10 @@ a load touches its file, and each process's first save prunes the directory: the
 ``INDEX_KEEP`` most recently used indexes stay, and older ones too while the directory
 stays within ``INDEX_BUDGET`` bytes (a fleet's thousand small indexes are kept, a few
 large ones are not), and any unused for ``INDEX_MAX_AGE`` go (only files named and shaped
-like ours; never through a symlink).  A persisted index is
-validated against its log on load (identity, header bytes, the last deed's tail bytes, a
-sample of deed lengths, its own CRC) and is rebuilt, never trusted, when anything
-disagrees.  When the log has grown, only the new part is
-scanned.
+like ours; never through a symlink), as do temporary files of saves cut short (a process
+killed mid-save) once ``TEMP_MAX_AGE`` old.  A persisted index is validated against its
+log on load (identity, header bytes, the last deed's tail bytes, a sample of deed lengths,
+its own CRC) and rebuilt when anything disagrees; a log grown since: only the new part.
 
 An index file may end with a *card*: opaque bytes a caller stored with the index
 (:func:`save_index` ``card=``), written in the same atomic replace, so that the card
@@ -83,7 +82,7 @@ INDEX_KEEP = 64  # persisted indexes always kept in the cache directory (most re
 INDEX_BUDGET = 1 << 30  # bytes: older indexes are kept too while the directory stays within
 INDEX_MAX_AGE = 90 * 24 * 3600  # seconds: an index unused for this long is pruned
 _INDEX_NAME = re.compile(r"[0-9a-f]{40}\.(?:idx|card)")  # what _index_path names; only these
-# are pruned
+_TEMP_NAME, TEMP_MAX_AGE = re.compile(r"\.tmp-[a-z0-9_]{8}"), 3600  # _replace's, unused 1 h
 _MAGIC_FAMILY = _FILE_MAGIC[:6]  # every version of our index files starts with this
 
 
@@ -139,13 +138,17 @@ def prune_cache(directory: str, *, keep: int = INDEX_KEEP, budget: int = INDEX_B
     most recently used (by mtime, which a load refreshes) nor within ``budget`` bytes
     counted from the most recently used down, and those unused for more than ``max_age``
     seconds; returns the paths deleted.  Only regular files (never followed through a
-    symlink) whose name is ``<40 hex>.idx`` and whose first bytes are an index magic are
-    candidates; anything else in the directory is left alone.  Errors are skipped: the
-    cache is only a cache."""
+    symlink) named ``<40 hex>.idx`` (or ``.card``) whose first bytes are an index magic
+    are candidates, and temporary files of saves cut short (``.tmp-`` and mkstemp's 8
+    characters) once :data:`TEMP_MAX_AGE` old.  Errors are skipped."""
     now = time.time() if now is None else now
     ours: list[tuple[float, int, str]] = []
     with contextlib.suppress(OSError), os.scandir(directory) as it:
         for entry in it:
+            if _TEMP_NAME.fullmatch(entry.name):  # a save cut short (its process killed)
+                with contextlib.suppress(OSError):
+                    if now - entry.stat(follow_symlinks=False).st_mtime > TEMP_MAX_AGE:
+                        os.unlink(entry.path)
             if not _INDEX_NAME.fullmatch(entry.name):
                 continue
             with contextlib.suppress(OSError):

@@ -47,6 +47,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from typing import Callable, Sequence
@@ -64,9 +65,17 @@ def _start_builder(cache: tuple[str | None, bool, int]) -> None:
     indexes its prune keeps)."""
     from bookfs.formats import index as X
 
+    signal.signal(signal.SIGTERM, _stopped)
     directory, enabled, keep = cache
     X.configure_cache(directory, enabled=enabled)
     X.keep_at_least(keep)
+
+
+def _stopped(signum, frame) -> None:
+    """A builder told to stop (``Pool.terminate``: SIGTERM) unwinds, so that a save in
+    progress removes its temporary file (``index.py``, ``_replace``); one killed outright
+    leaves it to the cache's prune."""
+    raise SystemExit(0)
 
 
 def build_cards(paths: Sequence[str]) -> list[str]:
