@@ -67,3 +67,28 @@ def test_confirm_chain_agrees_with_the_rule(tmp_path_factory, monkeypatch, sizes
             assert framing.confirm_chain(fd, offsets, k, i, n, end, DEED_OVERHEAD) == want
     finally:
         os.close(fd)
+
+
+def test_a_step_of_larger_deeds_is_cut_to_the_byte_bound_not_walked_a_deed_at_a_time(
+        tmp_path, monkeypatch):
+    """Deeds larger than ``_WALK_BYTES / _WALK_DEEDS``: a step of ``_WALK_DEEDS`` of them
+    is over the byte bound, and is cut to as many deeds as fit in it.  (It was walked one
+    ``pread`` a deed, each step copying ``_WALK_DEEDS`` offsets again: 13.7 µs a deed,
+    1.3 s to confirm a 100,000-event sample log of 2.4 KB deeds.)"""
+    monkeypatch.setattr(framing, "_WALK_ALONE", 0)
+    monkeypatch.setattr(framing, "_WALK_DEEDS", 64)
+    monkeypatch.setattr(framing, "_WALK_BYTES", 4096)
+    rng = random.Random(5)
+    with Book.open(tmp_path, writable=True, create=True) as b:
+        b.save(1, [rng.randbytes(rng.randrange(150, 250)) for _ in range(2000)])
+        offsets, end = array("Q", b.index.offsets), b.index.end
+    fd = os.open(tmp_path / "book.log", os.O_RDONLY)
+    reads = []
+    real = os.pread
+    monkeypatch.setattr(os, "pread", lambda f, n, off: (reads.append(n), real(f, n, off))[1])
+    try:
+        assert framing.confirm_chain(fd, offsets, 0, 1999, 2000, end, DEED_OVERHEAD) == 2000
+    finally:
+        os.close(fd)
+    # about end / 4096 steps of about 4 KiB each; not 2,000 reads of 8 bytes
+    assert len(reads) <= 2 * end // 4096 + 2 and min(reads) > 8, (len(reads), end)

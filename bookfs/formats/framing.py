@@ -152,7 +152,7 @@ def _walk_compiled(fd: int, buf: memoryview, base: int, size: int, lo: int, hi: 
 
 
 _WALK_DEEDS = 1 << 16  # deeds confirmed per vectorised step of confirm_chain
-_WALK_BYTES = 64 << 20  # at most this many bytes read per step (else one pread a deed)
+_WALK_BYTES = 64 << 20  # at most this many bytes read per step (a larger deed: its len_d alone)
 _WALK_ALONE = 256  # walks of fewer deeds than this: one pread a deed
 
 
@@ -162,8 +162,9 @@ def confirm_chain(fd: int, offsets, k: int, i: int, count: int, end: int,
     ``offsets[j]``) plus ``overhead`` spans exactly to the next offset (the last deed's,
     to ``end``; ``count`` deeds in all).  Returns the first ``j`` that breaks the chain,
     or ``i + 1``.  Reads the deeds' bytes in steps of up to :data:`_WALK_DEEDS` deeds and
-    :data:`_WALK_BYTES` bytes and compares every ``len_d`` of a step at once (numpy); a
-    step over larger deeds reads each ``len_d`` alone.  So a persisted index of 10
+    :data:`_WALK_BYTES` bytes (fewer deeds when they are larger) and compares every
+    ``len_d`` of a step at once (numpy); a deed larger than :data:`_WALK_BYTES` has its
+    ``len_d`` read alone.  So a persisted index of 10
     million small deeds is confirmed at the speed of reading the log, not of 10 million
     ``pread`` calls; a walk of at most :data:`_WALK_ALONE` deeds reads each ``len_d``
     alone (no numpy to load for a small log)."""
@@ -179,6 +180,12 @@ def confirm_chain(fd: int, offsets, k: int, i: int, count: int, end: int,
         offs = np.frombuffer(offsets[k:min(j + 1, count)], dtype=np.uint64).astype(np.int64)
         stop = int(offs[j - k]) if j < count else end
         start = int(offs[0])
+        if stop - start > _WALK_BYTES and j - k > 1:
+            # fewer deeds: as many as fit in _WALK_BYTES (deeds k .. m-1 span
+            # offs[m - k] - start bytes); a lie that unorders the offsets is found below
+            m = k + int(np.searchsorted(offs[:j - k], start + _WALK_BYTES, side="right")) - 1
+            if m > k:
+                j, stop = m, int(offs[m - k])
         alone = stop - start > _WALK_BYTES
         if alone:
             j = k + 1  # a big deed (or a lie): alone, by one pread
