@@ -268,3 +268,27 @@ def test_an_open_keeping_its_card_saves_the_index_once(tmp_path, monkeypatch):
     saves.clear()
     open_keeping_card(str(ship)).close()  # the index and card hold: nothing saved
     assert saves == []
+
+
+def test_a_fleet_of_piers_of_every_layout_is_read_ahead_and_shown_as_it_is(tmp_path):
+    """Real-layout piers (LMDB, vere and UIP Book epochs, several a pier): a builder
+    keeps a pier's card in its card file, and the walk meets it."""
+    from test_fleet_piercards import MIXED, _count, _fleet
+
+    fleet = _fleet(tmp_path, MIXED * 2)
+    counts = {}
+    with mounted(fleet, tmp_path / "mnt", "--fleet") as mnt:
+        names = sorted(os.listdir(mnt))
+        paths: dict[str, str] = {}
+        for name in names[:2]:  # two in order: the next ones ahead
+            _walk(mnt, name)
+        assert wait_for(lambda: _marker(mnt)["ships_built_ahead"] >= A.INITIAL, 120)
+        for name in names:
+            counts[name] = _walk(mnt, name)
+        m = _marker(mnt)
+        assert m["opened"] < len(names) and m["cards_read"] >= A.INITIAL, m
+        for name in names:  # each as its pier holds it
+            path = parse((Path(mnt) / name / "info").read_text())["path"]
+            paths[path] = name
+            assert counts[name] == _count(Path(path))
+    assert len(paths) == len(MIXED) * 2
