@@ -255,6 +255,17 @@ def test_a_builder_keeps_the_card_the_fleet_would_and_skips_one_that_holds(tmp_p
     assert sorted(os.listdir(X.cache_dir())) == before
 
 
+def test_a_builder_opens_no_log_of_a_kind_that_keeps_no_card(tmp_path):
+    """A single vere-layout Book directory or LMDB epoch keeps no card: a builder leaves
+    it (the fleet opens it itself when asked), rather than open it for nothing."""
+    from lmdb_fixtures import make_lmdb_epoch, make_vere_epoch
+
+    vere = make_vere_epoch(tmp_path / "vere", 0, [payload(e, 40) for e in range(1, 30)])
+    lmdb = make_lmdb_epoch(tmp_path / "lmdb", 0, [payload(e, 40) for e in range(1, 30)])
+    assert A.build_cards([str(vere), str(lmdb)]) == []
+    assert os.listdir(X.cache_dir()) == [] if os.path.isdir(X.cache_dir()) else True
+
+
 def test_an_open_keeping_its_card_saves_the_index_once(tmp_path, monkeypatch):
     ship = build_sample(tmp_path / "s", 40)
     saves = []

@@ -78,16 +78,25 @@ def _stopped(signum, frame) -> None:
     raise SystemExit(0)
 
 
+#: what :func:`~bookfs.formats.pier.identify` calls the logs that keep a card
+#: (``formats/shipcard.py``: a single vere-layout Book directory or LMDB epoch keeps none)
+CARD_KINDS = ("uip", "pier")
+
+
 def build_cards(paths: Sequence[str]) -> list[str]:
     """In a builder: give each log directory of ``paths`` a card that holds (its log
-    opened read-only and closed, unless a card already holds); the paths done.  A log
-    that cannot be opened is left out, silently: the fleet's own open reports it."""
+    opened read-only and closed, unless a card already holds); the paths done.  Left
+    out, silently: a log of a kind that keeps no card (opening it would be for nothing),
+    and one that cannot be opened (the fleet's own open reports it)."""
+    from bookfs.formats.pier import identify
     from bookfs.formats.shipcard import Card, open_keeping_card, read_card
 
     done = []
     for path in paths:
         try:
             if not isinstance(read_card(path)[1], Card):
+                if identify(path)[0] not in CARD_KINDS:
+                    continue
                 open_keeping_card(path).close()
             done.append(path)
         except Exception:  # noqa: BLE001 - the walk's own open says why
