@@ -4,18 +4,49 @@
   indexes never leak between tests or into the user's cache.
 * ``make_book``: a factory that writes a real Book log under the test's ``tmp_path``.
 * ``payload``: deterministic payload bytes (mug ++ jam) for an event number and size.
+
+And one check of the whole run: every bookfs daemon its tests started has exited by the
+end (:func:`pytest_sessionfinish`), so a daemon that outlives its unmount (a hang) fails
+the run even when every test passed.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import random
+import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
 
 from bookfs.formats.book import Book
+
+
+#: set in the environment by the run's main process, so that its xdist workers and every
+#: daemon their tests start carry it (``mounting.daemons_left`` finds them by it)
+RUN_MARK = "BOOKFS_TEST_RUN"
+
+
+def pytest_configure(config):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ[RUN_MARK] = uuid.uuid4().hex
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """In the run's main process: wait (a minute at most) for every bookfs daemon this
+    run started to exit; any still running then fails the run, named."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or RUN_MARK not in os.environ:
+        return
+    from mounting import daemons_left
+
+    left = daemons_left(os.environ[RUN_MARK], wait=60.0)
+    if left:
+        print("\nbookfs daemons still running after the run (a hang at unmount?):")
+        for pid, cmdline in left:
+            print(f"  pid {pid}: {cmdline}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _payload(event: int, size: int) -> bytes:

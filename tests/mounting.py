@@ -121,6 +121,35 @@ def daemon_pid(mountpoint: str) -> int | None:
 _PIDS: dict[str, int] = {}
 
 
+def daemons_left(mark: str, wait: float) -> list[tuple[int, str]]:
+    """The bookfs daemons (``bookfs ... mount``) whose environment carries ``mark`` (this
+    test run's: ``conftest.RUN_MARK``) still running after up to ``wait`` seconds."""
+    needle = f"BOOKFS_TEST_RUN={mark}".encode()
+    deadline = time.monotonic() + wait
+    while True:
+        left = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmd = f.read()
+                if b"bookfs" not in cmd or b"mount" not in cmd:
+                    continue
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if needle not in f.read().split(b"\0"):
+                        continue
+                with open(f"/proc/{entry}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        continue
+            except OSError:
+                continue
+            left.append((int(entry), cmd.replace(b"\0", b" ").decode(errors="replace")[:200]))
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.2)
+
+
 def in_mountinfo(path) -> bool:
     """True if ``path`` is a mount point, even a dead one (``os.path.ismount`` says False
     for a FUSE mount whose daemon died: its lstat fails with ENOTCONN)."""

@@ -8,8 +8,10 @@ mounts, with the window's rule also held directly."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -154,6 +156,27 @@ def test_builders_killed_mid_walk_cost_time_never_a_wrong_answer(fleet, tmp_path
         assert wait_for(lambda: not _children(pid), 60)
 
 
+def test_the_daemon_exits_at_unmount_whatever_its_builders_are_doing(fleet, tmp_path,
+                                                                    cache_dir):
+    """A seeded soak: unmount at random moments of a walk being read ahead (builders
+    starting, busy, or waiting on the pool's queue): the daemon exits every time, and no
+    builder outlives it.  (Builders with a SIGTERM handler that raised SystemExit once
+    left one waiting on the queue for good, the daemon's unmount waiting for it.)"""
+    names, _ = _ships(fleet)
+    rng = random.Random(34)
+    for n in range(6):
+        for f in os.listdir(cache_dir):  # no card yet: the builders have work
+            os.unlink(os.path.join(cache_dir, f))
+        with mounted(fleet, tmp_path / "mnt", "--fleet") as mnt:
+            pid = daemon_pid(mnt)
+            for name in names[:2 + rng.randrange(5)]:
+                _walk(mnt, name)
+            time.sleep(rng.choice([0, 0.02, 0.1, 0.3]))
+            builders = _children(pid)
+        assert wait_for(lambda: not _alive(pid), 60), f"round {n}: the daemon is still up"
+        assert not any(_alive(c) for c in builders), f"round {n}"
+
+
 def test_builders_stop_when_idle(fleet, tmp_path):
     names, counts = _ships(fleet)
     with mounted(fleet, tmp_path / "mnt", "--fleet", "--idle-close", "1") as mnt:
@@ -164,6 +187,23 @@ def test_builders_stop_when_idle(fleet, tmp_path):
         assert wait_for(lambda: not _children(pid), 30)
         for name in names[2:]:  # and start again for a walk that goes on
             assert _walk(mnt, name) == counts[name]
+
+
+def _ignore_sigterm() -> None:  # (a builder's initializer, in the spawned process)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def test_a_builder_that_outlives_sigterm_is_killed_rather_than_waited_for(monkeypatch):
+    import multiprocessing
+
+    monkeypatch.setattr(A, "STOP_WAIT", 1.0)
+    ahead = A.CardsAhead(4)
+    ahead._pool = multiprocessing.get_context("spawn").Pool(1, initializer=_ignore_sigterm)
+    builder = ahead._pool.apply(os.getpid)  # started, and deaf to SIGTERM
+    t = time.monotonic()
+    ahead.stop()
+    assert time.monotonic() - t < 60  # (a hang bound: the old stop waited for good)
+    assert not _alive(builder) and not multiprocessing.active_children()
 
 
 # --- the window's rule, held directly ----------------------------------------------------

@@ -22,7 +22,11 @@ the ships in listing order (``ls MNT``'s order, by name):
   one per CPU, started at the first readahead, stopped when ``idle_close`` seconds pass
   without a job sent or done (:meth:`CardsAhead.idle`; ten times that if a job never came
   back, its builder killed) and at unmount (terminated: every save is an atomic
-  replace, so a builder stopped mid-save leaves the old file or none).  They run at the
+  replace, so a builder stopped mid-save leaves the old file or none, and a temporary
+  file that the cache's prune removes once an hour old).  A builder keeps SIGTERM's
+  default action: a handler raising SystemExit can have it swallowed where Python
+  ignores exceptions (a finalizer), and the builder then waits on the pool's queue for
+  good, and the daemon's unmount with it.  They run at the
   daemon's priority: at ``nice`` 10 they starved while the walk's own requests kept both
   cores busy, and the walk met half as many cards (``docs/benchmarks.md``).  None is
   started while the index cache is off (``--no-index-cache``: no card could be kept).
@@ -47,7 +51,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import signal
 import threading
 import time
 from typing import Callable, Sequence
@@ -58,6 +61,7 @@ INITIAL = 4  # ships read ahead at the start of a walk in sequence (then doubled
 MAX_SHIPS = 64  # the window's default bound (``--ships-ahead``)
 MAX_BYTES = 1 << 30  # and at most this many bytes of logs sent ahead of the walk
 BATCH = 4  # ships per job handed to a builder
+STOP_WAIT = 10.0  # seconds the builders have to die of SIGTERM before they are killed
 
 
 def _start_builder(cache: tuple[str | None, bool, int]) -> None:
@@ -65,17 +69,9 @@ def _start_builder(cache: tuple[str | None, bool, int]) -> None:
     indexes its prune keeps)."""
     from bookfs.formats import index as X
 
-    signal.signal(signal.SIGTERM, _stopped)
     directory, enabled, keep = cache
     X.configure_cache(directory, enabled=enabled)
     X.keep_at_least(keep)
-
-
-def _stopped(signum, frame) -> None:
-    """A builder told to stop (``Pool.terminate``: SIGTERM) unwinds, so that a save in
-    progress removes its temporary file (``index.py``, ``_replace``); one killed outright
-    leaves it to the cache's prune."""
-    raise SystemExit(0)
 
 
 #: what :func:`~bookfs.formats.pier.identify` calls the logs that keep a card
@@ -255,9 +251,18 @@ class CardsAhead:
                 self._jobs = 0
 
     def stop(self) -> None:
-        """Terminate the builders (a job in flight is abandoned; module docstring)."""
+        """Terminate the builders (a job in flight is abandoned; module docstring).  The
+        pool's own ``terminate`` waits for them; should one not die of SIGTERM within
+        :data:`STOP_WAIT` seconds, it is killed, so that an unmount never waits for good."""
         pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.terminate()
-            pool.join()
-            log.info("ship readahead: card builders stopped")
+        if pool is None:
+            return
+        stopping = threading.Thread(target=pool.terminate, name="builders-stop", daemon=True)
+        stopping.start()
+        stopping.join(STOP_WAIT)
+        if stopping.is_alive():
+            log.warning("ship readahead: a card builder outlived SIGTERM; killing it")
+            for child in multiprocessing.active_children():  # (the fleet's only children)
+                child.kill()
+            stopping.join()
+        log.info("ship readahead: card builders stopped")
