@@ -200,6 +200,8 @@ def test_a_builder_that_outlives_sigterm_is_killed_rather_than_waited_for(monkey
     ahead = A.CardsAhead(4)
     ahead._pool = multiprocessing.get_context("spawn").Pool(1, initializer=_ignore_sigterm)
     builder = ahead._pool.apply(os.getpid)  # started, and deaf to SIGTERM
+    ahead._pool.apply_async(time.sleep, (30,))  # busy: the pool's own terminate waits,
+    time.sleep(0.5)  # then finds the queue it would read next locked by itself, for good
     t = time.monotonic()
     ahead.stop()
     assert time.monotonic() - t < 60  # (a hang bound: the old stop waited for good)
