@@ -13,7 +13,9 @@ process), in turn, from:
 
 cold (a fresh mount, then ``drop_caches``) and then warm (the same list again).  Prints
 min / median / max reads per second and the ratios within each round, and the 1-minute
-load.  Needs root and /dev/fuse.
+load.  ``--variants`` instead times bookfs alone with different things cold when the
+reads start (:data:`VARIANTS`): whether the chain walk or the page cache holds a cold
+round.  Needs root and /dev/fuse.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ def main(argv=None) -> int:
     p.add_argument("--reads", type=int, default=20_000, help="random small events (20000)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--dir", help="work directory (default: a new one under /tmp)")
+    p.add_argument("--variants", action="store_true",
+                   help="instead: bookfs alone, in the cold variants of VARIANTS")
     a = p.parse_args(argv)
     work = a.dir or tempfile.mkdtemp(prefix="bench_smallread.")
     os.makedirs(work, exist_ok=True)
@@ -78,6 +82,8 @@ def main(argv=None) -> int:
                                           mnt, "--sizes", sizes_path], mnt,
                                          os.path.join(work, "constfs.log"))),
     }
+    if a.variants:
+        return variants(a, src, mnt, log, pick, psz)
     got = {w: {k: [] for k in targets} for w in ("cold", "warm")}
     load0 = os.getloadavg()[0]
     for r in range(a.rounds):
@@ -101,6 +107,46 @@ def main(argv=None) -> int:
             q = [x / b for x, b in zip(per["bookfs"], per[ref])]
             print(f"  bookfs / {ref:8} {min(q):.2f} / {statistics.median(q):.2f} / "
                   f"{max(q):.2f}")
+    return 0
+
+
+#: ``--variants``: what is cold when the reads start, each from a fresh read-only mount
+VARIANTS = {
+    "A": "drop_caches, then read (the cold above: the chain walk runs during the reads)",
+    "B": "walk first (stat of the last event), then drop_caches, then read",
+    "D": "as B, then book.log read back into the page cache, then read",
+    "C": "walk first, no drop_caches (steady)",
+}
+
+
+def variants(a, src: str, mnt: str, log: str, pick: list[int], psz: list[int]) -> int:
+    """Where a cold round's time goes: bookfs alone, each variant of :data:`VARIANTS` in
+    turn, ``--rounds`` interleaved rounds."""
+    with Book.open(src) as book:
+        last = book.last
+    got = {v: [] for v in VARIANTS}
+    load0 = os.getloadavg()[0]
+    for r in range(a.rounds):
+        for v in VARIANTS:
+            with At(mnt, mounted(src, mnt, "-o", "ro", log_file=log)) as root:
+                paths = [f"{root}/events/{name(e)}" for e in pick]
+                if v != "A":
+                    os.stat(f"{root}/events/{name(last)}")
+                if v != "C":
+                    drop_caches()
+                if v == "D":
+                    with open(os.path.join(src, "book.log"), "rb") as f:
+                        while f.read(1 << 24):
+                            pass
+                got[v].append(len(paths) / read_files(paths, psz))
+        print(f"round {r + 1}: " + ", ".join(f"{v} {got[v][-1]:,.0f}/s" for v in got),
+              file=sys.stderr, flush=True)
+    print(f"{a.reads} random small events of a {a.events}-event sample log through bookfs, "
+          f"{a.rounds} rounds; 1-minute load {load0:.2f} at the start, "
+          f"{os.getloadavg()[0]:.2f} at the end")
+    for v, x in got.items():
+        print(f"  {v} {min(x):,.0f} / {statistics.median(x):,.0f} / {max(x):,.0f} reads/s "
+              f"(min / median / max): {VARIANTS[v]}")
     return 0
 
 
