@@ -83,12 +83,38 @@ def test_a_step_of_larger_deeds_is_cut_to_the_byte_bound_not_walked_a_deed_at_a_
         b.save(1, [rng.randbytes(rng.randrange(150, 250)) for _ in range(2000)])
         offsets, end = array("Q", b.index.offsets), b.index.end
     fd = os.open(tmp_path / "book.log", os.O_RDONLY)
-    reads = []
-    real = os.pread
+    reads = []  # bytes asked for by each read, pread or preadv
+    real, real_v = os.pread, os.preadv
     monkeypatch.setattr(os, "pread", lambda f, n, off: (reads.append(n), real(f, n, off))[1])
+    monkeypatch.setattr(os, "preadv", lambda f, bufs, off: (
+        reads.append(sum(len(b) for b in bufs)), real_v(f, bufs, off))[1])
     try:
         assert framing.confirm_chain(fd, offsets, 0, 1999, 2000, end, DEED_OVERHEAD) == 2000
     finally:
         os.close(fd)
     # about end / 4096 steps of about 4 KiB each; not 2,000 reads of 8 bytes
     assert len(reads) <= 2 * end // 4096 + 2 and min(reads) > 8, (len(reads), end)
+
+
+def test_a_walk_reads_every_step_into_one_buffer(tmp_path, monkeypatch):
+    """The walk's steps are read into one buffer, reused: a fresh 64 MiB ``bytes`` a step
+    was allocated (``mmap``) and faulted in page by page each time, a third of a warm
+    walk's CPU (123 ms against 78 ms for the 100,000-event sample log)."""
+    monkeypatch.setattr(framing, "_WALK_ALONE", 0)
+    monkeypatch.setattr(framing, "_WALK_DEEDS", 64)
+    monkeypatch.setattr(framing, "_WALK_BYTES", 4096)
+    rng = random.Random(7)
+    with Book.open(tmp_path, writable=True, create=True) as b:
+        b.save(1, [rng.randbytes(rng.randrange(20, 90)) for _ in range(1000)])
+        offsets, end = array("Q", b.index.offsets), b.index.end
+    fd = os.open(tmp_path / "book.log", os.O_RDONLY)
+    buffers = []
+    real_v = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda f, bufs, off: (
+        buffers.extend(memoryview(x).obj for x in bufs), real_v(f, bufs, off))[1])
+    try:
+        assert framing.confirm_chain(fd, offsets, 0, 999, 1000, end, DEED_OVERHEAD) == 1000
+    finally:
+        os.close(fd)
+    assert len(buffers) >= 3, "the walk took several steps"
+    assert len({id(x) for x in buffers}) == 1, "each step read into a buffer of its own"

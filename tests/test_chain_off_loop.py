@@ -1,7 +1,8 @@
 """A log opened from its persisted index walks the chain of deeds once, before it first
 answers an event's size or bytes by number (``Book._confirm_offset``): the whole log for
-its last event (6.7 s on the 10-million-event ship).  A mount runs that walk in a worker
-thread, never on the event loop, which would answer no other request meanwhile.
+its last event (4.3 s on the 10-million-event ship from the disk).  A mount runs that
+walk in a worker thread, never on the event loop, which would answer no other request
+meanwhile.
 
 Driven directly (s3ql-style, ``LogOperations`` under ``trio.run``) so that the thread
 the walk ran in can be seen, for every request that reads an event by number, over the

@@ -173,6 +173,7 @@ def confirm_chain(fd: int, offsets, k: int, i: int, count: int, end: int,
     import numpy as np
 
     lens = np.arange(8, dtype=np.int64)
+    buf = None  # one step's bytes, reused: no fresh allocation and page faults a step
     while k <= i:
         j = min(i + 1, k + _WALK_DEEDS)  # deeds k .. j-1 in this step
         # a copy of this step's offsets (an array slice): a buffer exported from the live
@@ -190,7 +191,10 @@ def confirm_chain(fd: int, offsets, k: int, i: int, count: int, end: int,
         if alone:
             j = k + 1  # a big deed (or a lie): alone, by one pread
         else:
-            data = np.frombuffer(os.pread(fd, max(stop - start, 0), start), dtype=np.uint8)
+            want = max(stop - start, 0)
+            if buf is None or len(buf) < want:
+                buf = bytearray(max(want, min(_WALK_BYTES, 1 << 20)))
+            data = np.frombuffer(pread_into(fd, buf, want, start), dtype=np.uint8)
             rel = offs[:j - k] - start
             # a short read (the file was cut) or offsets out of order (a lie)
             alone = len(data) < stop - start or (rel < 0).any() \
