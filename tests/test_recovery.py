@@ -446,3 +446,28 @@ def test_parallel_crc_check_finds_the_first_bad_deed(tmp_path, monkeypatch, bad_
             got = rec.first_bad_deed(b.fileno(), b.index.offsets, 0, b.index.end,
                                      workers=workers)
             assert got == (None if bad_event is None else bad_event - 1)
+
+
+def test_salvage_reads_every_window_into_one_buffer(tmp_path, monkeypatch):
+    """``find_valid_deeds`` reads its windows into one buffer, as the chain walk reads its
+    steps (``tests/test_chain.py``): a fresh 64 MiB ``bytes`` a window is a fresh
+    ``mmap`` faulted in page by page.  It still finds every deed."""
+    from bookfs.formats import deedcheck
+
+    monkeypatch.setattr(deedcheck, "_SALVAGE_WINDOW", 4096)
+    rng = random.Random(11)
+    with Book.open(tmp_path, writable=True, create=True) as b:
+        b.save(1, [rng.randbytes(rng.randrange(40, 400)) for _ in range(300)])
+        offsets, end = list(b.index.offsets), b.index.end
+    buffers = []
+    real_v = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda f, bufs, off: (
+        buffers.extend(memoryview(x).obj for x in bufs), real_v(f, bufs, off))[1])
+    fd = os.open(tmp_path / "book.log", os.O_RDONLY)
+    try:
+        found = find_valid_deeds(fd, offsets[0], end)
+    finally:
+        os.close(fd)
+    assert found == offsets
+    assert len(buffers) >= 3, "the scan took several windows"
+    assert len({id(x) for x in buffers}) == 1, "each window read into a buffer of its own"

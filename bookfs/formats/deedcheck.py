@@ -139,10 +139,10 @@ def find_valid_deeds(fd: int, start: int, stop: int, *, limit: int | None = None
 
     found: list[int] = []
     pos = start
+    buf = bytearray(max(0, min(_SALVAGE_WINDOW, stop - start)) + 7)  # reused: one allocation
     while pos < stop - (MIN_PAYLOAD + DEED_OVERHEAD) + 1:
         win = min(_SALVAGE_WINDOW, stop - pos)
-        buf = os.pread(fd, win + 7, pos)
-        arr = np.frombuffer(buf, dtype=np.uint8)
+        arr = np.frombuffer(pread_into(fd, buf, win + 7, pos), dtype=np.uint8)
         cands = []
         for a in range(8):
             usable = (len(arr) - a) // 8 * 8
