@@ -69,29 +69,42 @@ def test_confirm_chain_agrees_with_the_rule(tmp_path_factory, monkeypatch, sizes
         os.close(fd)
 
 
+def _walk_in_small_steps(tmp_path, monkeypatch, seed: int, sizes: tuple[int, int],
+                        count: int, *, on_read) -> int:
+    """A log of ``count`` random deeds of ``sizes`` bytes, walked whole by
+    ``confirm_chain`` in steps of at most 64 deeds or 4 KiB; ``on_read(n, bufs)`` is told
+    of each read (``n`` bytes asked for; the buffers read into, for a ``preadv``).
+    Returns the log's end."""
+    monkeypatch.setattr(framing, "_WALK_ALONE", 0)
+    monkeypatch.setattr(framing, "_WALK_DEEDS", 64)
+    monkeypatch.setattr(framing, "_WALK_BYTES", 4096)
+    rng = random.Random(seed)
+    with Book.open(tmp_path, writable=True, create=True) as b:
+        b.save(1, [rng.randbytes(rng.randrange(*sizes)) for _ in range(count)])
+        offsets, end = array("Q", b.index.offsets), b.index.end
+    fd = os.open(tmp_path / "book.log", os.O_RDONLY)
+    real, real_v = os.pread, os.preadv
+    monkeypatch.setattr(os, "pread", lambda f, n, off: (on_read(n, ()), real(f, n, off))[1])
+    monkeypatch.setattr(os, "preadv", lambda f, bufs, off: (
+        on_read(sum(len(x) for x in bufs), bufs), real_v(f, bufs, off))[1])
+    try:
+        assert framing.confirm_chain(fd, offsets, 0, count - 1, count, end,
+                                     DEED_OVERHEAD) == count
+    finally:
+        os.close(fd)
+        monkeypatch.undo()
+    return end
+
+
 def test_a_step_of_larger_deeds_is_cut_to_the_byte_bound_not_walked_a_deed_at_a_time(
         tmp_path, monkeypatch):
     """Deeds larger than ``_WALK_BYTES / _WALK_DEEDS``: a step of ``_WALK_DEEDS`` of them
     is over the byte bound, and is cut to as many deeds as fit in it.  (It was walked one
     ``pread`` a deed, each step copying ``_WALK_DEEDS`` offsets again: 13.7 µs a deed,
     1.3 s to confirm a 100,000-event sample log of 2.4 KB deeds.)"""
-    monkeypatch.setattr(framing, "_WALK_ALONE", 0)
-    monkeypatch.setattr(framing, "_WALK_DEEDS", 64)
-    monkeypatch.setattr(framing, "_WALK_BYTES", 4096)
-    rng = random.Random(5)
-    with Book.open(tmp_path, writable=True, create=True) as b:
-        b.save(1, [rng.randbytes(rng.randrange(150, 250)) for _ in range(2000)])
-        offsets, end = array("Q", b.index.offsets), b.index.end
-    fd = os.open(tmp_path / "book.log", os.O_RDONLY)
     reads = []  # bytes asked for by each read, pread or preadv
-    real, real_v = os.pread, os.preadv
-    monkeypatch.setattr(os, "pread", lambda f, n, off: (reads.append(n), real(f, n, off))[1])
-    monkeypatch.setattr(os, "preadv", lambda f, bufs, off: (
-        reads.append(sum(len(b) for b in bufs)), real_v(f, bufs, off))[1])
-    try:
-        assert framing.confirm_chain(fd, offsets, 0, 1999, 2000, end, DEED_OVERHEAD) == 2000
-    finally:
-        os.close(fd)
+    end = _walk_in_small_steps(tmp_path, monkeypatch, 5, (150, 250), 2000,
+                               on_read=lambda n, bufs: reads.append(n))
     # about end / 4096 steps of about 4 KiB each; not 2,000 reads of 8 bytes
     assert len(reads) <= 2 * end // 4096 + 2 and min(reads) > 8, (len(reads), end)
 
@@ -100,21 +113,8 @@ def test_a_walk_reads_every_step_into_one_buffer(tmp_path, monkeypatch):
     """The walk's steps are read into one buffer, reused: a fresh 64 MiB ``bytes`` a step
     was allocated (``mmap``) and faulted in page by page each time, a third of a warm
     walk's CPU (123 ms against 78 ms for the 100,000-event sample log)."""
-    monkeypatch.setattr(framing, "_WALK_ALONE", 0)
-    monkeypatch.setattr(framing, "_WALK_DEEDS", 64)
-    monkeypatch.setattr(framing, "_WALK_BYTES", 4096)
-    rng = random.Random(7)
-    with Book.open(tmp_path, writable=True, create=True) as b:
-        b.save(1, [rng.randbytes(rng.randrange(20, 90)) for _ in range(1000)])
-        offsets, end = array("Q", b.index.offsets), b.index.end
-    fd = os.open(tmp_path / "book.log", os.O_RDONLY)
     buffers = []
-    real_v = os.preadv
-    monkeypatch.setattr(os, "preadv", lambda f, bufs, off: (
-        buffers.extend(memoryview(x).obj for x in bufs), real_v(f, bufs, off))[1])
-    try:
-        assert framing.confirm_chain(fd, offsets, 0, 999, 1000, end, DEED_OVERHEAD) == 1000
-    finally:
-        os.close(fd)
+    _walk_in_small_steps(tmp_path, monkeypatch, 7, (20, 90), 1000, on_read=lambda n, bufs: (
+        buffers.extend(memoryview(x).obj for x in bufs)))
     assert len(buffers) >= 3, "the walk took several steps"
     assert len({id(x) for x in buffers}) == 1, "each step read into a buffer of its own"
