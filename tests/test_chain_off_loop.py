@@ -1,6 +1,6 @@
 """A log opened from its persisted index walks the chain of deeds once, before it first
 answers an event's size or bytes by number (``Book._confirm_offset``): the whole log for
-its last event (4.3 s on the 10-million-event ship from the disk).  A mount runs that
+its last event (4.5 s on the 10-million-event ship from the disk).  A mount runs that
 walk in a worker thread, never on the event loop, which would answer no other request
 meanwhile.
 

@@ -97,7 +97,7 @@ class EventFiles(Kind):
         """Before ``event``'s size or bytes are answered from the log's index: a persisted
         index is a hint until the chain of deeds from the header proves it, which its
         first read by number walks (``Book.confirm_to``: up to the whole log, once an
-        open; the last event of a 10-million-event log: 1.0 s from the page cache, 4.3 s
+        open; the last event of a 10-million-event log: 1.0 s from the page cache, 4.5 s
         from the disk).  That walk runs in a worker thread, so the event loop answers
         every other request meanwhile."""
         if not self.log.chain_confirmed(event):
