@@ -34,12 +34,13 @@ def reference(fd, offsets, k, i, count, end, overhead) -> int:
        seed=st.integers(0, 2**32), lie=st.sampled_from(["none", "shift", "swap", "end",
                                                         "cut"]),
        step_deeds=st.integers(1, 40), step_bytes=st.integers(8, 20000),
-       alone=st.sampled_from([0, 30, 256]))
+       alone=st.sampled_from([0, 30, 256]), first=st.integers(1, 20000))
 def test_confirm_chain_agrees_with_the_rule(tmp_path_factory, monkeypatch, sizes, seed, lie,
-                                            step_deeds, step_bytes, alone):
+                                            step_deeds, step_bytes, alone, first):
     monkeypatch.setattr(framing, "_WALK_ALONE", alone)  # 0: always the vectorised steps
     monkeypatch.setattr(framing, "_WALK_DEEDS", step_deeds)
     monkeypatch.setattr(framing, "_WALK_BYTES", step_bytes)
+    monkeypatch.setattr(framing, "_WALK_FIRST", first)  # below a step's size: it grows
     rng = random.Random(seed)
     d = tmp_path_factory.mktemp("chain")
     with Book.open(d, writable=True, create=True) as b:
@@ -118,3 +119,37 @@ def test_a_walk_reads_every_step_into_one_buffer(tmp_path, monkeypatch):
         buffers.extend(memoryview(x).obj for x in bufs)))
     assert len(buffers) >= 3, "the walk took several steps"
     assert len({id(x) for x in buffers}) == 1, "each step read into a buffer of its own"
+
+
+def test_a_walk_whose_steps_outgrow_its_first_buffer_agrees_with_the_rule(tmp_path,
+                                                                           monkeypatch):
+    """Small deeds first, then larger ones: the walk's later steps need more than its
+    first buffer held, so it grows (a new buffer); a step that reuses a larger buffer
+    reads only its own bytes.  The walk still agrees with the per-deed rule, with the
+    index true and with a lie in a deed after the growth."""
+    monkeypatch.setattr(framing, "_WALK_ALONE", 0)
+    monkeypatch.setattr(framing, "_WALK_DEEDS", 8)
+    monkeypatch.setattr(framing, "_WALK_BYTES", 64 << 10)
+    monkeypatch.setattr(framing, "_WALK_FIRST", 16)
+    rng = random.Random(13)
+    sizes = [10] * 8 + [2000] * 40 + [10] * 16  # grows at the second step; small again
+    with Book.open(tmp_path, writable=True, create=True) as b:
+        b.save(1, [rng.randbytes(n) for n in sizes])
+        true, end = array("Q", b.index.offsets), b.index.end
+    n = len(true)
+    grown = []
+    real = bytearray
+    monkeypatch.setattr(framing, "bytearray", lambda size: (grown.append(size), real(size))[1],
+                        raising=False)
+    fd = os.open(tmp_path / "book.log", os.O_RDONLY)
+    try:
+        assert framing.confirm_chain(fd, true, 0, n - 1, n, end, DEED_OVERHEAD) == n
+        assert len(grown) >= 2 and grown[-1] > grown[0], grown
+        for j in (20, 45, 60):  # lies after the growth, and in the small deeds after it
+            lying = array("Q", true)
+            lying[j] += 8
+            want = reference(fd, lying, 0, n - 1, n, end, DEED_OVERHEAD)
+            assert want < n
+            assert framing.confirm_chain(fd, lying, 0, n - 1, n, end, DEED_OVERHEAD) == want
+    finally:
+        os.close(fd)

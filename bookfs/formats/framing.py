@@ -154,6 +154,7 @@ def _walk_compiled(fd: int, buf: memoryview, base: int, size: int, lo: int, hi: 
 _WALK_DEEDS = 1 << 16  # deeds confirmed per vectorised step of confirm_chain
 _WALK_BYTES = 64 << 20  # at most this many bytes read per step (a larger deed: its len_d alone)
 _WALK_ALONE = 256  # walks of fewer deeds than this: one pread a deed
+_WALK_FIRST = 1 << 20  # the walk's buffer at first; a larger step grows it (to _WALK_BYTES)
 
 
 def confirm_chain(fd: int, offsets, k: int, i: int, count: int, end: int,
@@ -193,7 +194,7 @@ def confirm_chain(fd: int, offsets, k: int, i: int, count: int, end: int,
         else:
             want = max(stop - start, 0)
             if buf is None or len(buf) < want:
-                buf = bytearray(max(want, min(_WALK_BYTES, 1 << 20)))
+                buf = bytearray(max(want, min(_WALK_BYTES, _WALK_FIRST)))
             data = np.frombuffer(pread_into(fd, buf, want, start), dtype=np.uint8)
             rel = offs[:j - k] - start
             # a short read (the file was cut) or offsets out of order (a lie)
