@@ -390,6 +390,32 @@ def test_a_commit_that_lands_while_the_reader_looks_is_no_rewrite(tmp_path, monk
         assert log.read(12) == value(12)
 
 
+def test_two_commits_that_land_while_the_reader_looks_are_no_rewrite(tmp_path, monkeypatch):
+    """As above, with two commits between the two looks: the second one writes its meta
+    over the page of the published transaction (``mdb_env_write_meta()``: ``toggle =
+    txnid & 1``), so that page does differ from the published view's.  A newer
+    transaction id once the page was read says a commit wrote it, not a rewrite in
+    place: the store is not opened again.  (Seen in CI on a loaded machine: a reader
+    beside a writer committing about every 15 ms answered ESTALE for ``follow/2401``.)"""
+    d = tmp_path / "0i0"
+    make_store(d, 10)
+    with LmdbLog.open(d) as log:
+        published = log._newest_txnid()
+        time.sleep(0.02)  # a clock tick: the commits move the ctime
+        assert finish(writer(ADDER, d, 11, 12)) == "ok"
+        assert finish(writer(ADDER, d, 13, 14)) == "ok"
+        assert log._newest_txnid() == published + 2
+        real = log._newest_txnid
+        stale = [published]
+        monkeypatch.setattr(log, "_newest_txnid",
+                            lambda: stale.pop() if stale else real())
+        log.refresh()
+        assert log.generation == 0, "two commits were taken for a rewrite in place"
+        log.refresh()
+        assert log.gulf() == (1, 14) and log.generation == 0
+        assert log.read(14) == value(14)
+
+
 def test_a_failed_sync_publishes_nothing(tmp_path, monkeypatch):
     """The reader's own ``fdatasync`` of ``data.mdb`` fails (EIO): the new transaction is
     not published; once a sync succeeds, it is."""

@@ -331,10 +331,11 @@ class LmdbLog(CommittedReads, PublishedView):
         """The head of the meta page of the published transaction (``MDB_meta`` follows
         a 16-byte page header; transaction T's meta is page ``T & 1``).  A writer writes
         the *other* page when it commits T + 1 (``mdb_env_write_meta()``: ``toggle =
-        txnid & 1``), so while T is the newest this page never changes: other bytes mean
-        another store was written over this one, and a read can never catch it half
-        written.  (A live writer moves the ctime before its commit, writing data pages
-        first: the ctime alone says nothing here.)"""
+        txnid & 1``), and this one again only when it commits T + 2: so while T is still
+        the newest once this page was read, other bytes mean another store was written
+        over this one (``refresh`` reads the newest id again after this page for that).
+        (A live writer moves the ctime before its commit, writing data pages first: the
+        ctime alone says nothing here.)"""
         return os.pread(self._fd, 256, (self._txnid & 1) * self._psize)
 
     def _sync_fd(self) -> int:
@@ -508,10 +509,17 @@ class LmdbLog(CommittedReads, PublishedView):
         newest = self._newest_txnid()
         if path_st is not None and (path_st.st_dev, path_st.st_ino) != (st.st_dev, st.st_ino):
             return self._reopen("was replaced (another file at its path)", before)
-        if newest < self._txnid or (st.st_ctime_ns != self._seen_ctime and newest ==
-                                    self._txnid and self._metas() != self._metas_seen):
-            return self._reopen("was rewritten in place (its newest transaction went back, "
-                                "or its meta page changed without a new one)", before)
+        if newest < self._txnid:
+            return self._reopen("was rewritten in place (its newest transaction went "
+                                "back)", before)
+        if st.st_ctime_ns != self._seen_ctime and newest == self._txnid \
+                and self._metas() != self._metas_seen:
+            # Only a commit two after ours writes that page, and it can land between
+            # the two looks: a newer transaction once the page was read says it did.
+            newest = self._newest_txnid()
+            if newest == self._txnid:
+                return self._reopen("was rewritten in place (its meta page changed "
+                                    "without a new transaction)", before)
         self._seen_ctime = st.st_ctime_ns
         if newest == self._txnid and self._db is not None:
             return 0
