@@ -32,7 +32,7 @@ looks of ``LmdbLog.refresh`` was taken for a store rewritten in place: ESTALE, t
 for files of older generations; ``test_lmdb_snapshots.py`` holds that race alone.  Two
 commits in that window, which the second one's meta page over the published one's makes
 look like a rewrite, still did so on a loaded CI machine until the newest id was read
-again after the page: ``test_two_commits_that_land_while_the_reader_looks_are_no_rewrite``.)
+again after the page: ``test_commits_that_land_while_the_reader_looks_are_no_rewrite[2]``.)
 
 Duration: :data:`SECONDS` of writing (``BOOKFS_LIVE_LMDB_SECONDS``, default 8 for the FUSE
 readers, :data:`STREAM_SECONDS` with the stream; the issue's long run is
