@@ -95,3 +95,114 @@ def test_info_reads_the_ends_not_the_whole_chain(tmp_path):
     from bookfs.noun import format_da
     assert got["dates"]["last"] == format_da(newest)
     assert got["dates"]["first"] == format_da(oldest)
+
+
+def _reference_first_date(book: Book) -> int | None:
+    """The oldest date as ``info`` finds it, by the plain rule: the first of the first
+    :data:`~bookfs.formats.info.DATE_SEARCH` events that reads whole with its CRC and is
+    dated."""
+    from bookfs.errors import BookError
+
+    first, last = book.gulf()
+    for e in range(first, min(last, first + info_mod.DATE_SEARCH - 1) + 1):
+        try:
+            date = peek_event(book.read(e)[4:])[0]
+        except BookError:
+            continue
+        if date is not None:
+            return date
+    return None
+
+
+def _ovum(date: int | None, body: int) -> bytes:
+    """A payload: ``[date [/behn [%wake body]]]`` (an event ``peek_event`` dates), or the
+    atom ``body`` alone (undated, as boot events are)."""
+    if date is None:
+        return b"\0\0\0\0" + jam(body)
+    cord = lambda t: int.from_bytes(t.encode(), "little")  # noqa: E731
+    return b"\0\0\0\0" + jam((date, ((cord("behn"), 0), (cord("wake"), body))))
+
+
+def _da(unix_seconds: int) -> int:
+    """A @da in years 1..9999 (what ``peek_event`` takes for a date)."""
+    from bookfs.noun.aura import DA_UNIX_EPOCH
+
+    return (DA_UNIX_EPOCH + unix_seconds) << 64
+
+
+#: payload bodies (bits): small, just over the head read, and over 1 MiB
+_SIZES = {"small": 200, "head+": (info_mod.DATE_PEEK + 3000) * 8, "big": (1 << 20) * 8 + 4000}
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from(sorted(_SIZES))),
+                min_size=1, max_size=8),
+       st.one_of(st.none(), st.tuples(st.integers(0, 7), st.floats(0, 1))))
+def test_the_oldest_date_is_what_reading_every_event_whole_gives(tmp_path_factory, events,
+                                                                hurt):
+    """The oldest date (``date_range``'s first) is the plain rule's (:func:`_reference_first_date`):
+    events of any size, dated or not, one of them maybe damaged anywhere in its payload
+    (its head too, which may then look dated).  A large event is read whole only when its
+    head holds a date, so that rule is what these hold it to."""
+    import random
+
+    d = tmp_path_factory.mktemp("log")
+    rnd = random.Random(len(events))
+    payloads = [_ovum(_da(rnd.getrandbits(30)) if dated else None,
+                         rnd.getrandbits(_SIZES[size]) | 1 << _SIZES[size])
+                for dated, size in events]
+    _log(d, payloads)
+    if hurt is not None and hurt[0] < len(payloads):
+        with Book.open(d) as book:
+            off = book.index.offsets[hurt[0]]
+        at = off + 8 + int(hurt[1] * (len(payloads[hurt[0]]) - 1))
+        with open(d / "book.log", "r+b") as f:
+            f.seek(at)
+            b = f.read(1)
+            f.seek(at)
+            f.write(bytes([b[0] ^ 0x5A]))
+    with Book.open(d, use_index_cache=False) as book:
+        want = _reference_first_date(book)
+        info_mod._date_cache.pop(book, None)
+        oldest = [info_mod._event_date(book, e) for e in range(1, len(payloads) + 1)]
+        got = next((x for x in oldest if x is not None), None)
+        assert got == want
+
+
+def test_a_large_boot_event_is_not_read_whole_to_learn_it_has_no_date(tmp_path, monkeypatch):
+    """A ship's first events are its boot sequence: undated, and the pill among them
+    megabytes.  ``info``'s oldest date reads each one's head (64 KiB), not the whole
+    payload with its CRC: a fleet's first ``find`` computes it for every ship."""
+    import random
+
+    rnd = random.Random(5)
+    pill = _ovum(None, rnd.getrandbits(3 << 23))  # 3 MiB, no date
+    mid = _ovum(None, rnd.getrandbits(200_000 * 8))
+    payloads = [_ovum(None, 7), pill, mid, _ovum(_da(1_700_000_000), 9)]
+    _log(tmp_path, payloads)
+    read = []
+    real_pread, real_preadv = os.pread, os.preadv
+    monkeypatch.setattr(os, "pread", lambda fd, n, off: read.append(n) or real_pread(fd, n, off))
+    monkeypatch.setattr(os, "preadv", lambda fd, bufs, off: read.append(
+        sum(len(b) for b in bufs)) or real_preadv(fd, bufs, off))
+    with Book.open(tmp_path, use_index_cache=False) as book:
+        read.clear()
+        dates = info_mod.date_range(book)
+    assert dates is not None and dates["first"] == dates["last"]
+    assert sum(read) < 512 << 10, f"{sum(read):,} bytes read for the dates"
+
+
+def test_the_newest_date_reads_only_the_deeds_it_looks_at(tmp_path, monkeypatch):
+    """The walk back from the log's end is lazy: when the newest deed is dated, its two
+    ``u64`` s and the deed's checked bytes are all that is read, not the framing of the
+    :data:`~bookfs.formats.info.DATE_SEARCH` newest deeds (two ``pread`` calls each)."""
+    _log(tmp_path, [_ovum(_da(1_700_000_000 + k), k) for k in range(100)])
+    calls = []
+    real_pread, real_preadv = os.pread, os.preadv
+    monkeypatch.setattr(os, "pread", lambda *a: calls.append(a) or real_pread(*a))
+    monkeypatch.setattr(os, "preadv", lambda *a: calls.append(a) or real_preadv(*a))
+    with Book.open(tmp_path, use_index_cache=False) as book:
+        calls.clear()
+        assert info_mod._newest_date(book) == _da(1_700_000_099)
+    assert len(calls) <= 8, f"{len(calls)} reads"  # (68 when the walk read 32 deeds)

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from array import array
+from contextlib import contextmanager
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from bookfs.compiled import choose
@@ -69,16 +72,21 @@ def scan_deeds(fd: int, index: OffsetIndex, size: int, *, trailer: int,
     layout's :meth:`~bookfs.formats.deeds.Deeds.scan`."""
     if sys.byteorder != "little":  # pragma: no cover - the views below assume LE
         raise NotImplementedError("bookfs indexes logs on little-endian machines only")
-    offsets = index.offsets
-    append = offsets.append
     limit = 1 << 62 if limit is None else limit
-    off = index.end
-    reported = off
     lo, hi = min_len, MAX_PAYLOAD
     gap = 8 + trailer  # from the payload's start to let_d, less the payload
-    scratch = bytearray(min(_CHUNK, max(size - off, 0)))  # no 4 MiB for a small growth
-    # the compiled walk's output: room for every deed a chunk can hold
-    out = array("Q", bytes(8 * (len(scratch) // (lo + gap + 8) + 1))) if _compiled else None
+    with _scan_buffers(min(_CHUNK, max(size - index.end, 0))) as (scratch, out):
+        return _scan(fd, index, size, scratch, out if _compiled else None, limit=limit,
+                     lo=lo, hi=hi, gap=gap, progress=progress)
+
+
+def _scan(fd: int, index: OffsetIndex, size: int, scratch: bytearray, out: array | None,
+          *, limit: int, lo: int, hi: int, gap: int, progress) -> int:
+    """:func:`scan_deeds` with its buffers."""
+    offsets = index.offsets
+    append = offsets.append
+    off = index.end
+    reported = off
     stopped = False
     while not stopped and len(offsets) < limit and off + gap + 8 + lo <= size:
         buf = pread_into(fd, scratch, min(_CHUNK, size - off), off)
@@ -102,6 +110,34 @@ def scan_deeds(fd: int, index: OffsetIndex, size: int, *, trailer: int,
         progress(off - reported)
     index.end = off
     return off
+
+
+_OUT_ROOM = 1 << 14  # offsets the compiled walk hands back per call (it resumes when full)
+_SMALL_SCAN = 1 << 20  # a scan of fewer bytes than this allocates its own small buffer
+_scan_local = threading.local()
+_LENT = object()  # a thread's pair while a scan has it
+
+
+@contextmanager
+def _scan_buffers(nbytes: int) -> Iterator[tuple[bytearray, array]]:
+    """The read buffer (at least ``nbytes``, at most :data:`_CHUNK`) and the compiled
+    walk's output of one scan.  A scan of :data:`_SMALL_SCAN` bytes or more (a log's
+    first scan) borrows its thread's pair, made once: a fresh 4 MiB ``bytearray`` is
+    zeroed before the read overwrites it, which a fleet's first ``find``, a thousand
+    first scans, paid a thousand times.  A scan that finds the pair lent (one inside
+    another, in the same thread) makes its own.  Memory: at most 4 MiB and 128 KiB a
+    thread that ever scanned a log that large, freed with the thread."""
+    pair = getattr(_scan_local, "pair", None) if nbytes >= _SMALL_SCAN else _LENT
+    if pair is _LENT:
+        yield bytearray(nbytes), array("Q", bytes(8 * _OUT_ROOM))
+        return
+    if pair is None or len(pair[0]) < nbytes or len(pair[1]) != _OUT_ROOM:
+        pair = (bytearray(max(_CHUNK, nbytes)), array("Q", bytes(8 * _OUT_ROOM)))
+    _scan_local.pair = _LENT
+    try:
+        yield pair
+    finally:
+        _scan_local.pair = pair
 
 
 def _walk_pure(fd: int, buf: memoryview, base: int, size: int, lo: int, hi: int, gap: int,
@@ -230,17 +266,18 @@ def _walk_alone(fd: int, offsets, k: int, j: int, count: int, end: int,
 
 
 def newest_deeds(fd: int, floor: int, end: int, most: int, *,
-                 overhead: int) -> list[tuple[int, int]]:
+                 overhead: int) -> Iterator[tuple[int, int]]:
     """``(offset, payload size)`` of up to ``most`` deeds walked back from ``end``, newest
     first: each found by its trailing ``let_d`` (the deed before ``pos`` starts at ``pos -
     let_d - overhead``), which must match its ``len_d`` and keep the deed at or after
     ``floor`` (the first deed's offset).  Stops at the first that does not.  Framing
     only: the caller checks each CRC.  Without an index, so a log's newest deeds cost a
     few reads whatever its size; with ``let_d`` at each deed's end, the walk from the end
-    meets the same deeds a walk from the header does."""
-    out: list[tuple[int, int]] = []
+    meets the same deeds a walk from the header does.  Lazy: each deed is read as the
+    caller asks for it, so one that stops at the newest reads two ``u64`` s."""
+    found = 0
     pos = end
-    while len(out) < most and pos > floor:
+    while found < most and pos > floor:
         tail = os.pread(fd, 8, pos - 8)
         if len(tail) != 8:
             break
@@ -248,6 +285,6 @@ def newest_deeds(fd: int, floor: int, end: int, most: int, *,
         start = pos - n - overhead
         if n > pos or start < floor or os.pread(fd, 8, start) != tail:
             break
-        out.append((start, n))
+        yield start, n
+        found += 1
         pos = start
-    return out

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -76,7 +77,6 @@ _CARD_TAIL = 16 << 10  # bytes of an index file's tail read to find its card
 #: Of the index files' magic family, so that :func:`prune_cache` counts and prunes it.
 _CARD_MAGIC = b"BFSIDXC1"
 _SAMPLE = 64  # deeds (len_d, let_d) re-checked against the log when a persisted index is loaded
-
 
 INDEX_KEEP = 64  # persisted indexes always kept in the cache directory (most recently used)
 INDEX_BUDGET = 1 << 30  # bytes: older indexes are kept too while the directory stays within
@@ -307,8 +307,12 @@ def settle_stamp(fd: int, stamp: FileStamp | None, *, wait: bool = True) -> int 
 
 
 def _index_path(log_path: str, st: os.stat_result, ext: str = ".idx") -> str:
-    key = f"{os.path.realpath(log_path)}\0{st.st_dev}\0{st.st_ino}".encode()
-    return os.path.join(cache_dir(), hashlib.sha256(key).hexdigest()[:40] + ext)
+    return os.path.join(cache_dir(), _index_name(log_path, st.st_dev, st.st_ino) + ext)
+
+
+@functools.lru_cache(maxsize=4096)  # an open, its card and its save each ask; a realpath
+def _index_name(log_path: str, dev: int, ino: int) -> str:  # is an lstat per path part
+    return hashlib.sha256(f"{os.path.realpath(log_path)}\0{dev}\0{ino}".encode()).hexdigest()[:40]
 
 
 def discard_index(log_path: str, fd: int) -> None:
@@ -347,7 +351,6 @@ def save_index(log_path: str, fd: int, index: OffsetIndex,
                 return
         st = os.fstat(fd)
         path = _index_path(log_path, st)
-        private_dir(os.path.dirname(path), "index cache directory")
         header16 = os.pread(fd, HEADER_SIZE, 0)
         tail12 = UIP.tail_before(fd, index.end) if index.offsets else b""
         ndates = min(len(index.dates), index.count)
@@ -387,8 +390,7 @@ def _replace(path: str, chunks) -> None:
                 if isinstance(chunk, (bytes, bytearray, memoryview, array)):
                     f.write(chunk)
                 else:  # an iterator of chunks (the dates)
-                    for part in chunk:
-                        f.write(part)
+                    f.writelines(chunk)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -399,11 +401,10 @@ def _replace(path: str, chunks) -> None:
 
 
 def save_card_file(key_path: str, st: os.stat_result, card: bytes) -> None:
-    """Store ``card`` alone, for a log that has no persisted index to keep it with (a
-    pier): a *card file* in the cache directory, named as an index is named
-    (``key_path`` and ``st``'s device and inode), written as an index is (private
-    directory, atomic replace, a CRC, pruned with the indexes).  Nothing is written when
-    the cache is off; a failure is logged, not raised."""
+    """Store ``card`` alone, for a log with no persisted index to keep it with (a pier):
+    a *card file* in the cache directory, named as an index is (``key_path``, ``st``'s
+    device and inode), written as one is (private directory, atomic replace, a CRC,
+    pruned with the indexes).  Nothing written with the cache off; failures logged."""
     if not _settings.enabled:
         return
     body = _CARD_MAGIC + card + _CARD_FOOT.pack(crc32(card), len(card), _CARD_TAG)
@@ -414,12 +415,11 @@ def save_card_file(key_path: str, st: os.stat_result, card: bytes) -> None:
 
 
 def read_card(log_path: str, st: os.stat_result) -> bytes | None:
-    """The card stored with the persisted index of the log at ``log_path`` whose
-    ``stat`` is ``st`` (its device and inode name the index), or ``None``: no index, no
-    card, the cache off or its directory not private, a card whose own CRC fails.  Reads
-    only the index file's tail; never opens the log.  Says nothing of whether the card
-    still holds for the log (its caller checks that).  A card found touches the index
-    file, as a load does, so pruning keeps it."""
+    """The card stored with the persisted index of the log at ``log_path`` whose ``stat``
+    is ``st`` (its device and inode name the index), or ``None``: no index, no card, the
+    cache off or its directory not private, a card whose own CRC fails.  Reads only the
+    index file's tail, never the log, and says nothing of whether the card still holds
+    (its caller checks).  A card found touches the index file, so pruning keeps it."""
     if not _settings.enabled:
         return None
     return _tail_card(_index_path(log_path, st), _FILE_HEAD.size)

@@ -11,7 +11,6 @@ from bookfs.noun.render import human_bytes
 
 DATE_SEARCH = 32  # events read from each end of the log to find the first and last @da
 DATE_PEEK = 64 << 10  # payload bytes read to find an event's date (its head is tiny)
-DATE_READ_WHOLE = 1 << 20  # payloads up to this are read (and checked) whole
 _DATE_CACHE_SIZE = 256  # dates kept per open log
 #: A read-write mount's info file: the line with the next free event number, and the
 #: section of the last refused appends and meta writes (``bookfs append`` reads both).
@@ -41,23 +40,27 @@ def _cached(log: EventLog, key, compute):
 
 def _event_date(log: EventLog, event: int) -> int | None:
     """The @da of a ship event (``[date ovum]``), None for any other.  Only the head of the
-    jam is decoded (:func:`~bookfs.noun.peek_event`); a small payload is read and checked
-    whole, a large one checked by streaming and then only its first bytes read.  Cached
-    (:func:`_cached`) by (generation, event): events do not change within a generation of
-    one open.  A damaged event has no date to show (verify and fsck report it), and is not
-    cached."""
+    jam is decoded (:func:`~bookfs.noun.peek_event`).  A payload of at most
+    :data:`DATE_PEEK` bytes is read and checked whole.  A larger one has its first
+    :data:`DATE_PEEK` bytes read first, and is checked (streamed, constant memory) only when
+    they hold a date: a boot event (a pill of megabytes, with no date) is then never read
+    whole just to learn that it has none.  So a date is only ever shown from a checked
+    event; an event that is damaged gives None either way, as before (verify and fsck
+    report it).  Cached (:func:`_cached`) by (generation, event): events do not change
+    within a generation of one open; a damage found is not cached."""
     from bookfs.errors import BookError
     from bookfs.noun import peek_event
 
-    def head() -> bytes:
-        if log.payload_size(event) <= DATE_READ_WHOLE:
-            return log.read(event)[4:4 + DATE_PEEK]
-        log.verify_event(event)
-        return log.read_slice(event, 4, DATE_PEEK)
+    def date() -> int | None:
+        if log.payload_size(event) <= 4 + DATE_PEEK:
+            return peek_event(memoryview(log.read(event))[4:])[0]
+        found = peek_event(log.read_slice(event, 4, DATE_PEEK))[0]
+        if found is not None:
+            log.verify_event(event)
+        return found
 
     try:
-        return _cached(log, (getattr(log, "generation", 0), event),
-                       lambda: peek_event(head())[0])
+        return _cached(log, (getattr(log, "generation", 0), event), date)
     except BookError:
         return None
 

@@ -236,7 +236,7 @@ def write_card(path: str, book, before: tuple[tuple | None, int] | None = None) 
         return False
 
 
-def open_keeping_card(path: str):
+def open_keeping_card(path: str, identified: tuple[str, str] | None = None):
     """Open the log at ``path`` read-only (:func:`~bookfs.formats.pier.open_source`) and
     keep its card when it has none that holds (a pier's from what its files were just
     before the open, :func:`looked`); a card that cannot be kept never fails the open.
@@ -244,12 +244,15 @@ def open_keeping_card(path: str):
     what its card builders do ahead of a walk (``fs/fleet/ahead.py``).
 
     A UIP Book directory's index, when the open builds or grows it, is saved once: with
-    its card, or alone when no card is kept (``Book.open(persist=False)``)."""
+    its card, or alone when no card is kept (``Book.open(persist=False)``).
+
+    ``identified``: what :func:`~bookfs.formats.pier.identify` said of ``path`` just
+    before, when the caller has it (a card builder), so that it is not looked at twice."""
     from bookfs.formats.book import Book
     from bookfs.formats.pier import identify, open_source
 
     before = looked(path)
-    kind, where = identify(path)
+    kind, where = identified or identify(path)
     book = Book.open(where, persist=False) if kind == "uip" else open_source(path)
     try:
         try:
@@ -274,10 +277,11 @@ def _settle(path: str, seen: tuple) -> tuple | None:
     files are still as seen; else None."""
     late = max((w[5] + X.racy_margin(w[5]) for w in seen if w is not None), default=0)
     wait = late - time.time_ns()
+    if wait <= 0:
+        return seen  # no time passed since they were looked at: nothing to look at again
     if wait > 100_000_000:
         return None  # a coarse clock (whole seconds or ms): not worth a 2 s wait
-    if wait > 0:
-        time.sleep(wait / 1e9)
+    time.sleep(wait / 1e9)
     return seen if witnesses(path) == seen else None
 
 

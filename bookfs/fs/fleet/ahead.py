@@ -91,9 +91,10 @@ def build_cards(paths: Sequence[str]) -> list[str]:
     for path in paths:
         try:
             if not isinstance(read_card(path)[1], Card):
-                if identify(path)[0] not in CARD_KINDS:
+                identified = identify(path)
+                if identified[0] not in CARD_KINDS:
                     continue
-                open_keeping_card(path).close()
+                open_keeping_card(path, identified).close()
             done.append(path)
         except Exception:  # noqa: BLE001 - the walk's own open says why
             continue
