@@ -278,3 +278,53 @@ def test_real_signals_at_random_moments_of_a_large_append(small_src, mnt, tmp_pa
             rc, out, err, _ = signalled(mnt, files, delay)
             seen.add((check_run(small_src, before, files, rc, out, err), rc))
         print(f"seed {seed}: (appended, status) seen: {sorted(seen)}")
+
+
+#: Run in a fresh interpreter: ``bookfs ARGS`` through ``bookfs.cli.main``, the subcommand's
+#: function replaced by one that notes the modules loaded; prints those that
+#: ``bookfs.cli.commands.main`` loaded between its start (where ``bookfs.cli.main`` has
+#: stopped holding a Ctrl-C) and the subcommand's start.
+LOADED_AFTER_HOLD = """
+import argparse, json, sys
+import bookfs.cli as C
+import bookfs.cli.commands as K
+seen = {}
+real_main, real_parse = K.main, argparse.ArgumentParser.parse_args
+
+def parse(self, *a, **k):
+    ns = real_parse(self, *a, **k)
+    def func(args):
+        seen["func"] = set(sys.modules)
+        return 0
+    ns.func = func
+    return ns
+
+def main(argv=None):
+    seen["main"] = set(sys.modules)
+    argparse.ArgumentParser.parse_args = parse
+    return real_main(argv)
+
+K.main = main
+C.main(sys.argv[1:])
+print(json.dumps(sorted(seen["func"] - seen["main"])))
+"""
+
+
+@pytest.mark.parametrize("argv", [
+    ["append", "{d}", "{d}/a.bin"], ["info", "{d}"], ["verify", "{d}"], ["fsck", "{d}"],
+    ["show", "{d}"], ["report", "{d}"], ["top", "{d}"], ["umount", "{d}"],
+    ["sample", "{d}/new"], ["mount", "{d}", "{d}/mnt"]])
+def test_no_module_loads_between_the_held_start_and_the_subcommand(tmp_path, argv):
+    """``bookfs.cli.main`` holds a Ctrl-C while the command's modules load: one raised in
+    an import can be swallowed (Python prints ``Exception ignored in: <function
+    _get_module_lock...>`` and the import goes on).  Every module that the command
+    loads before its subcommand answers signals itself must then be loaded inside that
+    hold.  Before the fix, ``commands.main`` still loaded 48 modules after it (the mount
+    daemon's, for its exception classes, and those of the index cache), 42 ms in which a
+    Ctrl-C to ``bookfs append`` printed that traceback and the append went on (seen in
+    :func:`test_real_signals_at_random_moments_of_a_large_append`)."""
+    r = subprocess.run([sys.executable, "-c", LOADED_AFTER_HOLD,
+                        *(a.format(d=tmp_path) for a in argv)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "[]", r.stdout

@@ -38,10 +38,10 @@ def main(argv=None) -> int:
     held: list[int] = []
     before = _signal.signal(_signal.SIGINT, lambda signum, frame: held.append(signum))
     try:
-        from bookfs.cli.commands import _register_optional
         from bookfs.cli.commands import main as _main
+        from bookfs.cli.commands import preload
 
-        _register_optional(sys.argv[1:] if argv is None else list(argv))  # as main does
+        preload(sys.argv[1:] if argv is None else list(argv))  # what main would import
     finally:
         _signal.signal(_signal.SIGINT, before)
     try:

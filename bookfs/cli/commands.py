@@ -389,6 +389,25 @@ _INFO_COMMANDS = ("info", "mount")
 _CORE_COMMANDS = ("mount", "umount", "info", "verify", "sample")
 
 
+def preload(argv: list[str] | None = None) -> None:
+    """Load every module :func:`main` needs before the subcommand itself runs: the
+    subcommands' (:func:`_register_optional`), those their parsers import as they are
+    built (help texts), and those that :func:`main`, :func:`apply_index_arguments` and
+    the arguments' checks (``cli/args.py``) import when called.  ``bookfs.cli.main``
+    calls it while it holds a Ctrl-C: one that comes during an import can be swallowed
+    there (Python prints it as ignored and goes on), so no import is left for the
+    moments between that and the subcommand's own answer."""
+    import bookfs.errors  # noqa: F401
+    import bookfs.formats.fileio  # noqa: F401
+    import bookfs.formats.fleet  # noqa: F401
+    import bookfs.formats.index  # noqa: F401
+    import bookfs.fs.daemon.mount  # noqa: F401
+    import bookfs.fs.daemon.mountinfo  # noqa: F401
+
+    _register_optional(argv)
+    build_parser()
+
+
 def _register_optional(argv: list[str] | None = None) -> None:
     """Load the modules the command line ``argv`` needs (every one when ``argv`` is None
     or names no known command first): their subcommands (``register``) and their lines
