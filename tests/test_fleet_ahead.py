@@ -189,23 +189,77 @@ def test_builders_stop_when_idle(fleet, tmp_path):
             assert _walk(mnt, name) == counts[name]
 
 
-def _ignore_sigterm() -> None:  # (a builder's initializer, in the spawned process)
+def _deaf_builder(conn, cache) -> None:  # (a builder's life, in the spawned process)
+    """A builder deaf to SIGTERM, busy with its first job for good."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    conn.recv()
+    conn.send([str(os.getpid())])
+    time.sleep(300)
 
 
 def test_a_builder_that_outlives_sigterm_is_killed_rather_than_waited_for(monkeypatch):
     import multiprocessing
 
-    monkeypatch.setattr(A, "STOP_WAIT", 1.0)
-    ahead = A.CardsAhead(4)
-    ahead._pool = multiprocessing.get_context("spawn").Pool(1, initializer=_ignore_sigterm)
-    builder = ahead._pool.apply(os.getpid)  # started, and deaf to SIGTERM
-    ahead._pool.apply_async(time.sleep, (30,))  # busy: the pool's own terminate waits,
-    time.sleep(0.5)  # then finds the queue it would read next locked by itself, for good
-    t = time.monotonic()
-    ahead.stop()
-    assert time.monotonic() - t < 60  # (a hang bound: the old stop waited for good)
-    assert not _alive(builder) and not multiprocessing.active_children()
+    import trio
+
+    from bookfs.fs.fleet import builders as B
+
+    monkeypatch.setattr(B, "STOP_WAIT", 1.0)
+    monkeypatch.setattr(B, "_serve", _deaf_builder)
+    done: list[list[str]] = []
+
+    async def main() -> float:
+        builders = B.Builders(1, (None, False, 64), done.append, lambda n: None)
+        builders.start()
+        builders.submit(["/ships/0"])
+        with trio.fail_after(60):
+            while not done:
+                await trio.sleep(0.02)
+        t = time.monotonic()
+        builders.stop()
+        return time.monotonic() - t
+
+    took = trio.run(main)
+    assert took < 30  # (a hang bound: SIGTERM alone would wait for good)
+    assert not _alive(int(done[0][0])) and not multiprocessing.active_children()
+
+
+def test_the_builders_answers_are_read_by_the_event_loop_without_helper_threads(tmp_path):
+    """No thread of the daemon waits on the builders: ``multiprocessing.Pool``'s worker
+    handler went round its loop while an answer waited to be read, under the event
+    loop's GIL (``builders.py``).  Jobs go to the builder with the fewest in flight, and
+    every answer comes back to the loop."""
+    import threading
+
+    import trio
+
+    from bookfs.fs.fleet import builders as B
+
+    ships = []
+    for i in range(6):
+        build_sample(tmp_path / f"s{i}", 12 + i, seed=i)
+        ships.append(str(tmp_path / f"s{i}"))
+    done: list[str] = []
+    threads: set[str] = set()
+
+    async def main() -> None:
+        builders = B.Builders(2, (X.cache_dir(), True, 64), done.extend, lambda n: None)
+        before = set(threading.enumerate())
+        builders.start()
+        for k in range(0, 6, 2):
+            builders.submit(ships[k:k + 2])
+        with trio.fail_after(120):
+            while len(done) < 6:
+                threads.update(t.name for t in set(threading.enumerate()) - before)
+                await trio.sleep(0.01)
+        assert sorted(b.jobs for b in builders._running) == [0, 0]
+        builders.stop()
+
+    trio.run(main)
+    assert sorted(done) == ships and not threads, threads
+    for i, path in enumerate(ships):  # each card kept, and it says what the log holds
+        card = read_card(path)[1]
+        assert isinstance(card, Card) and card.count == 12 + i, path
 
 
 # --- the window's rule, held directly ----------------------------------------------------

@@ -17,20 +17,16 @@ the ships in listing order (``ls MNT``'s order, by name):
   half way leaves at most that much read for nothing).  A ship reached out of order
   stops it.  So looking at one ship, or at a few in any order, of a fleet of
   gigabyte logs never reads the others.
-* **Built by separate processes** (:func:`build_cards`): a ``spawn`` pool (fresh
-  interpreters, not forks of the threaded daemon; no GIL shared with the event loop),
-  one per CPU, started at the first readahead, stopped when ``idle_close`` seconds pass
-  without a job sent or done (:meth:`CardsAhead.idle`; ten times that if a job never came
-  back, its builder killed) and at unmount (terminated: every save is an atomic
-  replace, so a builder stopped mid-save leaves the old file or none, and a temporary
-  file that the cache's prune removes once an hour old).  A builder keeps SIGTERM's
-  default action: a handler raising SystemExit can have it swallowed where Python
-  ignores exceptions (a finalizer), and the builder then waits on the pool's queue for
-  good, and the daemon's unmount with it.  They run at the
-  daemon's priority: at ``nice`` 10 they starved while the walk's own requests kept both
-  cores busy, and the walk met half as many cards (``docs/benchmarks.md``).  None is
-  started while the index cache is off (``--no-index-cache``: no card could be kept).
-  A builder opens the log read-only as the fleet does
+* **Built by separate processes** (:func:`build_cards`, run by ``builders.py``): fresh
+  interpreters (``spawn``, not forks of the threaded daemon; no GIL shared with the event
+  loop), one per CPU, each fed down a pipe of its own and read by the event loop,
+  started at the first readahead, stopped when ``idle_close`` seconds pass without a
+  job sent or done (:meth:`CardsAhead.idle`; ten times that if a job never came back)
+  and at unmount (``builders.py``: SIGTERM, then SIGKILL).  They run at the daemon's
+  priority: at ``nice`` 10 they starved while the walk's own requests kept both cores
+  busy, and the walk met half as many cards (``docs/benchmarks.md``).  None is started
+  while the index cache is off (``--no-index-cache``: no card could be kept).  A builder
+  opens the log read-only as the fleet does
   (:func:`~bookfs.formats.shipcard.open_keeping_card`), so it saves the ship's index and
   card in the fleet's index cache, and closes it.
 * **Only a cache is written.**  A card is believed only while the log's files are as its
@@ -43,17 +39,18 @@ the ships in listing order (``ls MNT``'s order, by name):
   "missing" it read before (``fs/fleet/ship.py``, ``ShipFaces.card``).
 
 Memory: the builders are processes of their own (about 40 MB each while they run); in
-the daemon, a set of the paths built and not yet looked at again.
+the daemon, a set of the paths built and not yet looked at again.  Everything here runs
+in the event loop (but :meth:`CardsAhead.stop`, also called once it has ended).
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
-import threading
 import time
 from typing import Callable, Sequence
+
+from bookfs.fs.fleet.builders import Builders
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +58,6 @@ INITIAL = 4  # ships read ahead at the start of a walk in sequence (then doubled
 MAX_SHIPS = 64  # the window's default bound (``--ships-ahead``)
 MAX_BYTES = 1 << 30  # and at most this many bytes of logs sent ahead of the walk
 BATCH = 4  # ships per job handed to a builder
-STOP_WAIT = 10.0  # seconds the builders have to die of SIGTERM before they are killed
 
 
 def _start_builder(cache: tuple[str | None, bool, int]) -> None:
@@ -120,8 +116,7 @@ def _cache_on() -> bool:
 
 class CardsAhead:
     """The fleet's readahead of ships (module docstring).  Called from the event loop
-    only; the pool's result thread touches only :attr:`built` and the job count, under
-    a lock."""
+    only."""
 
     def __init__(self, max_ships: int = MAX_SHIPS, *, workers: int | None = None):
         self.max_ships = max(0, max_ships)
@@ -130,8 +125,7 @@ class CardsAhead:
         self.built: set[str] = set()  # paths a builder finished, not yet looked at again
         self.ships_sent = 0  # ships handed to builders (for the fleet's marker file)
         self.ships_built = 0  # ships whose card a builder kept or found (likewise)
-        self._pool = None
-        self._lock = threading.Lock()
+        self._builders: Builders | None = None
         self._jobs = 0  # jobs in flight
         self._used = time.monotonic()
         self._opened_at = -2  # listing position of the last closed ship opened
@@ -191,79 +185,61 @@ class CardsAhead:
 
     def _submit(self, paths: list[str]) -> None:
         try:
-            if self._pool is None:
+            if self._builders is None or not self._builders.running:
                 from bookfs.formats import index as X
 
                 on = X.cache_enabled()
                 cache = (X.cache_dir() if on else None, on, max(self.keep, X.INDEX_KEEP))
-                self._pool = multiprocessing.get_context("spawn").Pool(
-                    self.workers, initializer=_start_builder, initargs=(cache,))
+                self._builders = Builders(self.workers, cache, self._done, self._lost)
+                self._builders.start()
                 log.info("ship readahead: %d card builders started", self.workers)
-            with self._lock:
-                self._jobs += 1
-            self._pool.apply_async(build_cards, (paths,), callback=self._done,
-                                   error_callback=self._failed)
+            self._builders.submit(paths)
+            self._jobs += 1
             self.ships_sent += len(paths)
             self._used = time.monotonic()
-        except Exception as e:  # a pool that cannot start: no readahead, as with 0
+        except Exception as e:  # builders that cannot start: no readahead, as with 0
             log.warning("ship readahead off: %s", e)
-            with self._lock:
-                self._jobs = 0
+            self._jobs = 0
             self.max_ships = self._window = 0
             self.stop()
 
     def _done(self, paths: list[str]) -> None:
-        with self._lock:
-            self.built.update(paths)
-            self.ships_built += len(paths)
-            self._jobs -= 1
-            self._used = time.monotonic()
+        self.built.update(paths)
+        self.ships_built += len(paths)
+        self._jobs -= 1
+        self._used = time.monotonic()
 
-    def _failed(self, e: BaseException) -> None:
-        log.warning("ship readahead: a builder failed: %s", e)
-        with self._lock:
-            self._jobs -= 1
-            self._used = time.monotonic()
+    def _lost(self, jobs: int) -> None:
+        self._jobs -= jobs
+        self._used = time.monotonic()
 
     # --- what the fleet asks -----------------------------------------------------------
 
     def rebuilt(self, path: str) -> bool:
         """True once after a builder finished the ship at ``path``: a "missing" card read
         before then is to be read again."""
-        with self._lock:
-            if path in self.built:
-                self.built.discard(path)
-                return True
+        if path in self.built:
+            self.built.discard(path)
+            return True
         return False
 
     @property
     def running(self) -> bool:
-        return self._pool is not None
+        return self._builders is not None
 
     def idle(self, now: float, idle_close: float) -> None:
         """Stop the builders once no job was sent or done for ``idle_close`` seconds and
         none is in flight, or for ten times that (a job lost with its builder, killed)
         (called every second by the fleet's loop)."""
         quiet = now - self._used
-        if self._pool is not None and (quiet > idle_close and not self._jobs
-                                       or quiet > 10 * idle_close):
+        if self._builders is not None and (quiet > idle_close and not self._jobs
+                                           or quiet > 10 * idle_close):
             self.stop()
-            with self._lock:
-                self._jobs = 0
+            self._jobs = 0
 
     def stop(self) -> None:
-        """Terminate the builders (a job in flight is abandoned; module docstring).  The
-        pool's own ``terminate`` waits for them; should one not die of SIGTERM within
-        :data:`STOP_WAIT` seconds, it is killed, so that an unmount never waits for good."""
-        pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        stopping = threading.Thread(target=pool.terminate, name="builders-stop", daemon=True)
-        stopping.start()
-        stopping.join(STOP_WAIT)
-        if stopping.is_alive():
-            log.warning("ship readahead: a card builder outlived SIGTERM; killing it")
-            for child in multiprocessing.active_children():  # (the fleet's only children)
-                child.kill()
-            stopping.join()
-        log.info("ship readahead: card builders stopped")
+        """End the builders (``builders.py``: a job in flight is abandoned; an unmount
+        never waits for them for good)."""
+        builders, self._builders = self._builders, None
+        if builders is not None:
+            builders.stop()
