@@ -7,6 +7,7 @@
             what a closed ship shows (its card)
 ``ahead``   ship readahead: the cards of the next ships, built by separate processes
             once a walk goes through the ships in order
+``builders`` those processes: spawned, fed down a pipe each, read by the event loop
 ``inodes``  a ship's inode numbers with its id in the bits a single log leaves unused
 ``daemon``  the fleet daemon's life cycle
 """
