@@ -7,6 +7,7 @@ mounts, with the window's rule also held directly."""
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import shutil
@@ -189,12 +190,16 @@ def test_builders_stop_when_idle(fleet, tmp_path):
             assert _walk(mnt, name) == counts[name]
 
 
-def _deaf_builder(conn, cache) -> None:  # (a builder's life, in the spawned process)
-    """A builder deaf to SIGTERM, busy with its first job for good."""
+def _deaf_builder() -> None:  # (a builder's start, in the spawned process)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    conn.recv()
-    conn.send([str(os.getpid())])
+
+
+def _pid_then_busy(paths: list[str]) -> list[str]:  # (its job)
+    """Its pid for the first job; the next one never ends."""
+    if paths == ["pid"]:
+        return [str(os.getpid())]
     time.sleep(300)
+    return []
 
 
 def test_a_builder_that_outlives_sigterm_is_killed_rather_than_waited_for(monkeypatch):
@@ -205,16 +210,17 @@ def test_a_builder_that_outlives_sigterm_is_killed_rather_than_waited_for(monkey
     from bookfs.fs.fleet import builders as B
 
     monkeypatch.setattr(B, "STOP_WAIT", 1.0)
-    monkeypatch.setattr(B, "_serve", _deaf_builder)
     done: list[list[str]] = []
 
     async def main() -> float:
-        builders = B.Builders(1, (None, False, 64), done.append, lambda n: None)
+        builders = B.Builders(1, _deaf_builder, _pid_then_busy, done.append, lambda n: None)
         builders.start()
-        builders.submit(["/ships/0"])
+        builders.submit(["pid"])
         with trio.fail_after(60):
             while not done:
                 await trio.sleep(0.02)
+        builders.submit(["/ships/0"])  # busy, and deaf to SIGTERM
+        await trio.sleep(0.5)
         t = time.monotonic()
         builders.stop()
         return time.monotonic() - t
@@ -243,7 +249,8 @@ def test_the_builders_answers_are_read_by_the_event_loop_without_helper_threads(
     threads: set[str] = set()
 
     async def main() -> None:
-        builders = B.Builders(2, (X.cache_dir(), True, 64), done.extend, lambda n: None)
+        builders = B.Builders(2, functools.partial(A._start_builder, (X.cache_dir(), True, 64)),
+                              A.build_cards, done.extend, lambda n: None)
         before = set(threading.enumerate())
         builders.start()
         for k in range(0, 6, 2):

@@ -48,6 +48,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from functools import partial
 from typing import Callable, Sequence
 
 from bookfs.fs.fleet.builders import Builders
@@ -190,7 +191,8 @@ class CardsAhead:
 
                 on = X.cache_enabled()
                 cache = (X.cache_dir() if on else None, on, max(self.keep, X.INDEX_KEEP))
-                self._builders = Builders(self.workers, cache, self._done, self._lost)
+                self._builders = Builders(self.workers, partial(_start_builder, cache),
+                                          build_cards, self._done, self._lost)
                 self._builders.start()
                 log.info("ship readahead: %d card builders started", self.workers)
             self._builders.submit(paths)

@@ -46,19 +46,17 @@ log = logging.getLogger(__name__)
 STOP_WAIT = 10.0  # seconds the builders have to die of SIGTERM before they are killed
 
 
-def _serve(conn, cache: tuple) -> None:
-    """A builder's life: set up the index cache (``ahead._start_builder``), then answer
-    each job with :func:`~bookfs.fs.fleet.ahead.build_cards`, until its pipe ends."""
-    from bookfs.fs.fleet.ahead import _start_builder, build_cards
-
-    _start_builder(cache)
+def _serve(conn, start: Callable[[], object], job: Callable) -> None:
+    """A builder's life: ``start()``, then answer each job (what it read) with
+    ``job(it)``, until its pipe ends.  (``start`` and ``job`` are pickled by name.)"""
+    start()
     while True:
         try:
-            paths = conn.recv()
+            work = conn.recv()
         except (EOFError, OSError):
             return
         try:
-            conn.send(build_cards(paths))
+            conn.send(job(work))
         except OSError:  # the daemon is gone
             return
 
@@ -71,13 +69,15 @@ class _Builder:
 
 
 class Builders:
-    """``workers`` card builders (module docstring), with the index cache ``cache``
-    (``ahead._start_builder``'s argument).  Started, fed and read from the event loop;
-    :meth:`stop` may also be called once the loop has ended."""
+    """``workers`` builders (module docstring): each runs ``start()`` once, then
+    ``job(paths)`` for each job, whose answer goes to ``on_done``.  ``start`` and ``job``
+    are module-level functions (or partials of them), as a spawned process needs
+    (``ahead.py``: the index cache's set-up and ``build_cards``).  Started, fed and read
+    from the event loop; :meth:`stop` may also be called once the loop has ended."""
 
-    def __init__(self, workers: int, cache: tuple, on_done: Callable[[list[str]], None],
-                 on_lost: Callable[[int], None]):
-        self.workers, self.cache = workers, cache
+    def __init__(self, workers: int, start: Callable[[], object], job: Callable,
+                 on_done: Callable[[list[str]], None], on_lost: Callable[[int], None]):
+        self.workers, self.start_builder, self.job = workers, start, job
         self.on_done, self.on_lost = on_done, on_lost
         self._running: list[_Builder] = []
 
@@ -91,7 +91,8 @@ class Builders:
         ctx = multiprocessing.get_context("spawn")
         for _ in range(self.workers):
             ours, theirs = ctx.Pipe()
-            proc = ctx.Process(target=_serve, args=(theirs, self.cache), daemon=True,
+            proc = ctx.Process(target=_serve, args=(theirs, self.start_builder, self.job),
+                               daemon=True,
                                name="bookfs card builder")
             try:
                 proc.start()
