@@ -22,6 +22,7 @@ from bookfs.formats.book import Book
 from bookfs.formats.info import parse
 from bookfs.formats.shipcard import Card, open_keeping_card, read_card
 from bookfs.fs.fleet import ahead as A
+from bookfs.fs.fleet import builder
 from bookfs.noun import patp
 from mount_fixtures import build_sample, daemon_pid, mounted, payload, wait_for
 
@@ -249,8 +250,8 @@ def test_the_builders_answers_are_read_by_the_event_loop_without_helper_threads(
     threads: set[str] = set()
 
     async def main() -> None:
-        builders = B.Builders(2, functools.partial(A._start_builder, (X.cache_dir(), True, 64)),
-                              A.build_cards, done.extend, lambda n: None)
+        builders = B.Builders(2, functools.partial(builder.start, (X.cache_dir(), True, 64)),
+                              builder.build_cards, done.extend, lambda n: None)
         before = set(threading.enumerate())
         builders.start()
         for k in range(0, 6, 2):
@@ -350,11 +351,11 @@ def test_off_sends_nothing(monkeypatch):
 
 def test_a_builder_keeps_the_card_the_fleet_would_and_skips_one_that_holds(tmp_path):
     ship = build_sample(tmp_path / "s", 40)
-    assert A.build_cards([str(ship), str(tmp_path / "nothing")]) == [str(ship)]
+    assert builder.build_cards([str(ship), str(tmp_path / "nothing")]) == [str(ship)]
     _, card = read_card(str(ship))
     assert isinstance(card, Card) and card.count == 40
     before = sorted(os.listdir(X.cache_dir()))
-    assert A.build_cards([str(ship)]) == [str(ship)]  # held: nothing written again
+    assert builder.build_cards([str(ship)]) == [str(ship)]  # held: nothing written again
     assert sorted(os.listdir(X.cache_dir())) == before
 
 
@@ -365,7 +366,7 @@ def test_a_builder_opens_no_log_of_a_kind_that_keeps_no_card(tmp_path):
 
     vere = make_vere_epoch(tmp_path / "vere", 0, [payload(e, 40) for e in range(1, 30)])
     lmdb = make_lmdb_epoch(tmp_path / "lmdb", 0, [payload(e, 40) for e in range(1, 30)])
-    assert A.build_cards([str(vere), str(lmdb)]) == []
+    assert builder.build_cards([str(vere), str(lmdb)]) == []
     assert os.listdir(X.cache_dir()) == [] if os.path.isdir(X.cache_dir()) else True
 
 
@@ -406,3 +407,35 @@ def test_a_fleet_of_piers_of_every_layout_is_read_ahead_and_shown_as_it_is(tmp_p
             paths[path] = name
             assert counts[name] == _count(Path(path))
     assert len(paths) == len(MIXED) * 2
+
+
+def test_a_builder_starts_without_the_event_loops_modules(tmp_path):
+    """A builder is a fresh interpreter: what its start imports is paid again each time,
+    while the walk goes on without its cards.  It loads the formats its jobs need, and
+    neither ``trio`` (about 55 ms; the old builders unpickled ``builders._serve``, whose
+    module imports it) nor the fleet's operations."""
+    import trio
+
+    from bookfs.fs.fleet import builders as B
+
+    import builder_probe
+
+    answers: list[list[str]] = []
+
+    async def main() -> None:
+        builders = B.Builders(1, functools.partial(builder.start, (X.cache_dir(), True, 64)),
+                              builder_probe.loaded, answers.append, lambda n: None)
+        builders.start()
+        builders.submit([])
+        with trio.fail_after(120):
+            while not answers:
+                await trio.sleep(0.01)
+        builders.stop()
+
+    trio.run(main)
+    modules = set(answers[0])
+    assert {"bookfs.formats.shipcard", "bookfs.formats.book", "bookfs.formats.info"} <= modules
+    unwanted = sorted(m for m in modules if m.split(".")[0] in ("trio", "pyfuse3")
+                      or m.startswith(("bookfs.fs.fleet.ahead", "bookfs.fs.fleet.builders",
+                                       "bookfs.fs.fleet.ops", "bookfs.fs.ops")))
+    assert not unwanted, unwanted

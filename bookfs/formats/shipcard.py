@@ -110,16 +110,31 @@ def witnesses(path: str) -> tuple | None:
         return out if out is not None and out[1] is not None and stat.S_ISREG(out[1][2]) \
             else None
     try:
-        epochs = _epochs(os.path.join(path, PIER_LOG_DIR))
+        names = _pier_names(path)
     except OSError:
         return None
-    names = list(PIER_WITNESSES)
-    for epoch in epochs:
-        names += [os.path.join(PIER_LOG_DIR, epoch, name) for name in EPOCH_WITNESSES]
     out = _lstat(path, names)
     if out is None or any(w is not None and stat.S_ISLNK(w[2]) for w in out[1:]):
         return None
     return out
+
+
+def witness_names(path: str) -> tuple[str, ...] | None:
+    """The names, relative to ``path`` ("": ``path`` itself), of what :func:`witnesses`
+    looks at now, in its order; None if a pier's ``.urb/log`` cannot be listed."""
+    if not is_pier(path):
+        return WITNESSES
+    try:
+        return tuple(_pier_names(path))
+    except OSError:
+        return None
+
+
+def _pier_names(path: str) -> list[str]:
+    names = list(PIER_WITNESSES)
+    for epoch in _epochs(os.path.join(path, PIER_LOG_DIR)):
+        names += [os.path.join(PIER_LOG_DIR, epoch, name) for name in EPOCH_WITNESSES]
+    return names
 
 
 def _epochs(log_dir: str) -> list[str]:
@@ -170,7 +185,7 @@ def read_card(path: str) -> tuple[tuple | None, Card | str]:
         where = got["path"]
     except (ValueError, KeyError, TypeError):
         return seen, "missing"
-    if said != seen or where != path or not _settled(seen, taken):
+    if said != seen or where != path or not settled(seen, taken):
         return seen, "stale"
     return seen, card
 
@@ -206,7 +221,7 @@ def write_card(path: str, book, before: tuple[tuple | None, int] | None = None) 
         if isinstance(held, Card) or seen is None:
             return False
         if pier:
-            if before is None or before[0] != seen or not _settled(seen, before[1]):
+            if before is None or before[0] != seen or not settled(seen, before[1]):
                 return False
             taken = before[1]  # nothing written since, so the figures are the files'
         else:
@@ -267,7 +282,11 @@ def open_keeping_card(path: str, identified: tuple[str, str] | None = None):
     return book
 
 
-def _settled(seen: tuple, taken_ns: int) -> bool:
+def settled(seen: tuple, taken_ns: int) -> bool:
+    """True if every witness of ``seen`` changed last at least the racy margin
+    (:func:`~bookfs.formats.index.racy_margin`) before ``taken_ns``, a time no later than
+    the moment they were looked at: a change after that moment then gives a witness a
+    later ctime, and so can never leave them as they were."""
     return all(w is None or taken_ns - w[5] >= X.racy_margin(w[5]) for w in seen)
 
 

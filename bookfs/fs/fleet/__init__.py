@@ -8,6 +8,8 @@
 ``ahead``   ship readahead: the cards of the next ships, built by separate processes
             once a walk goes through the ships in order
 ``builders`` those processes: spawned, fed down a pipe each, read by the event loop
+``builder``  what runs inside one: its set-up, its loop and its job (no ``trio``: each
+            start imports it again)
 ``inodes``  a ship's inode numbers with its id in the bits a single log leaves unused
 ``daemon``  the fleet daemon's life cycle
 """

@@ -17,7 +17,8 @@ the ships in listing order (``ls MNT``'s order, by name):
   half way leaves at most that much read for nothing).  A ship reached out of order
   stops it.  So looking at one ship, or at a few in any order, of a fleet of
   gigabyte logs never reads the others.
-* **Built by separate processes** (:func:`build_cards`, run by ``builders.py``): fresh
+* **Built by separate processes** (``builder.py``'s
+  :func:`~bookfs.fs.fleet.builder.build_cards`, run by ``builders.py``): fresh
   interpreters (``spawn``, not forks of the threaded daemon; no GIL shared with the event
   loop), one per CPU, each fed down a pipe of its own and read by the event loop,
   started at the first readahead, stopped when ``idle_close`` seconds pass without a
@@ -51,6 +52,7 @@ import time
 from functools import partial
 from typing import Callable, Sequence
 
+from bookfs.fs.fleet import builder
 from bookfs.fs.fleet.builders import Builders
 
 log = logging.getLogger(__name__)
@@ -59,43 +61,6 @@ INITIAL = 4  # ships read ahead at the start of a walk in sequence (then doubled
 MAX_SHIPS = 64  # the window's default bound (``--ships-ahead``)
 MAX_BYTES = 1 << 30  # and at most this many bytes of logs sent ahead of the walk
 BATCH = 4  # ships per job handed to a builder
-
-
-def _start_builder(cache: tuple[str | None, bool, int]) -> None:
-    """A builder's set-up: the daemon's index cache (its directory, on or off, how many
-    indexes its prune keeps)."""
-    from bookfs.formats import index as X
-
-    directory, enabled, keep = cache
-    X.configure_cache(directory, enabled=enabled)
-    X.keep_at_least(keep)
-
-
-#: what :func:`~bookfs.formats.pier.identify` calls the logs that keep a card
-#: (``formats/shipcard.py``: a single vere-layout Book directory or LMDB epoch keeps none)
-CARD_KINDS = ("uip", "pier")
-
-
-def build_cards(paths: Sequence[str]) -> list[str]:
-    """In a builder: give each log directory of ``paths`` a card that holds (its log
-    opened read-only and closed, unless a card already holds); the paths done.  Left
-    out, silently: a log of a kind that keeps no card (opening it would be for nothing),
-    and one that cannot be opened (the fleet's own open reports it)."""
-    from bookfs.formats.pier import identify
-    from bookfs.formats.shipcard import Card, open_keeping_card, read_card
-
-    done = []
-    for path in paths:
-        try:
-            if not isinstance(read_card(path)[1], Card):
-                identified = identify(path)
-                if identified[0] not in CARD_KINDS:
-                    continue
-                open_keeping_card(path, identified).close()
-            done.append(path)
-        except Exception:  # noqa: BLE001 - the walk's own open says why
-            continue
-    return done
 
 
 def _log_bytes(path: str) -> int:
@@ -191,8 +156,8 @@ class CardsAhead:
 
                 on = X.cache_enabled()
                 cache = (X.cache_dir() if on else None, on, max(self.keep, X.INDEX_KEEP))
-                self._builders = Builders(self.workers, partial(_start_builder, cache),
-                                          build_cards, self._done, self._lost)
+                self._builders = Builders(self.workers, partial(builder.start, cache),
+                                          builder.build_cards, self._done, self._lost)
                 self._builders.start()
                 log.info("ship readahead: %d card builders started", self.workers)
             self._builders.submit(paths)

@@ -41,24 +41,11 @@ from typing import Callable, Sequence
 
 import trio
 
+from bookfs.fs.fleet.builder import serve
+
 log = logging.getLogger(__name__)
 
 STOP_WAIT = 10.0  # seconds the builders have to die of SIGTERM before they are killed
-
-
-def _serve(conn, start: Callable[[], object], job: Callable) -> None:
-    """A builder's life: ``start()``, then answer each job (what it read) with
-    ``job(it)``, until its pipe ends.  (``start`` and ``job`` are pickled by name.)"""
-    start()
-    while True:
-        try:
-            work = conn.recv()
-        except (EOFError, OSError):
-            return
-        try:
-            conn.send(job(work))
-        except OSError:  # the daemon is gone
-            return
 
 
 class _Builder:
@@ -91,7 +78,7 @@ class Builders:
         ctx = multiprocessing.get_context("spawn")
         for _ in range(self.workers):
             ours, theirs = ctx.Pipe()
-            proc = ctx.Process(target=_serve, args=(theirs, self.start_builder, self.job),
+            proc = ctx.Process(target=serve, args=(theirs, self.start_builder, self.job),
                                daemon=True,
                                name="bookfs card builder")
             try:

@@ -18,11 +18,12 @@ import pyfuse3
 
 from bookfs.formats.fleet import Ship
 from bookfs.formats.info import with_core
-from bookfs.formats.shipcard import Card, read_card, source_file, witnesses
+from bookfs.formats.shipcard import Card, looked, read_card, settled, source_file, witness_names
 from bookfs.fs.fleet import inodes as F
 from bookfs.fs import inodes as I
 from bookfs.fs.cache import EventCache
-from bookfs.fs.nodes.base import CHANGING, FOREVER, REFRESH, Looks, make_attrs, modes_of
+from bookfs.fs.nodes.base import (CHANGING, FOREVER, REFRESH, Looks, make_attrs, modes_of,
+                                  source_paths)
 from bookfs.fs.nodes.dirs import fixed_attrs, readonly_info
 from bookfs.fs.ops import LogOperations, fuse_path
 
@@ -167,20 +168,35 @@ class ShipFaces:
 
     The modes (:func:`~bookfs.fs.nodes.base.modes_of`: what every user of a class could
     do on disk, along the whole path from ``/`` through the fleet's directory to each
-    file the ship's log is read from) are kept per ship for
-    :data:`~bookfs.fs.nodes.base.REFRESH` seconds while the source file and its owner
-    stay the same, then looked at again: a ``chmod`` or ``chown`` anywhere on the path
-    reaches the fleet's users within about a second, as on a single mount.  The
-    directories every ship shares (``/`` down to the fleet's) are looked at once per
-    :data:`~bookfs.fs.nodes.base.REFRESH` for all ships (:class:`~bookfs.fs.nodes.base.Looks`),
-    not once per ship."""
+    file the ship's log is read from) are kept per ship while the source file and its
+    owner stay the same.  Once :data:`~bookfs.fs.nodes.base.REFRESH` old they are
+    looked at again, unless the caller has just looked at the ship's witnesses and they
+    *pin* the modes:
+
+    * the witnesses are those seen when the modes were computed, had settled then
+      (:func:`~bookfs.formats.shipcard.settled`), hold no symbolic link, and name every
+      file the modes were computed from;
+    * every directory on the paths, as :class:`~bookfs.fs.nodes.base.Looks` sees it now
+      (looked at again once :data:`~bookfs.fs.nodes.base.REFRESH` old, once for all
+      ships), is as it was.
+
+    A ``chmod``, ``chown`` or ACL change gives the file a new ctime (``fs/open.c``,
+    ``chmod_common`` and ``chown_common``: ``ATTR_CTIME``; ``fs/ext4/xattr.c``,
+    ``ext4_xattr_set_handle``), and a file added to or removed from a ship's directory
+    gives that directory a new mtime, so a witness changes and the modes are computed
+    again.  Either way a change anywhere on the path reaches the fleet's users within
+    :data:`~bookfs.fs.nodes.base.REFRESH` of a request, as on a single mount
+    (``tests/test_fleet_modes.py`` holds the class to a fresh computation).  What
+    pinning saves is the whole look, about 90 µs a ship here, that a ``find`` over a
+    fleet otherwise paid twice a ship: at the fleet's listing, and again at the ship's
+    a second later (``docs/benchmarks.md``)."""
 
     def __init__(self, fleet):
         self.fleet = fleet
         self._cards: dict[int, tuple[tuple | None, Card | str]] = {}  # sid -> last read
         self._info_sizes: dict[int, tuple[Card, int]] = {}  # sid -> (card, its info's size)
-        # sid -> (when, (source file, its uid, gid), (uid, gid, modes)): the last look
-        self._modes_seen: dict[int, tuple[float, tuple, tuple]] = {}
+        # sid -> (when, source key, (uid, gid, modes), pin): the last look (``modes``)
+        self._modes_seen: dict[int, tuple[float, tuple, tuple, Any]] = {}
         self.looks = Looks()  # the directories every ship shares, looked at once a REFRESH
         self.read = self.stale = self.missing = 0
         self.fuse = fuse_path(True)
@@ -191,22 +207,59 @@ class ShipFaces:
         self._info_sizes.pop(sid, None)
         self._modes_seen.pop(sid, None)
 
-    def modes(self, ship: Ship):
+    def modes(self, ship: Ship, seen: tuple | None = None, *, look: bool = False):
         """``(uid, gid, modes, stat)``: :func:`~bookfs.fs.nodes.base.modes_of` the
-        ship's source file (its ``stat`` taken now; the modes looked at again once
-        :data:`~bookfs.fs.nodes.base.REFRESH` old, or when that file or its owner
-        changed).  OSError if its directory is gone."""
+        ship's source file (its ``stat`` taken now), kept as the class docstring says.
+        ``seen``: :func:`~bookfs.formats.shipcard.looked` of the ship, taken just before
+        by the caller; ``look``: without it, taken here when the modes are over
+        :data:`~bookfs.fs.nodes.base.REFRESH` old.  OSError if its directory is gone."""
         path = source_file(ship.path)
         st = os.stat(path)
         key, now = (path, st.st_uid, st.st_gid), time.monotonic()
         memo = self._modes_seen.get(ship.sid)
         if memo is not None and memo[1] == key and now - memo[0] < REFRESH:
             return (*memo[2], st)
+        if seen is None and look:
+            seen = looked(ship.path)
+        if memo is not None and memo[1] == key and self._pinned(memo[3], seen):
+            return (*memo[2], st)
         fleet = self.fleet
+        paths = None if fleet.umask is not None else source_paths(ship.path, self.looks)
         uid, gid, modes, st = modes_of(path, ship.path, True, owner=fleet.owner,
-                                       umask=fleet.umask, looks=self.looks)
-        self._modes_seen[ship.sid] = (now, (path, st.st_uid, st.st_gid), (uid, gid, modes))
+                                       umask=fleet.umask, looks=self.looks, paths=paths)
+        self._modes_seen[ship.sid] = (now, (path, st.st_uid, st.st_gid), (uid, gid, modes),
+                                      self._pin(ship, seen, paths))
         return uid, gid, modes, st
+
+    def _pin(self, ship: Ship, seen: tuple | None, paths: tuple | None):
+        """What keeps modes just computed from ``paths`` (:func:`source_paths`; None:
+        from the umask, which nothing on disk changes) past REFRESH: ``(witnesses, the
+        directories' nodes)``, or None if the witnesses ``seen`` cannot pin them (class
+        docstring)."""
+        if paths is None:
+            return ()
+        if seen is None or seen[0] is None or not settled(*seen):
+            return None
+        witnessed = seen[0]
+        if any(w is not None and stat.S_ISLNK(w[2]) for w in witnessed):
+            return None
+        names = witness_names(ship.path)
+        if names is None or len(names) != len(witnessed):
+            return None
+        top = self.looks.realpath(ship.path)
+        held = {f"{top}/{name}" if name else top
+                for name, w in zip(names, witnessed) if w is not None}
+        standing, files, dirs = paths
+        if not held.issuperset(files) or standing not in held:
+            return None
+        return witnessed, tuple((d, self.looks.node(d)) for d in dirs)
+
+    def _pinned(self, pin, seen: tuple | None) -> bool:
+        if pin == ():
+            return True
+        if pin is None or seen is None or seen[0] != pin[0]:
+            return False
+        return all(self.looks.node(d) == node for d, node in pin[1])
 
     def error_file(self, ship: Ship, size: int) -> pyfuse3.EntryAttributes:
         """The attributes of the file ``MNT/<name>`` that says why the ship cannot be
@@ -222,7 +275,7 @@ class ShipFaces:
 
     def root(self, ship: Ship) -> pyfuse3.EntryAttributes:
         """``MNT/<ship>``'s attributes (OSError if its directory is gone)."""
-        uid, gid, modes, st = self.modes(ship)
+        uid, gid, modes, st = self.modes(ship, look=True)
         return make_attrs(uid, gid, F.ship_root(ship.sid), stat.S_IFDIR | modes.dir, 0,
                           st.st_mtime_ns, CHANGING, nlink=2)
 
@@ -250,9 +303,9 @@ class ShipFaces:
         return memo is not None and isinstance(memo[1], Card)
 
     def _faces(self, ship: Ship):
-        seen = witnesses(ship.path)
-        uid, gid, modes, st = self.modes(ship)
-        return functools.partial(make_attrs, uid, gid), modes, st, self.card(ship, seen)
+        seen = looked(ship.path)
+        uid, gid, modes, st = self.modes(ship, seen)
+        return functools.partial(make_attrs, uid, gid), modes, st, self.card(ship, seen[0])
 
     def _from_card(self, make, modes, ship: Ship, local: int, card: Card
                    ) -> pyfuse3.EntryAttributes:

@@ -228,15 +228,16 @@ def source_paths(directory: str, looks: Looks | None = None
 
 
 def source_bits(directory: str, uid: int, gid: int, standing: str | None = None,
-                looks: Looks | None = None) -> int:
+                looks: Looks | None = None, paths: tuple | None = None) -> int:
     """The mode bits (``0o777``: read and write per class) that the log in ``directory``
     gives the classes of a mount whose files show owner ``uid`` and group ``gid``: a
     class reads if every user of it (:func:`surely`) can search every directory from
     ``/`` to each file the log is read from and can read each of those files; it writes
     if every user of it can search them all and write the file that stands for the log
     (``standing``, if given, else :func:`source_paths`'s).  OSError if a path cannot be
-    looked at.  ``looks``: the directories as :class:`Looks` keeps them."""
-    found, files, dirs = source_paths(directory, looks)
+    looked at.  ``looks``: the directories as :class:`Looks` keeps them; ``paths``: what
+    :func:`source_paths` just gave for ``directory``, if the caller has it."""
+    found, files, dirs = paths or source_paths(directory, looks)
     if standing is not None:
         standing = os.path.realpath(standing) if looks is None else looks.realpath(standing)
     else:
@@ -374,17 +375,17 @@ def source_modes(book, readonly: bool, *, owner: tuple[int | None, int | None] =
 
 def modes_of(path: str, directory: str, readonly: bool, *,
              owner: tuple[int | None, int | None] = (None, None),
-             umask: int | None = None, looks: Looks | None = None
-             ) -> tuple[int, int, Modes, os.stat_result]:
+             umask: int | None = None, looks: Looks | None = None,
+             paths: tuple | None = None) -> tuple[int, int, Modes, os.stat_result]:
     """What a fleet mount shows of a ship whose log is not open: ``(uid, gid, modes,
     stat)`` of a log whose source file (the file whose owner and mode stand for it) is
     ``path`` and whose directory is ``directory``: that file's owner (or ``owner``'s),
     the modes :func:`source_bits` gives (or ``umask``'s) as :func:`source_modes` gives
     an open one, and that file's ``stat``.  OSError if a path cannot be looked at.
-    ``looks``: :func:`source_bits`'s."""
+    ``looks`` and ``paths``: :func:`source_bits`'s."""
     st = os.stat(path)
     bits = 0 if umask is not None else source_bits(directory, st.st_uid, st.st_gid,
-                                                   standing=path, looks=looks)
+                                                   standing=path, looks=looks, paths=paths)
     modes = modes_from(bits, readonly, umask)
     uid, gid = owner
     return (st.st_uid if uid is None else uid), (st.st_gid if gid is None else gid), modes, st
