@@ -191,6 +191,33 @@ def test_builders_stop_when_idle(fleet, tmp_path):
             assert _walk(mnt, name) == counts[name]
 
 
+def test_the_first_listing_of_the_root_starts_the_builders_with_no_job(fleet, tmp_path):
+    """A walk lists the fleet's root before it enters any ship, and that listing keeps
+    one core busy while the other waits: the builders start then, so that they are ready
+    when the walk reaches its first ships.  They get no job until a walk in sequence
+    starts, stop when idle, and a later listing of the root does not start them again."""
+    names, counts = _ships(fleet)
+    with mounted(fleet, tmp_path / "mnt", "--fleet", "--idle-close", "1") as mnt:
+        pid = daemon_pid(mnt)
+        assert not _children(pid)
+        assert sorted(n for n in os.listdir(mnt) if not n.startswith(".")) == names
+        assert len(_children(pid)) == os.cpu_count()  # started by the opendir itself
+        assert _marker(mnt)["ships_read_ahead"] == 0
+        assert wait_for(lambda: not _children(pid), 30)  # idle: stopped
+        os.listdir(mnt)
+        assert not _children(pid)  # once a mount
+        for name in names[:4]:  # a walk in sequence starts them as before
+            assert _walk(mnt, name) == counts[name]
+        assert _marker(mnt)["ships_read_ahead"] > 0
+
+
+@pytest.mark.parametrize("how", [["--ships-ahead", "0"], ["--no-index-cache"]])
+def test_a_listing_of_the_root_starts_no_builder_when_readahead_is_off(fleet, tmp_path, how):
+    with mounted(fleet, tmp_path / "mnt", "--fleet", *how) as mnt:
+        assert len(os.listdir(mnt)) >= N
+        assert not _children(daemon_pid(mnt))
+
+
 def _deaf_builder() -> None:  # (a builder's start, in the spawned process)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
@@ -335,6 +362,19 @@ def test_at_most_max_bytes_of_logs_are_ahead_of_the_walk_and_one_ship_at_least(
             out.append(sorted(got))
             got.clear()
     assert ahead.max_bytes == 1 << 30 and out == sent
+
+
+def test_a_small_fleet_starts_no_builder_at_its_root_listing(monkeypatch):
+    started = []
+    ahead = A.CardsAhead(16)
+    monkeypatch.setattr(ahead, "_guarded", started.append)
+    ahead.root_listed(A.INITIAL)  # no more ships than a window's start: not worth it
+    ahead.root_listed(A.INITIAL + 1)  # (and the first listing is past)
+    assert started == []
+    ahead = A.CardsAhead(16)
+    monkeypatch.setattr(ahead, "_guarded", started.append)
+    ahead.root_listed(A.INITIAL + 1)
+    assert len(started) == 1
 
 
 def test_off_sends_nothing(monkeypatch):

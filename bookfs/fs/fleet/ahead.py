@@ -21,7 +21,9 @@ the ships in listing order (``ls MNT``'s order, by name):
   :func:`~bookfs.fs.fleet.builder.build_cards`, run by ``builders.py``): fresh
   interpreters (``spawn``, not forks of the threaded daemon; no GIL shared with the event
   loop), one per CPU, each fed down a pipe of its own and read by the event loop,
-  started at the first readahead, stopped when ``idle_close`` seconds pass without a
+  started at the first listing of the fleet's root since the mount (a walk lists it
+  before it enters any ship: :meth:`CardsAhead.root_listed`) or else at the first
+  readahead, stopped when ``idle_close`` seconds pass without a
   job sent or done (:meth:`CardsAhead.idle`; ten times that if a job never came back)
   and at unmount (``builders.py``: SIGTERM, then SIGKILL).  They run at the daemon's
   priority: at ``nice`` 10 they starved while the walk's own requests kept both cores
@@ -97,6 +99,7 @@ class CardsAhead:
         self._opened_at = -2  # listing position of the last closed ship opened
         self._at = -2  # of the last ship root reached
         self._window = 0  # 0: no walk in sequence
+        self._root_seen = False  # the fleet's root listed since the mount
         self._horizon = -1  # the last position handed to the builders
         self.max_bytes = MAX_BYTES
         self._sizes: dict[int, int] = {}  # position -> bytes, of the ships sent ahead
@@ -149,7 +152,32 @@ class CardsAhead:
         for i in range(0, len(paths), BATCH):
             self._submit(paths[i:i + BATCH])
 
+    def root_listed(self, ships: int) -> None:
+        """The fleet's root, of ``ships`` ships, is being listed.  The first time since
+        the mount, start the builders now, with no job yet, unless readahead is off
+        (``--ships-ahead 0``, no index cache) or the fleet has fewer ships than one
+        window's start (:data:`INITIAL`).  A walk lists the root before it goes into any
+        ship, and that listing keeps one core busy for about 0.1 s per 1,000 ships
+        (each ship root's modes) while the other waits; builders started then are ready
+        when the walk reaches its first ships, instead of some 100 ships later.  Builders
+        that get no job stop after ``idle_close`` seconds (:meth:`idle`)."""
+        if self._root_seen:
+            return
+        self._root_seen = True
+        if self.max_ships and ships > INITIAL and not self.running and _cache_on():
+            self._guarded(lambda: None)
+
     def _submit(self, paths: list[str]) -> None:
+        def send() -> None:
+            self._builders.submit(paths)
+            self._jobs += 1
+            self.ships_sent += len(paths)
+
+        self._guarded(send)
+
+    def _guarded(self, then: Callable[[], None]) -> None:
+        """``then()``, the builders started first if they are not running; builders that
+        cannot start turn readahead off."""
         try:
             if self._builders is None or not self._builders.running:
                 from bookfs.formats import index as X
@@ -160,9 +188,7 @@ class CardsAhead:
                                           builder.build_cards, self._done, self._lost)
                 self._builders.start()
                 log.info("ship readahead: %d card builders started", self.workers)
-            self._builders.submit(paths)
-            self._jobs += 1
-            self.ships_sent += len(paths)
+            then()
             self._used = time.monotonic()
         except Exception as e:  # builders that cannot start: no readahead, as with 0
             log.warning("ship readahead off: %s", e)
