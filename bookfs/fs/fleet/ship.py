@@ -195,7 +195,7 @@ class ShipFaces:
         self.fleet = fleet
         self._cards: dict[int, tuple[tuple | None, Card | str]] = {}  # sid -> last read
         self._info_sizes: dict[int, tuple[Card, int]] = {}  # sid -> (card, its info's size)
-        # sid -> (when, source key, (uid, gid, modes), pin): the last look (``modes``)
+        # sid -> (when, source key, (uid, gid, modes), pin): the last look (``_pinned``)
         self._modes_seen: dict[int, tuple[float, tuple, tuple, Any]] = {}
         self.looks = Looks()  # the directories every ship shares, looked at once a REFRESH
         self.read = self.stale = self.missing = 0
@@ -221,45 +221,40 @@ class ShipFaces:
             return (*memo[2], st)
         if seen is None and look:
             seen = looked(ship.path)
-        if memo is not None and memo[1] == key and self._pinned(memo[3], seen):
+        if memo is not None and memo[1] == key and self._pinned(ship, memo[3], seen):
+            self._modes_seen[ship.sid] = (now, *memo[1:])  # as good as looked at now
             return (*memo[2], st)
         fleet = self.fleet
         paths = None if fleet.umask is not None else source_paths(ship.path, self.looks)
         uid, gid, modes, st = modes_of(path, ship.path, True, owner=fleet.owner,
-                                       umask=fleet.umask, looks=self.looks, paths=paths)
-        self._modes_seen[ship.sid] = (now, (path, st.st_uid, st.st_gid), (uid, gid, modes),
-                                      self._pin(ship, seen, paths))
+                                       umask=fleet.umask, looks=self.looks, paths=paths,
+                                       st=st)
+        pin = () if paths is None else None if seen is None or seen[0] is None else (
+            seen, paths, tuple(self.looks.node(d) for d in paths[2]))
+        self._modes_seen[ship.sid] = (now, key, (uid, gid, modes), pin)
         return uid, gid, modes, st
 
-    def _pin(self, ship: Ship, seen: tuple | None, paths: tuple | None):
-        """What keeps modes just computed from ``paths`` (:func:`source_paths`; None:
-        from the umask, which nothing on disk changes) past REFRESH: ``(witnesses, the
-        directories' nodes)``, or None if the witnesses ``seen`` cannot pin them (class
-        docstring)."""
-        if paths is None:
-            return ()
-        if seen is None or seen[0] is None or not settled(*seen):
-            return None
-        witnessed = seen[0]
-        if any(w is not None and stat.S_ISLNK(w[2]) for w in witnessed):
-            return None
+    def _pinned(self, ship: Ship, pin, seen: tuple | None) -> bool:
+        """Whether the witnesses ``seen`` just now pin the modes kept with ``pin``:
+        ``()`` (modes from the umask, which nothing on disk changes), or ``(what
+        looked said then, what source_paths gave then, its directories' nodes then)``
+        (class docstring)."""
+        if pin == ():
+            return True
+        if pin is None or seen is None or seen[0] != pin[0][0]:
+            return False
+        (witnessed, taken), (standing, files, dirs), nodes = pin
+        if not settled(witnessed, taken) or any(
+                w is not None and stat.S_ISLNK(w[2]) for w in witnessed):
+            return False
         names = witness_names(ship.path)
         if names is None or len(names) != len(witnessed):
-            return None
+            return False
         top = self.looks.realpath(ship.path)
         held = {f"{top}/{name}" if name else top
                 for name, w in zip(names, witnessed) if w is not None}
-        standing, files, dirs = paths
-        if not held.issuperset(files) or standing not in held:
-            return None
-        return witnessed, tuple((d, self.looks.node(d)) for d in dirs)
-
-    def _pinned(self, pin, seen: tuple | None) -> bool:
-        if pin == ():
-            return True
-        if pin is None or seen is None or seen[0] != pin[0]:
-            return False
-        return all(self.looks.node(d) == node for d, node in pin[1])
+        return (standing in held and held.issuperset(files)
+                and all(self.looks.node(d) == n for d, n in zip(dirs, nodes)))
 
     def error_file(self, ship: Ship, size: int) -> pyfuse3.EntryAttributes:
         """The attributes of the file ``MNT/<name>`` that says why the ship cannot be

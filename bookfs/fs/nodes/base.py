@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import stat
 import struct
 import time
 from typing import NamedTuple
@@ -209,12 +210,13 @@ def source_paths(directory: str, looks: Looks | None = None
         epochs = sorted((int(m.group(1)), m.group(0)) for m in
                         map(EPOCH_NAME.fullmatch, os.listdir(log_dir)) if m)
         places = [_real(os.path.join(log_dir, name)) for _, name in epochs] or [top]
-        files = [p for p in [os.path.join(log_dir, LMDB_DATA_NAME)] if os.path.exists(p)]
-    files += [os.path.join(place, name) for place in places for name in READ_FILES
-              if os.path.exists(os.path.join(place, name))]
-    standing = next((os.path.join(places[-1], name) for name in (LOG_NAME, LMDB_DATA_NAME)
-                     if os.path.exists(os.path.join(places[-1], name))), places[-1])
-    files = [_real(f) for f in files] or [top]
+        files = [p for p in [_found(os.path.join(log_dir, LMDB_DATA_NAME))] if p]
+    found = {(place, name): _found(os.path.join(place, name))
+             for place in places for name in READ_FILES}
+    files += [p for p in found.values() if p]
+    standing = next((found[places[-1], name] for name in (LOG_NAME, LMDB_DATA_NAME)
+                     if found[places[-1], name]), places[-1])
+    files = files or [top]
     dirs: dict[str, None] = {}
     for path in (top, *files):
         d, chain = (path if path == top else os.path.dirname(path)), []
@@ -224,7 +226,19 @@ def source_paths(directory: str, looks: Looks | None = None
                 break
             d = os.path.dirname(d)
         dirs.update(dict.fromkeys(reversed(chain)))
-    return _real(standing), files, list(dirs)
+    return standing, files, list(dirs)
+
+
+def _found(path: str) -> str | None:
+    """``path``, symbolic links resolved (its parent's already being resolved), if it
+    names something that exists, else None: one ``lstat``, and more only for a link."""
+    try:
+        st = os.lstat(path)
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISLNK(st.st_mode):
+        return path
+    return os.path.realpath(path) if os.path.exists(path) else None
 
 
 def source_bits(directory: str, uid: int, gid: int, standing: str | None = None,
@@ -244,7 +258,7 @@ def source_bits(directory: str, uid: int, gid: int, standing: str | None = None,
         standing = found
     dir_nodes = [node(d) for d in dirs] if looks is None else [looks.node(d) for d in dirs]
     file_nodes = [node(f) for f in files]
-    writable = node(standing)
+    writable = file_nodes[files.index(standing)] if standing in files else node(standing)
     mode = 0
     for cls in (USER, GROUP, OTHER):
         if all(surely(n, cls, uid, gid) & 1 for n in dir_nodes):
@@ -376,14 +390,16 @@ def source_modes(book, readonly: bool, *, owner: tuple[int | None, int | None] =
 def modes_of(path: str, directory: str, readonly: bool, *,
              owner: tuple[int | None, int | None] = (None, None),
              umask: int | None = None, looks: Looks | None = None,
-             paths: tuple | None = None) -> tuple[int, int, Modes, os.stat_result]:
+             paths: tuple | None = None, st: os.stat_result | None = None
+             ) -> tuple[int, int, Modes, os.stat_result]:
     """What a fleet mount shows of a ship whose log is not open: ``(uid, gid, modes,
     stat)`` of a log whose source file (the file whose owner and mode stand for it) is
     ``path`` and whose directory is ``directory``: that file's owner (or ``owner``'s),
     the modes :func:`source_bits` gives (or ``umask``'s) as :func:`source_modes` gives
     an open one, and that file's ``stat``.  OSError if a path cannot be looked at.
-    ``looks`` and ``paths``: :func:`source_bits`'s."""
-    st = os.stat(path)
+    ``looks`` and ``paths``: :func:`source_bits`'s; ``st``: ``path``'s ``stat``, just
+    taken by the caller."""
+    st = st or os.stat(path)
     bits = 0 if umask is not None else source_bits(directory, st.st_uid, st.st_gid,
                                                    standing=path, looks=looks, paths=paths)
     modes = modes_from(bits, readonly, umask)
