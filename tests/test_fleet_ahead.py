@@ -399,6 +399,43 @@ def test_a_builder_keeps_the_card_the_fleet_would_and_skips_one_that_holds(tmp_p
     assert sorted(os.listdir(X.cache_dir())) == before
 
 
+def test_a_builder_reads_a_ships_card_once(tmp_path, monkeypatch):
+    """A builder has just found no card that holds when it opens a log: keeping the
+    card does not read it again (the old code read every card twice)."""
+    from bookfs.formats import shipcard
+
+    ship = str(build_sample(tmp_path / "s", 30))
+    reads = []
+    real = shipcard.read_card
+    monkeypatch.setattr(shipcard, "read_card", lambda p: reads.append(p) or real(p))
+    assert builder.build_cards([ship]) == [ship]
+    assert reads == [ship]
+    assert real(ship)[1].count == 30
+
+
+def test_a_builder_keeps_no_card_for_a_log_changed_since_it_looked(tmp_path, monkeypatch):
+    """Without reading the card again, the card's figures are held to the witnesses
+    looked at before the open: a log that grew in between keeps no card, and the next
+    look finds none that holds rather than one that says too little."""
+    from bookfs.formats import shipcard
+
+    ship = build_sample(tmp_path / "s", 30)
+    real = shipcard.looked
+
+    def then_grow(path):
+        seen = real(path)
+        with Book.open(ship, writable=True) as b:
+            b.save(31, [payload(31, 64)])
+        return seen
+
+    monkeypatch.setattr(shipcard, "looked", then_grow)
+    assert builder.build_cards([str(ship)]) == [str(ship)]
+    assert not isinstance(read_card(str(ship))[1], Card)
+    monkeypatch.setattr(shipcard, "looked", real)
+    assert builder.build_cards([str(ship)]) == [str(ship)]
+    assert read_card(str(ship))[1].count == 31
+
+
 def test_a_builder_opens_no_log_of_a_kind_that_keeps_no_card(tmp_path):
     """A single vere-layout Book directory or LMDB epoch keeps no card: a builder leaves
     it (the fleet opens it itself when asked), rather than open it for nothing."""

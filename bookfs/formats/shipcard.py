@@ -198,7 +198,8 @@ def looked(path: str) -> tuple[tuple | None, int]:
     return witnesses(path), now
 
 
-def write_card(path: str, book, before: tuple[tuple | None, int] | None = None) -> bool:
+def write_card(path: str, book, before: tuple[tuple | None, int] | None = None, *,
+               missing: bool = False) -> bool:
     """Store the card of ``book``, a log just opened from the directory ``path``, with its
     index (a UIP Book) or in its card file (a pier: only given ``before``, what
     :func:`looked` said just before the open), unless a card that holds is there already;
@@ -207,7 +208,9 @@ def write_card(path: str, book, before: tuple[tuple | None, int] | None = None) 
     its figures are then not the file's alone), a Book changed within the racy margin
     (waited out when it is short), and a pier whose witnesses are not those of ``before``
     or were within the racy margin of a change then.  Failures are logged, not raised: a
-    card is only a cache."""
+    card is only a cache.  ``missing``: the caller found no card that holds just before
+    ``before`` was looked at (:func:`read_card`), so it is not read again; the figures
+    are then checked against ``before``'s witnesses, which the files must still match."""
     from bookfs.formats.book import Book
     from bookfs.formats.info import log_summary
     from bookfs.formats.pier import Pier
@@ -217,7 +220,7 @@ def write_card(path: str, book, before: tuple[tuple | None, int] | None = None) 
             or not X.cache_enabled():
         return False
     try:
-        seen, held = read_card(path)
+        seen, held = (before[0], None) if missing and before is not None else read_card(path)
         if isinstance(held, Card) or seen is None:
             return False
         if pier:
@@ -251,7 +254,8 @@ def write_card(path: str, book, before: tuple[tuple | None, int] | None = None) 
         return False
 
 
-def open_keeping_card(path: str, identified: tuple[str, str] | None = None):
+def open_keeping_card(path: str, identified: tuple[str, str] | None = None, *,
+                      missing: bool = False):
     """Open the log at ``path`` read-only (:func:`~bookfs.formats.pier.open_source`) and
     keep its card when it has none that holds (a pier's from what its files were just
     before the open, :func:`looked`); a card that cannot be kept never fails the open.
@@ -262,7 +266,8 @@ def open_keeping_card(path: str, identified: tuple[str, str] | None = None):
     its card, or alone when no card is kept (``Book.open(persist=False)``).
 
     ``identified``: what :func:`~bookfs.formats.pier.identify` said of ``path`` just
-    before, when the caller has it (a card builder), so that it is not looked at twice."""
+    before, when the caller has it (a card builder), so that it is not looked at twice;
+    ``missing``: :func:`write_card`'s (the caller just found no card that holds)."""
     from bookfs.formats.book import Book
     from bookfs.formats.pier import identify, open_source
 
@@ -271,7 +276,7 @@ def open_keeping_card(path: str, identified: tuple[str, str] | None = None):
     book = Book.open(where, persist=False) if kind == "uip" else open_source(path)
     try:
         try:
-            write_card(path, book, before)
+            write_card(path, book, before, missing=missing)
         except Exception:
             log.exception("%s: keeping its card failed", path)
         if kind == "uip":

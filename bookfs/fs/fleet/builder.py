@@ -60,7 +60,7 @@ def build_cards(paths: Sequence[str]) -> list[str]:
                 identified = identify(path)
                 if identified[0] not in CARD_KINDS:
                     continue
-                open_keeping_card(path, identified).close()
+                open_keeping_card(path, identified, missing=True).close()
             done.append(path)
         except Exception:  # noqa: BLE001 - the walk's own open says why
             continue
