@@ -206,3 +206,23 @@ def test_the_newest_date_reads_only_the_deeds_it_looks_at(tmp_path, monkeypatch)
         calls.clear()
         assert info_mod._newest_date(book) == _da(1_700_000_099)
     assert len(calls) <= 8, f"{len(calls)} reads"  # (68 when the walk read 32 deeds)
+
+
+def test_infos_dates_follow_the_rule_of_the_mounts_mtimes(tmp_path):
+    """A payload whose head is dated but which is not a noun past its head has no date
+    for the mount (its file's mtime, the date column: ``noun.eventdate``); ``info``'s
+    first and last dates agree.  The old ``info`` decoded the head alone and showed that
+    event's date."""
+    from bookfs.noun.eventdate import payload_date_ns
+
+    good = [_ovum(_da(1_700_000_000 + k * 60), k) for k in range(1, 5)]
+    torn_first = _ovum(_da(1_600_000_000), 7)[:-1] + b"\xff\xff"  # head intact, tail not
+    torn_last = _ovum(_da(1_800_000_000), 9)[:-1] + b"\xff\xff"
+    assert peek_event(torn_first[4:])[0] is not None and payload_date_ns(torn_first) is None
+    _log(tmp_path / "b", [_ovum(None, 3), torn_first, *good, torn_last])
+    with Book.open(tmp_path / "b") as book:
+        got = info_mod.date_range(book)
+    from bookfs.noun import format_da
+
+    assert got["first"] == format_da(_da(1_700_000_060))
+    assert got["last"] == format_da(_da(1_700_000_240))
