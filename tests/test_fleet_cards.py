@@ -250,3 +250,24 @@ def test_a_pier_made_again_with_a_roll_shows_it(tmp_path):
         m = _marker(mnt)
         assert m["opened"] == 1 and m["cards_read"] == 0
         assert m["cards_missing"] + m["cards_stale"] >= 1
+
+
+def test_a_closed_ships_listing_looks_at_its_witnesses_once(tmp_path, monkeypatch):
+    """The listing of a closed ship's root looks at its witnesses (four ``lstat``), then
+    reads its card, checked against those same witnesses: it does not look at them a
+    second time (the old code did, in ``read_card``).  Driven directly."""
+    from bookfs.formats import shipcard
+    from bookfs.fs.fleet.builder import build_cards
+    from bookfs.fs.fleet.ops import FleetOperations
+
+    fleet = tmp_path / "fleet"
+    ship = build_sample(fleet / "s0", 12)
+    assert build_cards([str(ship)]) == [str(ship)]
+    time.sleep(0.05)  # past the racy margin of the files' last change
+    ops = FleetOperations(str(fleet), str(tmp_path / "mnt"))
+    looks = []
+    real = shipcard.witnesses
+    monkeypatch.setattr(shipcard, "witnesses", lambda p: looks.append(p) or real(p))
+    entries = dict(ops.faces.listing(ops._order[0]))
+    assert entries[b"events"].st_size == 12  # from the card
+    assert looks == [str(ship)] and ops.faces.read == 1

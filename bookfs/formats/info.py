@@ -7,7 +7,6 @@ import weakref
 from collections import OrderedDict
 
 from bookfs.formats.eventlog import EventLog
-from bookfs.noun.render import human_bytes
 
 DATE_SEARCH = 32  # events read from each end of the log to find the first and last @da
 DATE_PEEK = 64 << 10  # payload bytes read to find an event's date (its head is tiny)
@@ -222,6 +221,8 @@ def render(info: dict, as_json: bool = False) -> str:
     newline-terminated.  In text, ``bytes`` is a human size with the exact count
     (:func:`~bookfs.noun.render.human_bytes`) and ``dates`` becomes two lines, ``since`` and
     ``until`` (@da, then UTC)."""
+    from bookfs.noun.render import human_bytes
+
     if as_json:
         return json.dumps(info, indent=2) + "\n"
     lines: dict = {}

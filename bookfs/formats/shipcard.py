@@ -162,11 +162,12 @@ def _lstat(path: str, names) -> tuple | None:
     return tuple(out)
 
 
-def read_card(path: str) -> tuple[tuple | None, Card | str]:
+def read_card(path: str, seen: tuple | None = None) -> tuple[tuple | None, Card | str]:
     """``(witnesses, card)`` of the log in directory ``path`` when its card holds, else
     ``(witnesses, why)``: ``"missing"`` (no index, no card in it, not a UIP Book
-    directory) or ``"stale"`` (a card of another state of the files).  Opens no log."""
-    seen = witnesses(path)
+    directory) or ``"stale"`` (a card of another state of the files).  Opens no log.
+    ``seen``: :func:`witnesses` of ``path``, if the caller has just looked at them."""
+    seen = seen or witnesses(path)
     if seen is None:
         return None, "missing"
     if is_pier(path):

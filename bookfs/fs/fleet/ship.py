@@ -282,7 +282,7 @@ class ShipFaces:
                 isinstance(memo[1], str) and self.fleet.ahead.rebuilt(ship.path)):
             got = memo[1]
         else:
-            seen, got = read_card(ship.path)
+            seen, got = read_card(ship.path, seen)
             self._cards[ship.sid] = (seen, got)
             if isinstance(got, Card):
                 self.read += 1
