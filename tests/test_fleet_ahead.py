@@ -211,6 +211,19 @@ def test_the_first_listing_of_the_root_starts_the_builders_with_no_job(fleet, tm
         assert _marker(mnt)["ships_read_ahead"] > 0
 
 
+def test_a_listing_of_a_fleet_whose_cards_hold_starts_no_builder(fleet, tmp_path):
+    """The cards kept by a first walk hold at the next mount: listing the root then
+    starts no builder (nothing for one to do)."""
+    names, counts = _ships(fleet)
+    with mounted(fleet, tmp_path / "mnt", "--fleet") as mnt:
+        for name in names:
+            assert _walk(mnt, name) == counts[name]
+    with mounted(fleet, tmp_path / "mnt", "--fleet") as mnt:
+        assert len(os.listdir(mnt)) >= N
+        assert not _children(daemon_pid(mnt))
+        assert _walk(mnt, names[0]) == counts[names[0]] and _marker(mnt)["opened"] == 0
+
+
 @pytest.mark.parametrize("how", [["--ships-ahead", "0"], ["--no-index-cache"]])
 def test_a_listing_of_the_root_starts_no_builder_when_readahead_is_off(fleet, tmp_path, how):
     with mounted(fleet, tmp_path / "mnt", "--fleet", *how) as mnt:
@@ -364,17 +377,21 @@ def test_at_most_max_bytes_of_logs_are_ahead_of_the_walk_and_one_ship_at_least(
     assert ahead.max_bytes == 1 << 30 and out == sent
 
 
-def test_a_small_fleet_starts_no_builder_at_its_root_listing(monkeypatch):
+@pytest.mark.parametrize("ships, cards, starts", [
+    (A.INITIAL, set(), False),  # no more ships than a window's start: not worth it
+    (A.INITIAL + 1, set(), True),
+    (40, {0, 39}, False),  # the first and the last ship have their cards: a warm cache
+    (40, {0}, True), (40, {39}, True)])
+def test_the_root_listing_starts_builders_when_a_walk_would_open_logs(monkeypatch, ships,
+                                                                       cards, starts):
     started = []
     ahead = A.CardsAhead(16)
     monkeypatch.setattr(ahead, "_guarded", started.append)
-    ahead.root_listed(A.INITIAL)  # no more ships than a window's start: not worth it
-    ahead.root_listed(A.INITIAL + 1)  # (and the first listing is past)
-    assert started == []
-    ahead = A.CardsAhead(16)
-    monkeypatch.setattr(ahead, "_guarded", started.append)
-    ahead.root_listed(A.INITIAL + 1)
-    assert len(started) == 1
+    order = [_Ship(i) for i in range(ships)]
+    card_of = lambda s: "card" if int(s.path.rsplit("/", 1)[1]) in cards else None  # noqa: E731
+    ahead.root_listed(order, card_of)
+    ahead.root_listed(order, lambda s: None)  # (the first listing is past: nothing more)
+    assert len(started) == starts
 
 
 def test_off_sends_nothing(monkeypatch):

@@ -21,9 +21,9 @@ the ships in listing order (``ls MNT``'s order, by name):
   :func:`~bookfs.fs.fleet.builder.build_cards`, run by ``builders.py``): fresh
   interpreters (``spawn``, not forks of the threaded daemon; no GIL shared with the event
   loop), one per CPU, each fed down a pipe of its own and read by the event loop,
-  started at the first listing of the fleet's root since the mount (a walk lists it
-  before it enters any ship: :meth:`CardsAhead.root_listed`) or else at the first
-  readahead, stopped when ``idle_close`` seconds pass without a
+  started at the first listing of the fleet's root since the mount when its first or
+  last ship has no card (a walk lists the root before it enters any ship:
+  :meth:`CardsAhead.root_listed`), or else at the first readahead, stopped when ``idle_close`` seconds pass without a
   job sent or done (:meth:`CardsAhead.idle`; ten times that if a job never came back)
   and at unmount (``builders.py``: SIGTERM, then SIGKILL).  They run at the daemon's
   priority: at ``nice`` 10 they starved while the walk's own requests kept both cores
@@ -152,19 +152,22 @@ class CardsAhead:
         for i in range(0, len(paths), BATCH):
             self._submit(paths[i:i + BATCH])
 
-    def root_listed(self, ships: int) -> None:
-        """The fleet's root, of ``ships`` ships, is being listed.  The first time since
-        the mount, start the builders now, with no job yet, unless readahead is off
-        (``--ships-ahead 0``, no index cache) or the fleet has fewer ships than one
-        window's start (:data:`INITIAL`).  A walk lists the root before it goes into any
-        ship, and that listing keeps one core busy for about 0.1 s per 1,000 ships
+    def root_listed(self, order: Sequence, card_of: Callable) -> None:
+        """The fleet's root is being listed (``order``: its ships by name;
+        ``card_of(ship)``: the ship's card if one holds now, looked at).  The first time
+        since the mount, start the builders now, with no job yet, if the first or the
+        last ship has no card that holds (a walk would then open logs), unless readahead
+        is off (``--ships-ahead 0``, no index cache) or the fleet has no more ships than
+        one window's start (:data:`INITIAL`).  A walk lists the root before it goes into
+        any ship, and that listing keeps one core busy for about 0.1 s per 1,000 ships
         (each ship root's modes) while the other waits; builders started then are ready
-        when the walk reaches its first ships, instead of some 100 ships later.  Builders
-        that get no job stop after ``idle_close`` seconds (:meth:`idle`)."""
+        when the walk reaches its first ships, instead of some 100 ships later.
+        Builders that get no job stop after ``idle_close`` seconds (:meth:`idle`)."""
         if self._root_seen:
             return
         self._root_seen = True
-        if self.max_ships and ships > INITIAL and not self.running and _cache_on():
+        if self.max_ships and len(order) > INITIAL and not self.running and _cache_on() \
+                and (card_of(order[0]) is None or card_of(order[-1]) is None):
             self._guarded(lambda: None)
 
     def _submit(self, paths: list[str]) -> None:

@@ -453,7 +453,7 @@ class FleetOperations(pyfuse3.Operations):
     async def opendir(self, inode, ctx):
         if inode == F.FLEET_ROOT:
             self.rescan()
-            self.ahead.root_listed(len(self._order))  # a walk may follow (``ahead.py``)
+            self.ahead.root_listed(self._order, self.faces.card_now)  # (``ahead.py``)
             return pyfuse3.FileInfo(fh=self._fh(("root",)))
         sid, local = self._route(inode)
         self._ship(sid)

@@ -292,6 +292,10 @@ class ShipFaces:
                 self.missing += 1
         return got if isinstance(got, Card) else None
 
+    def card_now(self, ship: Ship) -> Card | None:
+        """:meth:`card`, the ship's witnesses looked at now."""
+        return self.card(ship, looked(ship.path)[0])
+
     def holds(self, ship: Ship) -> bool:
         """The card read last of ``ship`` held (nothing is looked at)."""
         memo = self._cards.get(ship.sid)
