@@ -20,18 +20,21 @@ the ships in listing order (``ls MNT``'s order, by name):
 * **Built by separate processes** (``builder.py``'s
   :func:`~bookfs.fs.fleet.builder.build_cards`, run by ``builders.py``): fresh
   interpreters (``spawn``, not forks of the threaded daemon; no GIL shared with the event
-  loop), one per CPU, each fed down a pipe of its own and read by the event loop,
-  started at the first listing of the fleet's root since the mount when its first or
-  last ship has no card (a walk lists the root before it enters any ship:
-  :meth:`CardsAhead.root_listed`), or else at the first readahead, stopped when ``idle_close`` seconds pass without a
-  job sent or done (:meth:`CardsAhead.idle`; ten times that if a job never came back)
-  and at unmount (``builders.py``: SIGTERM, then SIGKILL).  They run at the daemon's
-  priority: at ``nice`` 10 they starved while the walk's own requests kept both cores
-  busy, and the walk met half as many cards (``docs/benchmarks.md``).  None is started
-  while the index cache is off (``--no-index-cache``: no card could be kept).  A builder
-  opens the log read-only as the fleet does
-  (:func:`~bookfs.formats.shipcard.open_keeping_card`), so it saves the ship's index and
-  card in the fleet's index cache, and closes it.
+  loop), one per CPU, each fed down a pipe of its own and read by the event loop.  They
+  are started at the first listing of the fleet's root since the mount when its first
+  or last ship has no card (a walk lists the root before it enters any ship:
+  :meth:`CardsAhead.root_listed`), or else at the first readahead; stopped when
+  ``idle_close`` seconds pass without a job sent or done (:meth:`CardsAhead.idle`; ten
+  times that if a job never came back) and at unmount (``builders.py``: SIGTERM, then
+  SIGKILL).  They run at the daemon's priority: at ``nice`` 10 they starved while the
+  walk's own requests kept both cores busy, and the walk met half as many cards
+  (``docs/benchmarks.md``).  None is started while the index cache is off
+  (``--no-index-cache``: no card could be kept).  A builder opens the log read-only as
+  the fleet does (:func:`~bookfs.formats.shipcard.open_keeping_card`), so it saves the
+  ship's index and card in the fleet's index cache, and closes it.  It leaves a ship at
+  most ``builder.LEAD`` places past the walk's (a shared integer the event loop keeps
+  at the walk's place) to the walk, which would reach it before the builder's open
+  ended and open it again.
 * **Only a cache is written.**  A card is believed only while the log's files are as its
   witnesses say (``formats/shipcard.py``), whoever built it.  A builder that cannot open
   a log drops it: the walk's own open meets the error and shows it as any open does.
@@ -49,6 +52,7 @@ in the event loop (but :meth:`CardsAhead.stop`, also called once it has ended).
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import time
 from functools import partial
@@ -94,6 +98,7 @@ class CardsAhead:
         self.ships_sent = 0  # ships handed to builders (for the fleet's marker file)
         self.ships_built = 0  # ships whose card a builder kept or found (likewise)
         self._builders: Builders | None = None
+        self._walk_at = None  # the walk's position, shared with the builders (``_tell``)
         self._jobs = 0  # jobs in flight
         self._used = time.monotonic()
         self._opened_at = -2  # listing position of the last closed ship opened
@@ -117,6 +122,7 @@ class CardsAhead:
             self._horizon = pos
             self._sizes.clear()
             self._ahead_bytes = 0
+            self._tell(pos)
             self._send(pos, order, has_card)
         self._opened_at = pos
 
@@ -131,7 +137,14 @@ class CardsAhead:
             self._ahead_bytes = 0
             return
         self._window = min(self.max_ships, 2 * self._window)
+        self._tell(pos)
         self._send(pos, order, has_card)
+
+    def _tell(self, pos: int) -> None:
+        """Let the builders know the walk is at ``pos``: a ship it is about to reach is
+        left to it (``builder.py``, ``LEAD``)."""
+        if self._walk_at is not None:
+            self._walk_at.value = pos
 
     def _send(self, pos: int, order: Sequence, has_card: Callable) -> None:
         for k in [k for k in self._sizes if k <= pos]:  # reached: no longer ahead
@@ -146,7 +159,7 @@ class CardsAhead:
                     break
                 self._sizes[k] = size
                 self._ahead_bytes += size
-                paths.append(ship.path)
+                paths.append((k, ship.path))
             k += 1
         self._horizon = max(self._horizon, k - 1)
         for i in range(0, len(paths), BATCH):
@@ -170,7 +183,7 @@ class CardsAhead:
                 and (card_of(order[0]) is None or card_of(order[-1]) is None):
             self._guarded(lambda: None)
 
-    def _submit(self, paths: list[str]) -> None:
+    def _submit(self, paths: list) -> None:
         def send() -> None:
             self._builders.submit(paths)
             self._jobs += 1
@@ -187,7 +200,10 @@ class CardsAhead:
 
                 on = X.cache_enabled()
                 cache = (X.cache_dir() if on else None, on, max(self.keep, X.INDEX_KEEP))
-                self._builders = Builders(self.workers, partial(builder.start, cache),
+                self._walk_at = multiprocessing.get_context("spawn").RawValue(
+                    "q", max(self._at, self._opened_at))
+                self._builders = Builders(self.workers,
+                                          partial(builder.start, cache, self._walk_at),
                                           builder.build_cards, self._done, self._lost)
                 self._builders.start()
                 log.info("ship readahead: %d card builders started", self.workers)

@@ -13,6 +13,11 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+#: a ship this many places or fewer past the walk's is left to the walk: it would reach
+#: the ship before a builder's open of it ends, and open it itself (``ahead.py``)
+LEAD = 2
+_walk_at = None  # the walk's listing position, shared with the daemon (``start``)
+
 #: what :func:`~bookfs.formats.pier.identify` calls the logs that keep a card
 #: (``formats/shipcard.py``: a single vere-layout Book directory or LMDB epoch keeps none)
 CARD_KINDS = ("uip", "pier")
@@ -33,28 +38,37 @@ def serve(conn, start: Callable[[], object], job: Callable) -> None:
             return
 
 
-def start(cache: tuple[str | None, bool, int]) -> None:
+def start(cache: tuple[str | None, bool, int], walk_at=None) -> None:
     """A builder's set-up: the daemon's index cache (its directory, on or off, how many
-    indexes its prune keeps), and the modules its jobs need, loaded now rather than
-    during its first job."""
+    indexes its prune keeps), where the walk is (``walk_at``: a shared integer the
+    daemon keeps at the listing position of the ship root the walk reached last), and
+    the modules its jobs need, loaded now rather than during its first job."""
+    global _walk_at
     from bookfs.formats import index as X
     from bookfs.formats import book, info, pier, shipcard  # noqa: F401 - loaded here
 
+    _walk_at = walk_at
     directory, enabled, keep = cache
     X.configure_cache(directory, enabled=enabled)
     X.keep_at_least(keep)
 
 
-def build_cards(paths: Sequence[str]) -> list[str]:
-    """In a builder: give each log directory of ``paths`` a card that holds (its log
-    opened read-only and closed, unless a card already holds); the paths done.  Left
-    out, silently: a log of a kind that keeps no card (opening it would be for nothing),
-    and one that cannot be opened (the fleet's own open reports it)."""
+def build_cards(ships: Sequence) -> list[str]:
+    """In a builder: give each log directory of ``ships`` (paths, or ``(listing
+    position, path)`` pairs) a card that holds (its log opened read-only and closed,
+    unless a card already holds); the paths done.  Left out, silently: a ship the walk
+    has reached or will reach before the open would end (at most :data:`LEAD` places
+    past it: the fleet opens that one itself, and two opens of one log were one for
+    nothing), a log of a kind that keeps no card (opening it would be for nothing), and
+    one that cannot be opened (the fleet's own open reports it)."""
     from bookfs.formats.pier import identify
     from bookfs.formats.shipcard import Card, open_keeping_card, read_card
 
     done = []
-    for path in paths:
+    for ship in ships:
+        pos, path = ship if isinstance(ship, tuple) else (None, ship)
+        if pos is not None and _walk_at is not None and pos <= _walk_at.value + LEAD:
+            continue
         try:
             if not isinstance(read_card(path)[1], Card):
                 identified = identify(path)
