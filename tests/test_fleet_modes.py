@@ -41,7 +41,7 @@ def _fleet(root: Path) -> Path:
     build_sample(fleet / "book", 5)
     make_pier(fleet / "pier", [("lmdb", payloads(1, 10)), ("book", payloads(11, 5))])
     build_sample(root / "elsewhere", 4, seed=1)
-    (fleet / "linked").symlink_to(root / "elsewhere")
+    (fleet / "linked").symlink_to("../elsewhere")  # (relative: a copy links to its own)
     for dirpath, _, files in os.walk(root):
         os.chmod(dirpath, 0o755)
         for f in files:
@@ -97,17 +97,26 @@ CHANGES = st.lists(st.tuples(st.sampled_from(["book", "pier", "linked"]),
                    min_size=1, max_size=6)
 
 
-@settings(max_examples=25, deadline=None, derandomize=True,
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    """One fleet, copied for each example (building one takes longer than copying it)."""
+    root = tmp_path_factory.mktemp("modes")
+    _fleet(root)
+    return root
+
+
+@settings(max_examples=20, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(changes=CHANGES)
 @example(changes=[("book", "add", 0, 0o600), ("book", "chmod", 3, 0o644)])  # not witnessed
 @example(changes=[("linked", "add", 0, 0o600)])  # in a directory reached through a link
 @example(changes=[("book", "symlink", 0, 0o644), ("book", "chmod", 3, 0o600)])
-def test_pinned_modes_always_equal_modes_computed_afresh(monkeypatch, changes):
+def test_pinned_modes_always_equal_modes_computed_afresh(monkeypatch, template, changes):
     monkeypatch.setattr(S, "REFRESH", 0.0)  # only a pin keeps the modes
     monkeypatch.setattr(base, "REFRESH", 0.0)  # and every directory is looked at anew
     with tempfile.TemporaryDirectory(dir="/tmp") as root:
-        fleet = _fleet(Path(root))
+        shutil.copytree(template, root, symlinks=True, dirs_exist_ok=True)
+        fleet = Path(root) / "fleet"
         ops = FleetOperations(str(fleet), str(Path(root) / "mnt"))
         ships = {s.name: s for s in ops._order}
         time.sleep(SETTLE)
