@@ -6,8 +6,9 @@ once a ship, not once at the fleet's listing and again at the ship's.
 The class is checked against a fresh computation: random changes to every node the modes
 depend on (each file a ship's log is read from, its directories, the fleet's directory;
 ``chmod``, ``chown``, an ACL, a file added, a file replaced by a symbolic link), on a
-Book directory, a pier and a ship reached through a symbolic link, with ``REFRESH`` at 0 so that only a pin can keep them.
-The operations are driven directly, as the mount calls them."""
+Book directory, a pier and a ship reached through a symbolic link, with ``REFRESH`` at 0
+so that only a pin can keep them.  The operations are driven directly, as the mount
+calls them."""
 
 from __future__ import annotations
 

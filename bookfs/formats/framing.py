@@ -3,8 +3,8 @@ at each deed's start, ``let_d`` at its end), extending an
 :class:`~bookfs.formats.index.OffsetIndex` with the offset of each deed whose framing is
 sound.  CRCs are checked when a deed is read, not here.  Reads in chunks of
 :data:`_CHUNK` bytes with ``pread`` (no mmap, so a concurrent truncation cannot crash a
-reader) into one reusable buffer: memory stays constant whatever the deed sizes.  Knows nothing of persistence
-(``index.py``) or of FUSE.
+reader) into one reusable buffer: memory stays constant whatever the deed sizes.  Knows
+nothing of persistence (``index.py``) or of FUSE.
 
 The walk of each chunk's deeds has a compiled twin (``bookfs/formats/_framing.pyx``),
 used when it built and imports and ``BOOKFS_PURE_FRAMING`` is not set (:data:`FRAMING`
