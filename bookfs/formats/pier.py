@@ -319,6 +319,11 @@ class Pier(LogMixin):
     def confirm_to(self, event: int) -> None:
         self.epoch_of(event).log.confirm_to(event)
 
+    def prefetch(self, event: int) -> None:
+        e = self._holding(event)
+        if e is not None:
+            e.log.prefetch(event)
+
     # --- reading ---------------------------------------------------------------------------
 
     def read(self, event: int) -> bytes:

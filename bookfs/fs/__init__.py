@@ -20,6 +20,8 @@ wings (subpackages), each with its own map.
 ``dates``     an event file's mtime: the event's own date, from the log's date column
 ``inodes``    inode numbering (stable, derived from event numbers)
 ``cache``     the shared cache of small, checked event payloads
+``prefetch``  whether a lookup of a small event starts its disk read at once (learnt
+              from whether lookups are followed by reads)
 ``append``    the append engine, without FUSE: reservations, the ordered group commit,
               the commit rule, the payload check, staging buffers
 ``daemon``    the daemon's life: mounting, ``-o`` options, the read-only companion,

@@ -44,3 +44,7 @@ class EventCache:
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def __contains__(self, event: int) -> bool:
+        """Whether ``event`` is held (it does not count as a use)."""
+        return event in self._items

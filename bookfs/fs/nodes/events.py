@@ -11,10 +11,12 @@ entry cached for a day (Hadoop's ``.<name>.crc``, say).
 Checking: reading an event checks its CRC on ``open`` (streamed, in a worker thread, for
 large events), so corrupt bytes are never served.  Small events (up to ``SMALL_EVENT``)
 are held once, checked, in the daemon's bounded :class:`~bookfs.fs.cache.EventCache`
-shared by every handle; large ones are served with ``pread`` per request, so memory
-never holds a whole large event and never grows with the number of open handles.  On the
-no-open path (patched pyfuse3, read-only mount) the check moves to the first read of an
-event: a failed check answers EIO, and the kernel caches no byte of that event.
+shared by every handle (a lookup of one not held starts its disk read at once, while
+lookups are followed by reads: :mod:`bookfs.fs.prefetch`); large ones are served with
+``pread`` per request, so memory never holds a whole large event and never grows with
+the number of open handles.  On the no-open path (patched pyfuse3, read-only mount) the
+check moves to the first read of an event: a failed check answers EIO, and the kernel
+caches no byte of that event.
 
 Errors: an event not in the log is ENOENT (ESTALE when read by inode: it was there when
 looked up); any write is EROFS (events are immutable; append through ``new/``); a failed
@@ -34,6 +36,7 @@ from bookfs.errors import refuse
 from bookfs.fs import inodes as I
 from bookfs.fs.cache import EventCache
 from bookfs.fs.dates import EventDates
+from bookfs.fs.prefetch import LookupHints
 from bookfs.fs.nodes.base import FOREVER, Kind, negative
 
 SMALL_EVENT = 128 << 10  # events up to this size are read whole and cached
@@ -55,6 +58,7 @@ class EventFiles(Kind):
     def __init__(self, fs):
         super().__init__(fs)
         self.cache = EventCache()
+        self.hints = LookupHints()
         self.verified_large: set[int] = set()  # large events whose check passed (8 B each)
         self.dates = EventDates(self.log)  # each event's mtime: its own date (fs/dates.py)
         #: a plain READDIR entry's attributes: only its inode number and type are sent
@@ -89,7 +93,11 @@ class EventFiles(Kind):
             return negative()
         event = self.existing(event)
         await self.confirmed(event)
-        return self.event_attrs(event)
+        attrs = self.event_attrs(event)
+        if (attrs.st_size <= SMALL_EVENT and event not in self.cache
+                and self.hints.looked_up(event)):
+            self.log.prefetch(event)  # its READ will most likely follow: start the disk
+        return attrs
 
     # --- checking ------------------------------------------------------------------------
 
@@ -120,6 +128,7 @@ class EventFiles(Kind):
         """The payload of small ``event``, checked, from the shared cache or the disk."""
         data = self.cache.get(event)
         if data is None:
+            self.hints.read(event)
             # the format's check (CRC); kept only if the log is still this generation
             # once it was read (a recovery rewrites the file in place: read_then_recheck)
             data = self.fs.watch.read_then_recheck(None, f"events/{event}",

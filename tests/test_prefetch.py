@@ -1,0 +1,205 @@
+"""A LOOKUP of a small event starts its disk read at once, while lookups are followed by
+reads (``fs/prefetch.py``, ``EventLog.prefetch``), and a walk that only stats is not
+hinted.
+
+Through real read-only mounts of every source kind whose events lie in a file of deeds
+(a UIP Book, a vere-layout Book, a pier whose events are in a Book epoch): the log's
+pages are evicted from the page cache (``POSIX_FADV_DONTNEED``; the log is clean), then
+``stat`` looks an event up, and ``mincore(2)`` tells whether its deed's pages came back.
+On a UIP Book a ``stat`` reads no byte of the event (its date comes from the log's date
+column, ``fs/dates.py``), so only the hint brings them back; a log without a date column
+(vere's layout, a pier) decodes the event's date at its first lookup, which reads it
+anyway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import mmap
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bookfs.formats.book import Book
+from bookfs.formats.pier import open_source
+from bookfs.fs.prefetch import LIMIT, WINDOW, LookupHints
+from lmdb_fixtures import make_pier, make_vere_epoch
+from mount_fixtures import payload, wait_for
+from mounting import mounted
+
+N = 300  # events of SIZE bytes: each deed spans two pages or more
+SIZE = 9000
+PAGE = mmap.PAGESIZE
+
+# --- the rule, alone ---------------------------------------------------------------------
+
+
+def test_a_walk_that_only_stats_stops_being_hinted():
+    hints = LookupHints()
+    hinted = sum(hints.looked_up(e) for e in range(1, 10_001))
+    assert hinted <= WINDOW + LIMIT
+
+
+@pytest.mark.parametrize("readers", [1, 2, 8, WINDOW])
+def test_lookups_followed_by_reads_are_always_hinted(readers):
+    """``readers`` readers at once: each looks its event up, then all read theirs."""
+    hints = LookupHints()
+    for start in range(1, 2001, readers):
+        batch = range(start, start + readers)
+        assert all([hints.looked_up(e) for e in batch])
+        for e in batch:
+            hints.read(e)
+
+
+def test_reads_after_a_stat_walk_are_hinted_again():
+    """After a walk that only stats, at most ``LIMIT + 1`` lookups followed by reads."""
+    hints = LookupHints()
+    for e in range(1, 1001):
+        hints.looked_up(e)
+    hinted = []
+    for e in range(5000, 5000 + LIMIT + 2):
+        hinted.append(hints.looked_up(e))
+        hints.read(e)
+    assert not hinted[0] and hinted[-1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 60)), max_size=400))
+def test_the_rule_stays_bounded(ops):
+    """Any interleaving of lookups and reads: the window and the score stay in bounds,
+    and a read of an event never looked up changes nothing."""
+    hints = LookupHints()
+    for is_read, event in ops:
+        before = (hints.score, list(hints._unread))
+        if is_read:
+            known = event in hints._unread
+            hints.read(event)
+            if not known:
+                assert (hints.score, list(hints._unread)) == before
+        else:
+            assert hints.looked_up(event) == (hints.score > 0)
+        assert len(hints._unread) <= WINDOW
+        assert -LIMIT <= hints.score <= LIMIT
+
+
+# --- through a mount ---------------------------------------------------------------------
+
+
+def _uip(root: Path) -> Path:
+    d = root / "uip"
+    with Book.open(d, writable=True, create=True) as b:
+        b.save(1, [payload(n, SIZE) for n in range(1, N + 1)])
+    return d
+
+
+def _vere(root: Path) -> Path:
+    return make_vere_epoch(root / "0i0", 0, [payload(n, SIZE) for n in range(1, N + 1)])
+
+
+def _pier(root: Path) -> Path:
+    return make_pier(root / "pier", [("lmdb", [payload(n, 40) for n in range(1, 11)]),
+                                     ("book", [payload(n, SIZE) for n in range(11, N + 1)])])
+
+
+SOURCES = {"UIP Book": _uip, "vere-layout Book": _vere, "pier, Book epoch": _pier}
+
+
+def _log_file(src: Path) -> Path:
+    (found,) = [p for p in src.rglob("*.log") if p.stat().st_size > N * SIZE // 2]
+    return found
+
+
+def _deed_ranges(src: Path) -> dict[int, tuple[int, int]]:
+    """Each event's (offset, length) in its log file, from the log's own index."""
+    with open_source(src) as log:
+        def one(e):
+            inner = log.epoch_of(e).log if hasattr(log, "epoch_of") else log
+            off, n = inner._locate(e)
+            return off, inner.DEEDS.size(n)
+        return {e: one(e) for e in range(log.first, log.last + 1) if log.payload_size(e) > 100}
+
+
+def _resident(path: Path) -> bytearray:
+    """``mincore(2)`` of the whole file: one byte a page, bit 0 set when it is resident
+    (mapping a file and asking faults nothing in)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        try:
+            vec = (ctypes.c_ubyte * ((size + PAGE - 1) // PAGE))()
+            assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
+            return bytearray(vec)
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+
+
+def _evict(path: Path) -> None:
+    os.sync()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def _pages(off: int, length: int) -> range:
+    return range(off // PAGE, (off + length - 1) // PAGE + 1)
+
+
+@contextlib.contextmanager
+def _mounted_log(tmp_path, kind):
+    src = SOURCES[kind](tmp_path)
+    ranges = _deed_ranges(src)
+    mp = tmp_path / "mnt"
+    with mounted(src, mp, "-o", "ro"):
+        os.stat(mp / "events" / str(max(ranges)))  # the chain is walked to the end
+        yield mp, _log_file(src), ranges
+
+
+@pytest.mark.parametrize("kind", list(SOURCES))
+def test_a_lookup_starts_reading_the_event(tmp_path, kind):
+    with _mounted_log(tmp_path, kind) as (mp, log_file, ranges):
+        _lookup_reads(mp, log_file, ranges)
+
+
+def _lookup_reads(mp, log_file, ranges):
+    event = sorted(ranges)[len(ranges) // 2]
+    pages = _pages(*ranges[event])
+    _evict(log_file)
+    if any(_resident(log_file)[p] & 1 for p in pages):
+        pytest.fail("the log's pages could not be evicted (POSIX_FADV_DONTNEED)")
+    os.stat(mp / "events" / str(event))  # a LOOKUP; reads no byte of the event
+    assert wait_for(lambda: all(_resident(log_file)[p] & 1 for p in pages), timeout=30)
+    with open(mp / "events" / str(event), "rb") as f:  # and the read that follows
+        assert len(f.read()) == os.stat(mp / "events" / str(event)).st_size
+
+
+def test_a_walk_that_only_stats_reads_few_events(tmp_path):
+    """(A log with a date column: elsewhere each first lookup reads its event.)"""
+    with _mounted_log(tmp_path, "UIP Book") as (mp, log_file, ranges):
+        _stat_walk(mp, log_file, ranges)
+
+
+def _stat_walk(mp, log_file, ranges):
+    events = sorted(ranges)[:-4]  # (the log's tail is read by the mount's own looks)
+    _evict(log_file)
+    for e in events:
+        os.stat(mp / "events" / str(e))
+    os.sync()
+    vec = _resident(log_file)
+    back = [e for e in events if all(vec[p] & 1 for p in _pages(*ranges[e]))]
+    assert len(back) <= WINDOW + LIMIT + 2, (len(back), len(events))
