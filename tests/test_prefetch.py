@@ -203,3 +203,14 @@ def _stat_walk(mp, log_file, ranges):
     vec = _resident(log_file)
     back = [e for e in events if all(vec[p] & 1 for p in _pages(*ranges[e]))]
     assert len(back) <= WINDOW + LIMIT + 2, (len(back), len(events))
+
+
+@pytest.mark.parametrize("kind", list(SOURCES))
+def test_a_hint_never_raises(tmp_path, kind):
+    """A hint must not fail the lookup that gives it: an event the log does not hold, one
+    in an LMDB epoch (nothing to hint), a closed log."""
+    log = open_source(SOURCES[kind](tmp_path))
+    for event in (0, 1, log.last, log.last + 1, 10**12):
+        log.prefetch(event)
+    log.close()
+    log.prefetch(log.last if log.count else 1)

@@ -421,11 +421,12 @@ class SingleFileLog(CommittedReads, PublishedView):
         ``force_page_cache_readahead()``, whose ``read_pages()`` in ``mm/readahead.c``
         submits the reads and does not wait for them).  The index's offset is used as it
         stands: a hint reads nothing into the process and checks nothing, so a wrong
-        offset costs only a useless read.  Errors are ignored."""
+        offset costs only a useless read.  Never raises: a hint must not fail the
+        request that gives it (an index replaced meanwhile, a closed log)."""
         try:
             off, n = self._locate(event)
             os.posix_fadvise(self._fd, off, self.DEEDS.size(n), os.POSIX_FADV_WILLNEED)
-        except (OSError, NoSuchEvent):
+        except (OSError, LookupError, ValueError, BookError):
             pass
 
     def payload_bounds(self, event: int, n: int):
