@@ -160,20 +160,44 @@ def _pages(off: int, length: int) -> range:
     return range(off // PAGE, (off + length - 1) // PAGE + 1)
 
 
+FLEET = "a fleet's ship (UIP Book)"
+
+
 @contextlib.contextmanager
 def _mounted_log(tmp_path, kind):
-    src = SOURCES[kind](tmp_path)
+    """``(the directory holding events/, the log file, each event's deed range)``."""
+    fleet = kind == FLEET
+    src = (_uip if fleet else SOURCES[kind])(tmp_path / "fleet" if fleet else tmp_path)
     ranges = _deed_ranges(src)
     mp = tmp_path / "mnt"
-    with mounted(src, mp, "-o", "ro"):
-        os.stat(mp / "events" / str(max(ranges)))  # the chain is walked to the end
-        yield mp, _log_file(src), ranges
+    with mounted(src.parent if fleet else src, mp, *(["--fleet"] if fleet else ["-o", "ro"])):
+        root = mp / os.listdir(mp)[0] if fleet else mp  # (a fleet's ship: its small
+        os.stat(root / "events" / str(max(ranges)))  # events share the fleet's cache)
+        yield root, _log_file(src), ranges
 
 
-@pytest.mark.parametrize("kind", list(SOURCES))
+@pytest.mark.parametrize("kind", [*SOURCES, FLEET])
 def test_a_lookup_starts_reading_the_event(tmp_path, kind):
     with _mounted_log(tmp_path, kind) as (mp, log_file, ranges):
         _lookup_reads(mp, log_file, ranges)
+
+
+def test_every_cache_an_event_node_is_handed_answers_alike():
+    """A single mount's events hold their small payloads in an ``EventCache``, a fleet's
+    ships in a ``ShipCache`` view of the fleet's one cache: the view must answer all that
+    the cache answers (a lookup asked the view ``in``, which it lacked: EIO)."""
+    from bookfs.fs.cache import EventCache
+    from bookfs.fs.fleet.ship import ShipCache
+
+    asked = {n for n in vars(EventCache) if not n.startswith("_")} | {"__contains__",
+                                                                      "__len__"}
+    assert asked <= set(dir(ShipCache)), asked - set(dir(ShipCache))
+    shared = EventCache()
+    view, other = ShipCache(shared), ShipCache(shared)
+    view.put(7, b"x")
+    assert 7 in view and 7 not in other and 8 not in view and len(view) == 1
+    view.clear()
+    assert 7 not in view
 
 
 def _lookup_reads(mp, log_file, ranges):

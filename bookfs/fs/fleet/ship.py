@@ -77,6 +77,9 @@ class ShipCache:
     def __len__(self) -> int:
         return sum(1 for k in self.shared._items if k[0] == self.tag)
 
+    def __contains__(self, event: int) -> bool:
+        return (self.tag, event) in self.shared
+
 
 class ShipOperations(LogOperations):
     """A single read-only mount's operations over one ship's log, telling the kernel
