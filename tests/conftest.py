@@ -29,9 +29,23 @@ from bookfs.formats.book import Book
 RUN_MARK = "BOOKFS_TEST_RUN"
 
 
+#: the JIT of the run's JVMs: C1 only.  Each of the suite's JVMs (a Spark driver, an
+#: executor, a standalone master or worker) lives for seconds, and C2's compiler threads
+#: took a share of the 2 cores the whole run has (``tests/test_spark.py``: 45 s, 35 s with
+#: this).  Only the JIT's tiers change: what the code computes does not.  The product's
+#: own JVMs (``bookfs spark`` outside the tests) are left to the JVM's defaults.
+TEST_JIT = "-XX:TieredStopAtLevel=1"
+
+
 def pytest_configure(config):
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ[RUN_MARK] = uuid.uuid4().hex
+    # pyspark passes PYSPARK_SUBMIT_ARGS to spark-submit (its java_gateway.py), which
+    # starts the driver; executors and the standalone daemons take their own settings
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-java-options {TEST_JIT} --conf "
+                                                 f"spark.executor.extraJavaOptions={TEST_JIT} "
+                                                 "pyspark-shell")
+    os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", TEST_JIT)
 
 
 def pytest_sessionfinish(session, exitstatus):
