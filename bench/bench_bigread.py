@@ -6,6 +6,8 @@ large event of a Book log.  Each round reads it, in turn, from:
 
   bookfs        a fresh ``bookfs mount -o ro`` (its readahead raised to 1 MiB: fs/daemon/mount.py)
   bookfs-128k   the same with the mount's readahead set back to the kernel's 128 KiB
+  bookfs-first  as bookfs, with no seal kept from an earlier read (formats/seals.py): the
+                first read ever, which checks the whole deed before serving a byte
   local         the same bytes as one file on the local disk
   constfs       ``bench/constfs.py --count 1 --size N``: pyfuse3 serving N constant bytes
                 from memory (the floor)
@@ -63,15 +65,22 @@ def main(argv=None) -> int:
         with open(local, "wb") as f:
             f.write(payload)
         del payload
+    with Book.open(log) as b:  # the seal a first read made (formats/seals.py), kept
+        b.seal(2)
     size = os.path.getsize(local)
     mnt = os.path.join(work, "mnt")
     os.makedirs(mnt, exist_ok=True)
     ev = os.path.join(mnt, "events", f"{2:012d}")
     const = os.path.join(mnt, "events", f"{1:012d}")
 
-    def bookfs(kb=None):
+    def bookfs(kb=None, first=False):
         class Ctx:
             def __enter__(self):
+                if first:  # no seal kept from an earlier read: the whole deed is checked
+                    cache = os.environ["BOOKFS_CACHE_DIR"]
+                    for name in os.listdir(cache) if os.path.isdir(cache) else ():
+                        if name.endswith(".sums"):
+                            os.unlink(os.path.join(cache, name))
                 self.m = mounted(log, mnt, "-o", "ro")
                 self.m.__enter__()
                 if kb is not None:
@@ -85,6 +94,7 @@ def main(argv=None) -> int:
     targets = {
         "bookfs": bookfs,
         "bookfs-128k": lambda: bookfs(128),
+        "bookfs-first": lambda: bookfs(first=True),
         "local": lambda: At(local),
         "constfs": lambda: At(const, Proc([sys.executable, os.path.join(HERE, "constfs.py"),
                                             mnt, "--count", "1", "--size", str(size)], mnt,
@@ -113,7 +123,7 @@ def main(argv=None) -> int:
         for k, v in t[w].items():
             print(f"  {k:12} {min(v):.3f} / {statistics.median(v):.3f} / {max(v):.3f} s  "
                   f"({size / 1e6 / statistics.median(v):,.0f} MB/s at the median)")
-        for ref in ("local", "constfs", "bookfs-128k"):
+        for ref in ("local", "constfs", "bookfs-128k", "bookfs-first"):
             r = [b and x / b for x, b in zip(t[w][ref], t[w]["bookfs"])]
             print(f"  bookfs speed / {ref:11} {min(r):.2f} / {statistics.median(r):.2f} / "
                   f"{max(r):.2f}")

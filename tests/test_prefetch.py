@@ -15,8 +15,6 @@ anyway.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import mmap
 import os
 from pathlib import Path
 
@@ -30,10 +28,10 @@ from bookfs.fs.prefetch import LIMIT, WINDOW, LookupHints
 from lmdb_fixtures import make_pier, make_vere_epoch
 from mount_fixtures import payload, wait_for
 from mounting import mounted
+from page_cache import evict as _evict, pages as _pages, resident as _resident
 
 N = 300  # events of SIZE bytes: each deed spans two pages or more
 SIZE = 9000
-PAGE = mmap.PAGESIZE
 
 # --- the rule, alone ---------------------------------------------------------------------
 
@@ -121,43 +119,6 @@ def _deed_ranges(src: Path) -> dict[int, tuple[int, int]]:
             off, n = inner._locate(e)
             return off, inner.DEEDS.size(n)
         return {e: one(e) for e in range(log.first, log.last + 1) if log.payload_size(e) > 100}
-
-
-def _resident(path: Path) -> bytearray:
-    """``mincore(2)`` of the whole file: one byte a page, bit 0 set when it is resident
-    (mapping a file and asking faults nothing in)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_long]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
-        try:
-            vec = (ctypes.c_ubyte * ((size + PAGE - 1) // PAGE))()
-            assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
-            return bytearray(vec)
-        finally:
-            libc.munmap(addr, size)
-    finally:
-        os.close(fd)
-
-
-def _evict(path: Path) -> None:
-    os.sync()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def _pages(off: int, length: int) -> range:
-    return range(off // PAGE, (off + length - 1) // PAGE + 1)
 
 
 FLEET = "a fleet's ship (UIP Book)"

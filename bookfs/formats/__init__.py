@@ -30,6 +30,8 @@
 ``deeds``           one deed walk per layout (``UIP``, ``VERE``): sizes, checks, walks, writer;
                     every reader and writer of deeds goes through it
 ``index``           the persisted offset index (8 B/event), validated and rebuilt when stale
+``seals``           a large deed's CRC per block, kept beside the index: reads checked
+                    block by block as they are served
 ``framing``         the framing scan of both Book layouts, and walks from the log's end
                     (its walk of a chunk compiled: ``_framing.pyx``)
 ``datecolumn``      each event's date, kept beside the offset index

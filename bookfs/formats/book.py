@@ -47,6 +47,7 @@ from bookfs.formats.layout import (FIR_OFFSET, HEADER, HEADER_SIZE, LOG_NAME, MA
     META_NAME, VERSION)
 from bookfs.formats.detect import epoch_says_vere, identify_fd, looks_padded, slot_crc_ok
 from bookfs.formats.lock import WriterLock
+from bookfs.formats.seals import Seal, Sealer
 from bookfs.formats.logbase import SingleFileLog
 from bookfs.types import Progress
 
@@ -92,6 +93,7 @@ class Book(SingleFileLog):
         #: a reader's deeds held back as not yet committed: what must change before they
         #: are worth scanning again (``_held_key``); None when none is held back
         self._held: tuple | None = None
+        self._sealer = Sealer(UIP)  # large deeds' block CRCs, kept beside the index
 
     # --- opening -----------------------------------------------------------------------
 
@@ -384,11 +386,17 @@ class Book(SingleFileLog):
         """Check ``event``'s framing (``len_d``, ``let_d``: the deed is the one the index
         names) and its CRC by streaming its deed (constant memory), or raise
         :class:`CorruptDeed`.  A later :meth:`read_slice` of it is then safe."""
+        self.seal(event)
+
+    def seal(self, event: int, *, fresh: bool = False) -> Seal | None:
+        """:meth:`verify_event`, which for a large deed also gives its seal: the one kept
+        from an earlier check of this very deed (not if ``fresh``), else one made in the
+        same pass (``seals.py``).  None for a deed under ``seals.SEALED_FROM``."""
         off, n = self._locate(event)
         if self._confirm_offset(event, event - self._view[0]):
             off, n = self._locate(event)  # the index was rebuilt
         try:
-            UIP.verify(self._fd, off, n)
+            return self._sealer.seal(self._fd, self.log_path, event, off, n, fresh=fresh)
         except BadDeed as e:
             self._corrupt(event, off, e.what, e.detail)
 

@@ -16,7 +16,8 @@ walk checks:
   the offset index.
 * :meth:`Deeds.walk`: the deeds of bytes in memory (a segment), each one sound.
 * :meth:`Deeds.read`: one deed of a file, sound, its payload in memory.
-* :meth:`Deeds.verify`: the same in constant memory (the CRC streamed), no payload kept.
+* :meth:`Deeds.verify`: the same in constant memory (the CRC streamed), no payload kept;
+  :meth:`Deeds.verify_blocks` also takes a CRC per block of the payload (``seals.py``).
 * :meth:`Deeds.spans` and :meth:`Deeds.length_at`: framing only, from ``len_d``/``let_d``.
 * :meth:`Deeds.skip`: from deed to deed by ``len_d`` alone.
 * :meth:`Deeds.write`: the deeds for payloads, in one ``pwritev`` or streamed.
@@ -34,6 +35,7 @@ from __future__ import annotations
 import errno
 import os
 import struct
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -142,18 +144,44 @@ class Deeds:
             raise BadDeed(off, why.what, why.detail)
         return buf[8 : 8 + n]
 
-    def verify(self, fd: int, off: int, n: int) -> None:
-        """:meth:`read`'s checks in constant memory: ``len_d`` and the trailer read alone,
-        the CRC (UIP) streamed.  Raises :class:`BadDeed`."""
+    def trailer_at(self, fd: int, off: int, n: int) -> tuple:
+        """The trailer of the deed at ``off`` that carries ``n`` payload bytes, ``(crc,
+        let_d)`` (UIP) or ``(let_d,)``, once its ``len_d`` and ``let_d`` are both ``n``.
+        Raises :class:`BadDeed`."""
         self._len_is(os.pread(fd, 8, off), n, off)
         tail = os.pread(fd, self.tail, off + 8 + n)
         if len(tail) != self.tail:
             raise BadDeed(off, "framing", "the deed runs past the end of the file")
-        got = self.trailer.unpack(tail)  # (crc, let_d) or (let_d,)
+        got = self.trailer.unpack(tail)
         if got[-1] != n:
             raise BadDeed(off, "framing", f"let_d is {got[-1]}, not len_d {n}")
+        return got
+
+    def verify(self, fd: int, off: int, n: int) -> None:
+        """:meth:`read`'s checks in constant memory: ``len_d`` and the trailer read alone,
+        the CRC (UIP) streamed.  Raises :class:`BadDeed`."""
+        got = self.trailer_at(fd, off, n)
         if self.crc and self._stream_crc(fd, off, off + 8 + n) != got[0]:
             raise BadDeed(off, "CRC")
+
+    def verify_blocks(self, fd: int, off: int, n: int, block: int) -> tuple[int, array]:
+        """:meth:`verify` of a deed of a layout with a CRC, taking in the same streamed
+        pass the CRC-32 of each ``block`` bytes of its payload (the last one shorter):
+        ``(the deed's CRC, the blocks' CRCs)``.  Raises :class:`BadDeed`."""
+        stored = self.trailer_at(fd, off, n)[0]
+        crc, sums, pos = crc32(DEED_LEN.pack(n)), array("I"), 0
+        step = max(block, _CRC_CHUNK - _CRC_CHUNK % block)
+        while pos < n:
+            chunk = self.payload_at(fd, off, min(step, n - pos), pos)
+            if not chunk:
+                raise BadDeed(off, "framing", "the deed runs past the end of the file")
+            crc = crc32(chunk, crc)
+            view = memoryview(chunk)
+            sums.extend(crc32(view[k : k + block]) for k in range(0, len(view), block))
+            pos += len(chunk)
+        if crc != stored:
+            raise BadDeed(off, "CRC")
+        return crc, sums
 
     def sound(self, fd: int, off: int, n: int) -> bool:
         """Whether the deed at ``off`` with ``n`` payload bytes is sound (:meth:`verify`)."""

@@ -13,6 +13,11 @@ Contract, for every implementation:
   format has; it raises ``NoSuchEvent`` or ``CorruptDeed`` (never returns corrupt bytes).
   ``verify_event`` runs the same check without holding the payload in memory;
   ``read_slice`` returns unchecked bytes and is used only after ``verify_event``.
+  ``seal(event)`` is ``verify_event`` that also gives, for a large deed of a format with
+  a CRC per deed, its seal: a CRC per block (``seals.py``), so that ``read_sealed`` can
+  check each block it reads instead of trusting the earlier check; None where there is
+  none (then ``read_slice``).  ``read_sealed`` raises ``SealBroken`` when a block fails,
+  and the caller seals again with ``fresh=True``, which checks the whole deed.
 * ``payload_size`` and ``mtime_ns`` are cheap (no payload read where the format allows),
   once ``chain_confirmed(event)`` is True.  Until then (a UIP Book opened from its
   persisted index, a hint until the chain of deeds proves it) a read by number first
@@ -38,9 +43,12 @@ Contract, for every implementation:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from bookfs.types import EventNum
+
+if TYPE_CHECKING:
+    from bookfs.formats.seals import Seal
 
 
 @runtime_checkable
@@ -77,6 +85,10 @@ class EventLog(Protocol):
     def verify_event(self, event: int) -> None: ...
 
     def read_slice(self, event: int, offset: int, size: int) -> bytes: ...
+
+    def seal(self, event: int, *, fresh: bool = False) -> Seal | None: ...
+
+    def read_sealed(self, event: int, seal: Seal, offset: int, size: int) -> bytes: ...
 
     def prefetch(self, event: int) -> None: ...
 

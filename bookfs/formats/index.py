@@ -81,7 +81,7 @@ _SAMPLE = 64  # deeds (len_d, let_d) re-checked against the log when a persisted
 INDEX_KEEP = 64  # persisted indexes always kept in the cache directory (most recently used)
 INDEX_BUDGET = 1 << 30  # bytes: older indexes are kept too while the directory stays within
 INDEX_MAX_AGE = 90 * 24 * 3600  # seconds: an index unused for this long is pruned
-_INDEX_NAME = re.compile(r"[0-9a-f]{40}\.(?:idx|card)")  # what _index_path names; only these
+_INDEX_NAME = re.compile(r"[0-9a-f]{40}\.(?:idx|card|sums)")  # what _index_path names; only these
 _TEMP_NAME, TEMP_MAX_AGE = re.compile(r"\.tmp-[a-z0-9_]{8}"), 3600  # _replace's, unused 1 h
 _MAGIC_FAMILY = _FILE_MAGIC[:6]  # every version of our index files starts with this
 
@@ -138,7 +138,7 @@ def prune_cache(directory: str, *, keep: int = INDEX_KEEP, budget: int = INDEX_B
     most recently used (by mtime, which a load refreshes) nor within ``budget`` bytes
     counted from the most recently used down, and those unused for more than ``max_age``
     seconds; returns the paths deleted.  Only regular files (never followed through a
-    symlink) named ``<40 hex>.idx`` (or ``.card``) whose first bytes are an index magic
+    symlink) named ``<40 hex>.idx`` (``.card``, ``.sums``) whose first bytes are an index magic
     are candidates, and temporary files of saves cut short (``.tmp-`` and mkstemp's 8
     characters) once :data:`TEMP_MAX_AGE` old.  Errors are skipped."""
     now = time.time() if now is None else now
@@ -400,16 +400,16 @@ def _replace(path: str, chunks) -> None:
         prune_cache(os.path.dirname(path), keep=_settings.keep)
 
 
-def save_card_file(key_path: str, st: os.stat_result, card: bytes) -> None:
-    """Store ``card`` alone, for a log with no persisted index to keep it with (a pier):
-    a *card file* in the cache directory, named as an index is (``key_path``, ``st``'s
-    device and inode), written as one is (private directory, atomic replace, a CRC,
-    pruned with the indexes).  Nothing written with the cache off; failures logged."""
+def save_card_file(key_path: str, st: os.stat_result, card: bytes, kind="card") -> None:
+    """Store ``card`` alone, for a log with no persisted index to keep it with (a pier), as
+    a *card file* named as an index is (``key_path``, ``st``'s device and inode; ``kind``
+    its suffix), written as one is (private directory, atomic replace, a CRC, pruned with
+    the indexes).  Nothing written with the cache off; failures logged."""
     if not _settings.enabled:
         return
     body = _CARD_MAGIC + card + _CARD_FOOT.pack(crc32(card), len(card), _CARD_TAG)
     try:
-        _replace(_index_path(key_path, st, ".card"), (body, struct.pack("<I", crc32(body))))
+        _replace(_index_path(key_path, st, f".{kind}"), (body, struct.pack("<I", crc32(body))))
     except (OSError, BookError) as e:
         log.warning("could not keep the card of %s: %s", key_path, e)
 
@@ -425,12 +425,12 @@ def read_card(log_path: str, st: os.stat_result) -> bytes | None:
     return _tail_card(_index_path(log_path, st), _FILE_HEAD.size)
 
 
-def read_card_file(key_path: str, st: os.stat_result) -> bytes | None:
+def read_card_file(key_path: str, st: os.stat_result, kind="card") -> bytes | None:
     """The card :func:`save_card_file` stored for ``key_path`` and ``st``, or ``None``, as
     :func:`read_card` (the file touched when found; never trusted here)."""
     if not _settings.enabled:
         return None
-    return _tail_card(_index_path(key_path, st, ".card"), len(_CARD_MAGIC))
+    return _tail_card(_index_path(key_path, st, f".{kind}"), len(_CARD_MAGIC))
 
 
 def _tail_card(path: str, head: int) -> bytes | None:

@@ -45,6 +45,7 @@ from bookfs.formats.layout import (
 )
 from bookfs.formats.lock import WriterLock, lock_path_for
 from bookfs.formats.mark import MarkReader, MarkWriter
+from bookfs.formats.seals import Seal, SealBroken, read_sealed
 from bookfs.types import EventNum
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,20 @@ class LogMixin:
         """A hint that ``event`` will be read soon: start bringing its bytes into the page
         cache and return at once.  Nothing here, for a log that cannot say where an
         event's bytes lie (LMDB maps its file; the kernel pages it in)."""
+
+    def seal(self, event: int, *, fresh: bool = False) -> Seal | None:
+        """``verify_event``, and ``event``'s seal where its format makes one (a UIP deed
+        of ``seals.SEALED_FROM`` bytes or more: ``Book.seal``); None here."""
+        self.verify_event(event)
+        return None
+
+    def read_sealed(self, event: int, seal: Seal, offset: int, size: int) -> bytes:
+        """``read_slice`` of a deed :meth:`seal` sealed (a format that seals: one file of
+        deeds), each block read checked against the seal: :class:`SealBroken` if one
+        fails or the index no longer puts the deed where the seal does."""
+        if self._locate(event) != (seal.off, seal.n):
+            raise SealBroken(f"{self.log_path}: event {event} moved since it was sealed")
+        return read_sealed(self._fd, seal, offset, size, self.DEEDS)
 
     def walk(self, start: int | None = None, end: int | None = None
              ) -> Iterator[tuple[EventNum, bytes]]:

@@ -337,6 +337,12 @@ class Pier(LogMixin):
     def read_slice(self, event: int, offset: int, size: int) -> bytes:
         return self.epoch_of(event).log.read_slice(event, offset, size)
 
+    def seal(self, event: int, *, fresh: bool = False):
+        return self.epoch_of(event).log.seal(event, fresh=fresh)
+
+    def read_sealed(self, event: int, seal, offset: int, size: int) -> bytes:
+        return self.epoch_of(event).log.read_sealed(event, seal, offset, size)
+
     def verify(self, *, progress=None) -> list[tuple[int, int]]:
         """Every epoch's own ``verify`` (CRC, framing and batch CRC, or LMDB reads):
         ``(event, offset)`` of each bad deed, offsets within that epoch's log."""

@@ -402,7 +402,7 @@ class LogOperations(pyfuse3.Operations):
     async def _read_handle(self, fh: int, off: int, size: int) -> bytes:
         h = self._handles.get(fh)
         if isinstance(h, EventHandle):
-            return self.event_files.read_handle(h, off, size)
+            return await self.event_files.read_handle(h, off, size)
         if isinstance(h, BytesHandle):
             return h.data[off : off + size]
         if isinstance(h, SegmentHandle):

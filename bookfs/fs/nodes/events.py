@@ -9,8 +9,13 @@ than the two canonical ones (``42``, ``000000000042``) is not cached (entry time
 entry cached for a day (Hadoop's ``.<name>.crc``, say).
 
 Checking: reading an event checks its CRC on ``open`` (streamed, in a worker thread, for
-large events), so corrupt bytes are never served.  Small events (up to ``SMALL_EVENT``)
-are held once, checked, in the daemon's bounded :class:`~bookfs.fs.cache.EventCache`
+large events), so corrupt bytes are never served.  A large event's check also seals it
+(:mod:`bookfs.formats.seals`: a CRC per 128 KiB block, kept beside the index), and every
+read of it is then served after the blocks it covers pass their CRCs: a seal kept from an
+earlier open makes a cold read check block by block from its first byte, with no whole
+pass over the deed first, and a block that rotted since is refused.  A block that fails
+gets the whole deed checked again, which tells a stale seal from damage (EIO).  Small
+events (up to ``SMALL_EVENT``) are held once, checked, in the daemon's bounded :class:`~bookfs.fs.cache.EventCache`
 shared by every handle (a lookup of one not held starts its disk read at once, while
 lookups are followed by reads: :mod:`bookfs.fs.prefetch`); large ones are served with
 ``pread`` per request, so memory never holds a whole large event and never grows with
@@ -27,6 +32,7 @@ log was recovered or replaced, is ESTALE (:mod:`bookfs.fs.watch`).
 from __future__ import annotations
 
 import errno
+import functools
 import stat
 
 import pyfuse3
@@ -38,8 +44,10 @@ from bookfs.fs.cache import EventCache
 from bookfs.fs.dates import EventDates
 from bookfs.fs.prefetch import LookupHints
 from bookfs.fs.nodes.base import FOREVER, Kind, negative
+from bookfs.formats.seals import Seal, SealBroken
 
 SMALL_EVENT = 128 << 10  # events up to this size are read whole and cached
+SEALS_HELD = 1024  # large events' checks held (their seals: 32 B per MiB), the newest
 
 
 class EventHandle:
@@ -59,7 +67,8 @@ class EventFiles(Kind):
         super().__init__(fs)
         self.cache = EventCache()
         self.hints = LookupHints()
-        self.verified_large: set[int] = set()  # large events whose check passed (8 B each)
+        #: large events whose check passed, and their seals (None: checked whole)
+        self.checked_large: dict[int, Seal | None] = {}
         self.dates = EventDates(self.log)  # each event's mtime: its own date (fs/dates.py)
         #: a plain READDIR entry's attributes: only its inode number and type are sent
         self.plain_attrs = pyfuse3.EntryAttributes()
@@ -68,7 +77,7 @@ class EventFiles(Kind):
     def drop(self) -> None:
         """Forget every checked event: the log changed under the mount."""
         self.cache.clear()
-        self.verified_large.clear()
+        self.checked_large.clear()
         self.dates.drop()
 
     def event_of(self, ino: int) -> int:
@@ -111,18 +120,31 @@ class EventFiles(Kind):
         if not self.log.chain_confirmed(event):
             await trio.to_thread.run_sync(self.log.confirm_to, event)
 
-    async def check(self, event: int) -> bytes | None:
+    async def check(self, event: int) -> bytes | Seal | None:
         """Check ``event`` before any of its bytes are served: a small one is read whole,
-        checked and kept in the shared cache (returned); a large one is checked by
-        streaming it in a worker thread, once per log generation (None: read it with
-        ``read_slice``).  A failed check raises, which the handlers answer EIO."""
+        checked and kept in the shared cache (returned); a large one is checked in a
+        worker thread, once per log generation while among the last ``SEALS_HELD``
+        (``EventLog.seal``: a kept seal's two small reads, or a streamed pass), and its
+        seal returned (None: checked whole, read it with ``read_slice``).  A failed check
+        raises, which the handlers answer EIO."""
         await self.confirmed(event)
         if self.log.payload_size(event) <= SMALL_EVENT:
             return self.checked(event)
-        if event not in self.verified_large:
-            await trio.to_thread.run_sync(self.log.verify_event, event)
-            self.verified_large.add(event)
-        return None
+        if event in self.checked_large:
+            return self.checked_large[event]
+        return await self.sealed(event)
+
+    async def sealed(self, event: int, *, fresh: bool = False) -> Seal | None:
+        """``EventLog.seal`` of large ``event`` in a worker thread, held for later reads
+        (a failed check holds nothing: the next read checks again, and fails again)."""
+        held = self.checked_large
+        held.pop(event, None)
+        seal = await trio.to_thread.run_sync(functools.partial(self.log.seal, event,
+                                                               fresh=fresh))
+        while len(held) >= SEALS_HELD:
+            del held[next(iter(held))]
+        held[event] = seal
+        return seal
 
     def checked(self, event: int) -> bytes:
         """The payload of small ``event``, checked, from the shared cache or the disk."""
@@ -146,7 +168,7 @@ class EventFiles(Kind):
         if event not in self.log:
             raise pyfuse3.FUSEError(errno.ENOENT)
         generation = fs.generations.generation
-        small = await self.check(event) is not None
+        small = isinstance(await self.check(event), bytes)
         handle = EventHandle(event, generation, small)
         return fs.file_info(fs.new_fh(handle), keep_cache=True)
 
@@ -162,19 +184,52 @@ class EventFiles(Kind):
             if event not in self.log:
                 raise refuse(errno.ESTALE, f"events/{event}: no longer in the log")
         self.fs.generations.current(ino, f"events/{event}")
-        data = await self.check(event)
+        got = await self.check(event)
         self.fs.generations.current(ino, f"events/{event}")
-        if data is not None:
-            return data[off : off + size]
-        return watch.read_then_recheck(ino, f"events/{event}", self.log.read_slice,
-                                          event, off, size)
+        if isinstance(got, bytes):
+            return got[off : off + size]
+        return await self.read_large(ino, event, got, off, size)
 
-    def read_handle(self, h: EventHandle, off: int, size: int) -> bytes:
+    async def read_handle(self, h: EventHandle, off: int, size: int) -> bytes:
         """A read through a handle ``open`` made."""
         if h.generation != self.fs.generations.generation:
             raise refuse(errno.ESTALE, f"events/{h.event}: the log was recovered or "
                                        "replaced since this file was opened; reopen it")
         if h.small:
             return self.checked(h.event)[off : off + size]
-        return self.fs.watch.read_then_recheck(None, f"events/{h.event}",
-                                                  self.log.read_slice, h.event, off, size)
+        return await self.read_large(None, h.event, await self.check(h.event), off, size)
+
+    def reader(self, event: int, got: bytes | Seal | None):
+        """``pread(off, n)`` of ``event``'s payload, for a worker thread, from what
+        :meth:`check` gave: the bytes, the seal (each block checked; a block that fails
+        gets the whole deed checked again, there in the thread) or None (checked whole)."""
+        if isinstance(got, bytes):
+            return lambda off, n: got[off : off + n]
+        if got is None:
+            return functools.partial(self.log.read_slice, event)
+
+        def sealed(off: int, n: int) -> bytes:
+            nonlocal got
+            try:
+                return self.log.read_sealed(event, got, off, n)
+            except SealBroken:
+                got = self.log.seal(event, fresh=True)  # damage raises CorruptDeed
+                return self.reader(event, got)(off, n)
+        return sealed
+
+    async def read_large(self, ino: int | None, event: int, seal: Seal | None, off: int,
+                         size: int) -> bytes:
+        """Bytes of large ``event``, checked: by its seal, block by block, or (no seal)
+        by the whole check made before.  A block that fails its seal's CRC gets the whole
+        deed checked again (a worker thread): damage answers EIO; a seal older than the
+        deed is replaced, and the read served by the new one."""
+        read = functools.partial(self.fs.watch.read_then_recheck, ino, f"events/{event}")
+        if seal is None:
+            return read(self.log.read_slice, event, off, size)
+        try:
+            return read(self.log.read_sealed, event, seal, off, size)
+        except SealBroken:
+            seal = await self.sealed(event, fresh=True)
+            if seal is None:
+                return read(self.log.read_slice, event, off, size)
+            return read(self.log.read_sealed, event, seal, off, size)

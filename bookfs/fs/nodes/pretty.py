@@ -128,14 +128,8 @@ class PrettyFiles(Kind):
         from bookfs.errors import MetaAbsent
         from bookfs.noun.event import event_text
 
-        data = await self.fs.event_files.check(event)
+        pread = self.fs.event_files.reader(event, await self.fs.event_files.check(event))
         size = self.log.payload_size(event)
-        if data is not None:
-            def pread(off: int, n: int) -> bytes:
-                return data[off:off + n]
-        else:
-            def pread(off: int, n: int) -> bytes:
-                return self.log.read_slice(event, off, n)
         from bookfs.formats.nouncheck import bob_dir_for
 
         try:
