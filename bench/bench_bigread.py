@@ -4,7 +4,7 @@
 The event: ``--mb`` MiB (default 256) of random bytes wrapped as a noun payload, the only
 large event of a Book log.  Each round reads it, in turn, from:
 
-  bookfs        a fresh ``bookfs mount -o ro`` (its readahead raised to 1 MiB: fs/daemon/mount.py)
+  bookfs        a fresh ``bookfs mount -o ro`` (its readahead raised to 1 MiB: fs/daemon/readahead.py)
   bookfs-128k   the same with the mount's readahead set back to the kernel's 128 KiB
   bookfs-first  as bookfs, with no seal kept from an earlier read (formats/seals.py): the
                 first read ever, which checks the whole deed before serving a byte
@@ -104,7 +104,9 @@ def main(argv=None) -> int:
     t = {w: {k: [] for k in targets} for w in ways}
     load0 = os.getloadavg()[0]
     for r in range(a.rounds):
-        for name, make in targets.items():
+        order = list(targets.items())
+        for name, make in order[r % len(order):] + order[:r % len(order)]:  # rotated: no
+            # target always first after the last round's (the host's caches move too)
             for how in ("dd", "read"):
                 with make() as path:
                     drop_caches()
