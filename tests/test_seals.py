@@ -320,3 +320,22 @@ def test_seals_made_at_once_in_many_threads_are_all_kept(tmp_path):
             assert b.read_sealed(e, seal, 0, seal.n) == payload(e, sizes[e - 1])
     kept = SealStore(str(d / "book.log"), os.stat(d / "book.log"))
     assert [kept.get(e) for e in range(1, 5)] == made
+
+
+def test_a_large_append_is_sealed_so_its_first_read_is_checked_by_blocks(tmp_path):
+    """A large event appended through the mount is sealed in the background while its
+    bytes are still in memory: its seal is kept, right, and its first read uses it."""
+    from mount_fixtures import wait_for
+    src = _book(tmp_path, sizes=(40,))
+    big = payload(2, BIG)
+    (tmp_path / "big").write_bytes(big)
+    with mounted(src, tmp_path / "mnt"):
+        res = subprocess.run(["cp", str(tmp_path / "big"), str(tmp_path / "mnt/new/2")],
+                             capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+        st_log = os.stat(src / "book.log")
+        assert wait_for(lambda: SealStore(str(src / "book.log"), st_log).get(2) is not None,
+                        timeout=30)
+        with Book.open(src) as b:
+            assert SealStore(str(src / "book.log"), st_log).get(2) == b.seal(2, fresh=True)
+        assert (tmp_path / "mnt/events/2").read_bytes() == big

@@ -33,18 +33,21 @@ from __future__ import annotations
 
 import errno
 import functools
+import logging
 import stat
 
 import pyfuse3
 import trio
 
-from bookfs.errors import refuse
+from bookfs.errors import BookError, refuse
 from bookfs.fs import inodes as I
 from bookfs.fs.cache import EventCache
 from bookfs.fs.dates import EventDates
 from bookfs.fs.prefetch import LookupHints
 from bookfs.fs.nodes.base import FOREVER, Kind, negative
-from bookfs.formats.seals import Seal, SealBroken
+from bookfs.formats.seals import SEALED_FROM, Seal, SealBroken
+
+log = logging.getLogger(__name__)
 
 SMALL_EVENT = 128 << 10  # events up to this size are read whole and cached
 SEALS_HELD = 1024  # large events' checks held (their seals: 32 B per MiB), the newest
@@ -198,6 +201,24 @@ class EventFiles(Kind):
         if h.small:
             return self.checked(h.event)[off : off + size]
         return await self.read_large(None, h.event, await self.check(h.event), off, size)
+
+    def seal_soon(self, event: int) -> None:
+        """``event`` was just appended through this mount: if it is large enough to be
+        sealed, seal it now in the background, while its bytes are still in the page
+        cache, so that even its first read is checked block by block.  Never raises: a
+        seal that fails leaves the event to be checked at its first read."""
+        try:
+            if self.log.payload_size(event) < SEALED_FROM:
+                return
+        except BookError:
+            return
+        trio.lowlevel.spawn_system_task(self._seal_quietly, event)
+
+    async def _seal_quietly(self, event: int) -> None:
+        try:
+            await self.sealed(event)
+        except Exception as e:  # (a system task that raised would end the mount)
+            log.warning("events/%d: not sealed after its append: %s", event, e)
 
     def reader(self, event: int, got: bytes | Seal | None):
         """``pread(off, n)`` of ``event``'s payload, for a worker thread, from what

@@ -319,6 +319,7 @@ class NewFiles(Kind):
                             mounted=bool(fs.mountpoint)):
             threads = () if ctx is None else (h.writer.thread, ctx.pid)
             self.recent.add(h.name.encode(), h.number, I.staging_inode(fh), threads)
+            fs.event_files.seal_soon(h.number)  # a large one, while it is in memory
 
     # --- extended attributes: the per-file opt-out of the payload check ------------------
 
