@@ -136,16 +136,17 @@ def test_a_store_keeps_the_newest_and_survives_a_bad_file(tmp_path):
     st_log = os.stat(d / "book.log")
     store = SealStore(str(d / "book.log"), st_log)
     from array import array
-    for e in range(KEEP + 3):
-        store.put(e, Seal(e, BLOCK, e, array("I", [e])))
+    third = KEEP // 4 // 3  # CRCs a seal: three fit in the store's budget, four do not
+    for e in range(5):
+        store.put(e, Seal(e, BLOCK * third, e, array("I", [e]) * third))
     again = SealStore(str(d / "book.log"), st_log)
-    assert again.get(0) is None and again.get(2) is None
-    assert again.get(KEEP + 2) == Seal(KEEP + 2, BLOCK, KEEP + 2, array("I", [KEEP + 2]))
+    assert [again.get(e) is not None for e in range(5)] == [False, False, True, True, True]
+    assert again.get(4) == Seal(4, BLOCK * third, 4, array("I", [4]) * third)
     (path,) = Path(ix.cache_dir()).glob("*.sums")
     raw = bytearray(path.read_bytes())
     raw[100] ^= 1  # the file's own CRC fails: nothing is taken from it
     path.write_bytes(bytes(raw))
-    assert SealStore(str(d / "book.log"), st_log).get(KEEP + 2) is None
+    assert SealStore(str(d / "book.log"), st_log).get(4) is None
 
 
 def test_with_the_cache_off_nothing_is_kept(tmp_path):
@@ -339,3 +340,27 @@ def test_a_large_append_is_sealed_so_its_first_read_is_checked_by_blocks(tmp_pat
         with Book.open(src) as b:
             assert SealStore(str(src / "book.log"), st_log).get(2) == b.seal(2, fresh=True)
         assert (tmp_path / "mnt/events/2").read_bytes() == big
+
+
+def test_a_mount_holds_a_bounded_number_of_seals(tmp_path, monkeypatch):
+    """The checks a mount holds are bounded by count and by their seals' bytes: reading
+    more large events than that costs a check again (here from the kept seal), never
+    memory."""
+    import trio
+    from bookfs.fs.nodes import events as E
+
+    sizes = [SEALED_FROM + k * BLOCK for k in range(1, 6)]
+    d = _book(tmp_path, sizes=sizes)
+    crcs = -(-sizes[-1] // BLOCK) * 4
+    monkeypatch.setattr(E, "SEAL_BYTES", 2 * crcs)  # two of these seals, not three
+
+    with Book.open(d) as b:
+        node = E.EventFiles.__new__(E.EventFiles)  # what sealed() uses: the log, the held
+        node.log, node.checked_large = b, {}
+
+        async def run():
+            for e in range(1, 6):
+                await node.sealed(e)
+        trio.run(run)
+        assert sorted(node.checked_large) == [4, 5]
+        assert sum(len(s.sums) for s in node.checked_large.values()) * 4 <= 2 * crcs

@@ -24,7 +24,7 @@ payload: 8 KiB for a 256 MiB event).  Only deeds of at least :data:`SEALED_FROM`
 bytes get one: below that the whole deed is read in a few milliseconds.  A log's seals
 are persisted beside its index in the cache directory (:class:`SealStore`, a card file of
 ``index.py``: private directory, atomic replace, its own CRC, pruned with the indexes),
-at most :data:`KEEP` of them, the newest, so a new mount's cold read of a large event
+the newest within :data:`KEEP` bytes of CRCs, so a new mount's cold read of a large event
 sealed before is served block by block from its first byte.  With the index cache off,
 nothing is read or written, and each open seals a deed at its first read.
 
@@ -54,7 +54,8 @@ log = logging.getLogger(__name__)
 
 BLOCK = 128 << 10  # payload bytes per block CRC: the kernel's default readahead
 SEALED_FROM = 8 << 20  # payloads from this size are sealed
-KEEP = 4096  # seals persisted per log, the newest
+KEEP = 1 << 20  # bytes of block CRCs persisted (and held) per log: the newest seals'
+# (32 GiB of sealed deeds; at most 4,096 seals, each of 256 bytes or more)
 _HEAD = struct.Struct("<4sI")
 _RECORD = struct.Struct("<QQQII")
 _MAGIC = b"SEAL"
@@ -186,8 +187,9 @@ class SealStore:
             self._seals = self._load()
         self._seals.pop(event, None)
         self._seals[event] = seal
-        while len(self._seals) > KEEP:
-            del self._seals[next(iter(self._seals))]
+        held = sum(len(s.sums) for s in self._seals.values()) * 4
+        while held > KEEP and len(self._seals) > 1:
+            held -= 4 * len(self._seals.pop(next(iter(self._seals))).sums)
         self._save()
 
     def forget(self, event: int) -> None:

@@ -50,7 +50,8 @@ from bookfs.formats.seals import SEALED_FROM, Seal, SealBroken
 log = logging.getLogger(__name__)
 
 SMALL_EVENT = 128 << 10  # events up to this size are read whole and cached
-SEALS_HELD = 1024  # large events' checks held (their seals: 32 B per MiB), the newest
+SEALS_HELD = 1024  # large events' checks held, the newest, and at most SEAL_BYTES of
+SEAL_BYTES = 4 << 20  # their seals' block CRCs (32 B per MiB of event)
 
 
 class EventHandle:
@@ -144,8 +145,10 @@ class EventFiles(Kind):
         held.pop(event, None)
         seal = await trio.to_thread.run_sync(functools.partial(self.log.seal, event,
                                                                fresh=fresh))
-        while len(held) >= SEALS_HELD:
-            del held[next(iter(held))]
+        size = sum(len(s.sums) for s in (*held.values(), seal) if s is not None) * 4
+        while held and (len(held) >= SEALS_HELD or size > SEAL_BYTES):
+            gone = held.pop(next(iter(held)))
+            size -= 0 if gone is None else 4 * len(gone.sums)
         held[event] = seal
         return seal
 
