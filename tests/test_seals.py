@@ -71,6 +71,31 @@ def test_a_sealed_read_gives_exactly_the_payload(sealed, start, size):
     assert b.read_sealed(2, seal, start, size) == want[start : start + size]
 
 
+@settings(max_examples=150, deadline=None)
+@given(at=st.integers(0, BIG - 1), flip=st.integers(1, 255),
+       start=st.integers(0, BIG), size=st.integers(1, 3 * BLOCK))
+def test_a_sealed_read_serves_no_byte_that_changed(sealed, at, flip, start, size):
+    """Any byte of the payload changed on disk after the seal: a read either gives the
+    sealed bytes exactly or refuses (SealBroken), and refuses whenever it covers the
+    change's block."""
+    b, seal, want = sealed
+    pos = _payload_start(b, 2) + at
+    old = os.pread(b.fileno(), 1, pos)
+    fd = os.open(b.log_path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, bytes([old[0] ^ flip]), pos)
+        try:
+            got = b.read_sealed(2, seal, start, size)
+        except SealBroken:
+            got = None
+        covers = start < BIG and start // BLOCK <= at // BLOCK <= (min(BIG, start + size)
+                                                                    - 1) // BLOCK
+        assert got is None if covers else got == want[start : start + size]
+    finally:
+        os.pwrite(fd, old, pos)
+        os.close(fd)
+
+
 def test_a_seal_covers_the_payload_in_blocks(sealed):
     b, seal, want = sealed
     assert (seal.off, seal.n) == b._locate(2) and len(seal.sums) == -(-BIG // BLOCK)
