@@ -4,7 +4,8 @@
 The event: ``--mb`` MiB (default 256) of random bytes wrapped as a noun payload, the only
 large event of a Book log.  Each round reads it, in turn, from:
 
-  bookfs        a fresh ``bookfs mount -o ro`` (its readahead raised to 1 MiB: fs/daemon/readahead.py)
+  bookfs        a fresh ``bookfs mount -o ro`` (its readahead raised to 1 MiB:
+                fs/daemon/readahead.py)
   bookfs-128k   the same with the mount's readahead set back to the kernel's 128 KiB
   bookfs-first  as bookfs, with no seal kept from an earlier read (formats/seals.py): the
                 first read ever, which checks the whole deed before serving a byte

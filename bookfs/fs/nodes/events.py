@@ -15,13 +15,14 @@ read of it is then served after the blocks it covers pass their CRCs: a seal kep
 earlier open makes a cold read check block by block from its first byte, with no whole
 pass over the deed first, and a block that rotted since is refused.  A block that fails
 gets the whole deed checked again, which tells a stale seal from damage (EIO).  Small
-events (up to ``SMALL_EVENT``) are held once, checked, in the daemon's bounded :class:`~bookfs.fs.cache.EventCache`
-shared by every handle (a lookup of one not held starts its disk read at once, while
-lookups are followed by reads: :mod:`bookfs.fs.prefetch`); large ones are served with
-``pread`` per request, so memory never holds a whole large event and never grows with
-the number of open handles.  On the no-open path (patched pyfuse3, read-only mount) the
-check moves to the first read of an event: a failed check answers EIO, and the kernel
-caches no byte of that event.
+events (up to ``SMALL_EVENT``) are held once, checked, in the daemon's bounded
+:class:`~bookfs.fs.cache.EventCache` shared by every handle (a lookup of one not held
+starts its disk read at once, while lookups are followed by reads:
+:mod:`bookfs.fs.prefetch`); large ones are served with ``pread`` per request, so memory
+never holds a whole large event and never grows with the number of open handles.  On the
+no-open path (patched pyfuse3, read-only mount) the check moves to the first read of an
+event: a failed check answers EIO, and the kernel caches no byte that failed one (of a
+sealed event, blocks that passed may have been served before a damaged one was found).
 
 Errors: an event not in the log is ENOENT (ESTALE when read by inode: it was there when
 looked up); any write is EROFS (events are immutable; append through ``new/``); a failed
