@@ -163,7 +163,7 @@ def test_a_store_keeps_the_newest_and_survives_a_bad_file(tmp_path):
     from array import array
     third = KEEP // 4 // 3  # CRCs a seal: three fit in the store's budget, four do not
     for e in range(5):
-        store.put(e, Seal(e, BLOCK * third, e, array("I", [e]) * third))
+        store.put([(e, Seal(e, BLOCK * third, e, array("I", [e]) * third))])
     again = SealStore(str(d / "book.log"), st_log)
     assert [again.get(e) is not None for e in range(5)] == [False, False, True, True, True]
     assert again.get(4) == Seal(4, BLOCK * third, 4, array("I", [4]) * third)
@@ -299,7 +299,7 @@ def test_a_stale_seal_does_not_turn_sound_bytes_into_eio(tmp_path):
     with Book.open(src) as b:
         real = b.seal(2)
     store = SealStore(str(src / "book.log"), os.stat(src / "book.log"))
-    store.put(2, Seal(real.off, real.n, real.crc, array("I", [0] * len(real.sums))))
+    store.put([(2, Seal(real.off, real.n, real.crc, array("I", [0] * len(real.sums))))])
     path = tmp_path / "mnt" / "events" / "2"
     with mounted(src, tmp_path / "mnt", "-o", "ro"):
         assert path.read_bytes() == payload(2, BIG)
@@ -324,7 +324,7 @@ def test_a_rendering_of_a_sealed_event_reads_it_by_its_seal(tmp_path, stale):
         real = b.seal(2)
     if stale:
         store = SealStore(str(src / "book.log"), os.stat(src / "book.log"))
-        store.put(2, Seal(real.off, real.n, real.crc, array("I", [1] * len(real.sums))))
+        store.put([(2, Seal(real.off, real.n, real.crc, array("I", [1] * len(real.sums))))])
     with mounted(src, tmp_path / "mnt", "-o", "ro"):
         text = (tmp_path / "mnt" / "pretty" / "2").read_text()
     shown = run_bookfs("show", str(src), "2").stdout  # the CLI: checked whole, read_slice
@@ -389,3 +389,40 @@ def test_a_mount_holds_a_bounded_number_of_seals(tmp_path, monkeypatch):
         trio.run(run)
         assert sorted(node.checked_large) == [4, 5]
         assert sum(len(s.sums) for s in node.checked_large.values()) * 4 <= 2 * crcs
+
+
+def test_verify_seals_every_large_deed_in_its_one_pass(tmp_path):
+    """``bookfs verify`` checks every deed's CRC; the large ones it seals in the same
+    pass, so a log verified once serves even their first reads block by block."""
+    sizes = (40, BIG, 60, SEALED_FROM + 3 * BLOCK, 50)
+    d = _book(tmp_path, sizes=sizes)
+    res = run_bookfs("verify", str(d), check=False)
+    assert res.returncode == 0, res.stderr
+    store = SealStore(str(d / "book.log"), os.stat(d / "book.log"))
+    with Book.open(d) as b:
+        for e, size in enumerate(sizes, 1):
+            want = b.seal(e, fresh=True)
+            assert store.get(e) == want and (want is None) == (size < SEALED_FROM)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_crc_check_of_a_range_seals_alike_in_one_process_or_several(tmp_path,
+                                                                         monkeypatch,
+                                                                         workers):
+    """The check of a large range runs in forked workers: their seals come back to the
+    caller, the same as one process's, and none past the first bad deed."""
+    from bookfs.formats import deedcheck
+    sizes = [SEALED_FROM + k * BLOCK for k in range(1, 5)]
+    d = _book(tmp_path, sizes=sizes)
+    monkeypatch.setattr(deedcheck, "_PARALLEL_BYTES", 0)  # any range: the workers' path
+    with Book.open(d) as b:
+        ix = b._index
+        made: list = []
+        assert deedcheck.first_bad_deed(b.fileno(), ix.offsets, 0, ix.end, workers=workers,
+                                        seals=made) is None
+        assert made == [(i, b.seal(i + 1, fresh=True)) for i in range(4)]
+        _flip(d / "book.log", _payload_start(b, 3) + 5)
+        made = []
+        assert deedcheck.first_bad_deed(b.fileno(), ix.offsets, 0, ix.end, workers=workers,
+                                        seals=made) == 2
+        assert [i for i, _ in made] == [0, 1]

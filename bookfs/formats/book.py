@@ -421,11 +421,14 @@ class Book(SingleFileLog):
         if self.count:
             self._confirm_offset(self.last, self.count - 1)
         ix = self._index
-        bad = []
+        bad, seals = [], []  # each large deed is sealed in the same pass (seals.py)
         i = 0
         while True:
-            k = deedcheck.first_bad_deed(self._fd, ix.offsets, i, ix.end, progress=progress)
+            k = deedcheck.first_bad_deed(self._fd, ix.offsets, i, ix.end, progress=progress,
+                                         seals=seals)
             if k is None:
+                self._sealer.keep(self._fd, self.log_path, [(ix.first + j, s)
+                                                            for j, s in seals])
                 return bad
             bad.append((ix.first + k, ix.offsets[k]))
             i = k + 1

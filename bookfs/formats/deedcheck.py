@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import pickle
 
-from bookfs.formats.deeds import UIP
+from bookfs.formats.deeds import UIP, BadDeed
 from bookfs.formats.fileio import pread_into
 from bookfs.formats.layout import DEED_LEN, DEED_OVERHEAD, MAX_PAYLOAD, MIN_PAYLOAD, crc32
+from bookfs.formats.seals import SEALED_FROM, seal_deed
 
 _CRC_CHUNK = 8 << 20  # bytes per pread when checking large deeds / ranges
 _SALVAGE_WINDOW = 64 << 20  # bytes examined at a time by find_valid_deeds
@@ -24,24 +25,27 @@ _PARALLEL_BYTES = 256 << 20  # ranges larger than this are checked by several pr
 
 
 def first_bad_deed(fd: int, offsets, start_i: int, end: int, *, progress=None,
-                   workers: int | None = None) -> int | None:
+                   workers: int | None = None, seals: list | None = None) -> int | None:
     """Index (into ``offsets``) of the first deed from ``start_i`` on whose CRC fails, or
     ``None``.  A range of more than 256 MiB is split between ``workers`` processes (one
     per CPU by default; forked, so the offsets are shared copy-on-write), each checking a
-    contiguous part; the smallest failing index wins."""
+    contiguous part; the smallest failing index wins.  ``seals``: a list that gets
+    ``(index, Seal)`` of each deed checked that is large enough to seal
+    (``seals.py``), made in the same pass."""
     count = len(offsets)
     if start_i >= count:
         return None
     workers = workers or os.cpu_count() or 1
     if workers < 2 or end - offsets[start_i] < _PARALLEL_BYTES:
-        return _first_bad_serial(fd, offsets, start_i, end, progress=progress)
+        return _first_bad_serial(fd, offsets, start_i, end, progress=progress, seals=seals)
     bounds = [start_i + (count - start_i) * k // workers for k in range(workers + 1)]
 
     def part(k: int, progress=None):  # deeds bounds[k] .. bounds[k + 1] - 1
         lo, hi = bounds[k], bounds[k + 1]
         stop = offsets[hi] if hi < count else end
-        bad = _first_bad_serial(fd, offsets[lo:hi], 0, stop, progress=progress)
-        return None if bad is None else lo + bad
+        made = None if seals is None else []
+        bad = _first_bad_serial(fd, offsets[lo:hi], 0, stop, progress=progress, seals=made)
+        return None if bad is None else lo + bad, [(lo + j, s) for j, s in made or ()]
 
     def done(k: int, _) -> None:
         if progress is not None:
@@ -49,7 +53,10 @@ def first_bad_deed(fd: int, offsets, start_i: int, end: int, *, progress=None,
             progress((offsets[hi] if hi < count else end) - offsets[bounds[k]])
 
     found = in_workers(workers, part, progress, done, "the CRC check")
-    return next((b for b in found if b is not None), None)
+    first = next((b for b, _ in found if b is not None), None)
+    if seals is not None:
+        seals += [m for _, made in found for m in made if first is None or m[0] < first]
+    return first
 
 
 def in_workers(parts: int, work, progress, done, what: str) -> list:
@@ -88,9 +95,9 @@ def in_workers(parts: int, work, progress, done, what: str) -> list:
 
 
 def _first_bad_serial(fd: int, offsets, start_i: int, end: int, *,
-                      progress=None) -> int | None:
+                      progress=None, seals: list | None = None) -> int | None:
     """``first_bad_deed`` in this process: big sequential chunks, each deed checked in
-    place."""
+    place; a deed larger than a chunk streamed alone (and sealed, into ``seals``)."""
     count = len(offsets)
     i = start_i
     if i >= count:
@@ -100,7 +107,13 @@ def _first_bad_serial(fd: int, offsets, start_i: int, end: int, *,
         base = offsets[i]
         nxt0 = offsets[i + 1] if i + 1 < count else end
         if nxt0 - base > _CRC_CHUNK:  # one big deed: stream it
-            if not UIP.sound(fd, base, nxt0 - base - DEED_OVERHEAD):
+            n = nxt0 - base - DEED_OVERHEAD
+            if seals is not None and n >= SEALED_FROM:
+                try:
+                    seals.append((i, seal_deed(fd, base, n, UIP)))
+                except BadDeed:
+                    return i
+            elif not UIP.sound(fd, base, n):
                 return i
             if progress is not None:
                 progress(nxt0 - base)

@@ -8,7 +8,9 @@ the other.
 
 A *seal* is made once, while the whole deed's CRC is checked (:func:`seal_deed`, one
 streamed pass): besides the deed's CRC it records the CRC-32 of every :data:`BLOCK` of the
-payload.  From then on a read of any range is served after the blocks that cover it pass
+payload.  That check is a deed's first read, a ``bookfs verify`` of its log
+(``deedcheck.first_bad_deed``, its forked workers' seals sent back), or, for an event
+appended through a mount, a pass right after its commit (``fs/nodes/events.py``).  From then on a read of any range is served after the blocks that cover it pass
 their own CRCs (:func:`read_sealed`): the disk read and the transfer overlap, and a block
 that rotted on disk since the seal was made is refused, not served.
 
@@ -141,9 +143,7 @@ class Sealer:
             return None
         st = os.fstat(fd)
         with self._lock:
-            store = self._store
-            if store is None or (store.st.st_dev, store.st.st_ino) != (st.st_dev, st.st_ino):
-                store = self._store = SealStore(log_path, st)
+            store = self._store_of(log_path, st)
             kept = None if fresh else store.get(event)
         if kept is not None and still_holds(fd, kept, off, n, self.deeds):
             return kept
@@ -154,8 +154,21 @@ class Sealer:
                 store.forget(event)  # a damaged deed keeps no seal: no read is served
             raise
         with self._lock:
-            store.put(event, made)
+            store.put([(event, made)])
         return made
+
+    def keep(self, fd: int, log_path: str, made: list[tuple[int, Seal]]) -> None:
+        """Keep the seals ``(event, seal)`` a check of the whole log made
+        (``deedcheck.first_bad_deed``), in one write of the store."""
+        if made:
+            with self._lock:
+                self._store_of(log_path, os.fstat(fd)).put(made)
+
+    def _store_of(self, log_path: str, st: os.stat_result) -> SealStore:
+        store = self._store
+        if store is None or (store.st.st_dev, store.st.st_ino) != (st.st_dev, st.st_ino):
+            store = self._store = SealStore(log_path, st)
+        return store
 
 
 def _le(sums: array) -> array:
@@ -182,11 +195,13 @@ class SealStore:
             self._seals = self._load()
         return self._seals.get(event)
 
-    def put(self, event: int, seal: Seal) -> None:
+    def put(self, made: list[tuple[int, Seal]]) -> None:
+        """Keep the seals ``(event, seal)``, newest last, and write the store once."""
         if self._seals is None:
             self._seals = self._load()
-        self._seals.pop(event, None)
-        self._seals[event] = seal
+        for event, seal in made:
+            self._seals.pop(event, None)
+            self._seals[event] = seal
         held = sum(len(s.sums) for s in self._seals.values()) * 4
         while held > KEEP and len(self._seals) > 1:
             held -= 4 * len(self._seals.pop(next(iter(self._seals))).sums)
