@@ -7,12 +7,13 @@ block handed to the reader: a cold read pays the disk and then the transfer, one
 the other.
 
 A *seal* is made once, while the whole deed's CRC is checked (:func:`seal_deed`, one
-streamed pass): besides the deed's CRC it records the CRC-32 of every :data:`BLOCK` of the
-payload.  That check is a deed's first read, a ``bookfs verify`` of its log
+streamed pass): besides the deed's CRC it records the CRC-32 of every :data:`BLOCK` of
+the payload.  That check is a deed's first read, a ``bookfs verify`` of its log
 (``deedcheck.first_bad_deed``, its forked workers' seals sent back), or, for an event
-appended through a mount, a pass right after its commit (``fs/nodes/events.py``).  From then on a read of any range is served after the blocks that cover it pass
-their own CRCs (:func:`read_sealed`): the disk read and the transfer overlap, and a block
-that rotted on disk since the seal was made is refused, not served.
+appended through a mount, a pass right after its commit (``fs/nodes/events.py``).  From
+then on a read of any range is served after the blocks that cover it pass their own CRCs
+(:func:`read_sealed`): the disk read and the transfer overlap, and a block that rotted on
+disk since the seal was made is refused, not served.
 
 When a seal may be used.  A seal speaks of one deed: its offset, its payload size and the
 CRC the deed stores.  :func:`still_holds` re-reads ``len_d`` and the deed's trailer (two
@@ -20,6 +21,10 @@ small ``pread``\\ s) and compares all three, so a seal kept from an earlier open
 only for the deed it was made from; a log rewritten in place with other bytes under the
 same CRC and size (a 2^-32 chance, as for the deed's own check) fails at its first
 block instead, and the caller then checks the whole deed again (:class:`SealBroken`).
+
+What a read costs.  A read is served from whole blocks: one of a few KiB reads and checks
+the 128 KiB around it (a ``pread`` from the page cache and a CRC, some tens of
+microseconds), one of 1 MiB the eight blocks it covers.
 
 Where seals live.  In memory, a seal is 4 bytes per :data:`BLOCK` (32 bytes per MiB of
 payload: 8 KiB for a 256 MiB event).  Only deeds of at least :data:`SEALED_FROM` payload
