@@ -426,3 +426,20 @@ def test_the_crc_check_of_a_range_seals_alike_in_one_process_or_several(tmp_path
         assert deedcheck.first_bad_deed(b.fileno(), ix.offsets, 0, ix.end, workers=workers,
                                         seals=made) == 2
         assert [i for i, _ in made] == [0, 1]
+
+
+@pytest.mark.parametrize("kind", list(SEALING))
+def test_verify_event_checks_the_whole_deed_even_with_a_kept_seal(tmp_path, kind):
+    """``verify_event`` promises that a later unchecked ``read_slice`` is safe (``bookfs
+    show``, the noun check and ``info`` read so): it must check the whole deed every
+    time, and not take a kept seal's word for bytes that changed since."""
+    make, event = SEALING[kind]
+    src = make(tmp_path)
+    with open_source(src) as log:
+        log.verify_event(event)  # made and kept the seal
+        inner = log.epoch_of(event).log if hasattr(log, "epoch_of") else log
+        at = _payload_start(inner, event) + 30 * BLOCK
+    _flip(_log_file(src), at)
+    with open_source(src) as log:
+        with pytest.raises(CorruptDeed):
+            log.verify_event(event)

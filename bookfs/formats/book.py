@@ -385,8 +385,9 @@ class Book(SingleFileLog):
     def verify_event(self, event: int) -> None:
         """Check ``event``'s framing (``len_d``, ``let_d``: the deed is the one the index
         names) and its CRC by streaming its deed (constant memory), or raise
-        :class:`CorruptDeed`.  A later :meth:`read_slice` of it is then safe."""
-        self.seal(event)
+        :class:`CorruptDeed`.  A later :meth:`read_slice` of it is then safe.  Always the
+        whole check, a kept seal or not (it also keeps the deed's seal)."""
+        self.seal(event, fresh=True)
 
     def seal(self, event: int, *, fresh: bool = False) -> Seal | None:
         """:meth:`verify_event`, which for a large deed also gives its seal: the one kept

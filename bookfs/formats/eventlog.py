@@ -15,9 +15,11 @@ Contract, for every implementation:
   ``read_slice`` returns unchecked bytes and is used only after ``verify_event``.
   ``seal(event)`` is ``verify_event`` that also gives, for a large deed of a format with
   a CRC per deed, its seal: a CRC per block (``seals.py``), so that ``read_sealed`` can
-  check each block it reads instead of trusting the earlier check; None where there is
-  none (then ``read_slice``).  ``read_sealed`` raises ``SealBroken`` when a block fails,
-  and the caller seals again with ``fresh=True``, which checks the whole deed.
+  check each block it reads; None where there is none (then ``read_slice``).  Unless
+  ``fresh``, a kept seal that still holds is given without the whole check: the deed's
+  bytes must then be read with ``read_sealed`` only (``verify_event`` always checks the
+  whole deed).  ``read_sealed`` raises ``SealBroken`` when a block fails, and the caller
+  seals again with ``fresh=True``, which checks the whole deed.
 * ``payload_size`` and ``mtime_ns`` are cheap (no payload read where the format allows),
   once ``chain_confirmed(event)`` is True.  Until then (a UIP Book opened from its
   persisted index, a hint until the chain of deeds proves it) a read by number first

@@ -149,8 +149,8 @@ class Sealer:
         st = os.fstat(fd)
         with self._lock:
             store = self._store_of(log_path, st)
-            kept = None if fresh else store.get(event)
-        if kept is not None and still_holds(fd, kept, off, n, self.deeds):
+            kept = store.get(event)
+        if not fresh and kept is not None and still_holds(fd, kept, off, n, self.deeds):
             return kept
         try:
             made = seal_deed(fd, off, n, self.deeds)
@@ -158,8 +158,9 @@ class Sealer:
             with self._lock:
                 store.forget(event)  # a damaged deed keeps no seal: no read is served
             raise
-        with self._lock:
-            store.put([(event, made)])
+        if made != kept:  # (a whole check that found what was kept writes nothing)
+            with self._lock:
+                store.put([(event, made)])
         return made
 
     def keep(self, fd: int, log_path: str, made: list[tuple[int, Seal]]) -> None:
