@@ -204,7 +204,9 @@ class EventFiles(Kind):
                                        "replaced since this file was opened; reopen it")
         if h.small:
             return self.checked(h.event)[off : off + size]
-        return await self.read_large(None, h.event, await self.check(h.event), off, size)
+        held = self.checked_large  # its check, made at the open (again if it was let go)
+        seal = held[h.event] if h.event in held else await self.check(h.event)
+        return await self.read_large(None, h.event, seal, off, size)
 
     def seal_soon(self, event: int) -> None:
         """``event`` was just appended through this mount: if it is large enough to be
