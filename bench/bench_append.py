@@ -109,6 +109,12 @@ def run_bookfs_unchecked(work: Path, seconds: float, threads: int):
     return run_bookfs(work, seconds, threads, "-o", "unchecked_payloads")
 
 
+def run_bookfs_nopoll(work: Path, seconds: float, threads: int):
+    """The same mount with ``-o busy_poll=0``: the daemon sleeps as soon as no request is
+    queued (``fs/daemon/mainloop.py``, ``main_options``): what the busy poll gives."""
+    return run_bookfs(work, seconds, threads, "-o", "busy_poll=0")
+
+
 def run_bookfs_noprobe(work: Path, seconds: float, threads: int):
     os.environ["BOOKFS_BENCH_SKIP_PROBE"] = "1"  # the daemon inherits it
     try:
@@ -152,7 +158,8 @@ def main() -> int:
                         "cProfile (BOOKFS_PROFILE): each daemon's CPU per append, by function")
     p.add_argument("--only", metavar="NAMES",
                    help="run only these sources, comma-separated (default: every one: "
-                        "floor,bookfs,bookfs-unchecked,bookfs-noprobe,requests,direct)")
+                        "floor,bookfs,bookfs-unchecked,bookfs-noprobe,bookfs-nopoll,"
+                        "requests,direct)")
     a = p.parse_args()
     work = Path(a.dir or tempfile.mkdtemp(prefix="bookfs-bench-append-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -160,7 +167,7 @@ def main() -> int:
         b.save(1, [PAYLOAD])
     (work / "mnt-bookfs").mkdir(exist_ok=True)
     runners = {"floor": run_floor, "bookfs": run_bookfs, "bookfs-unchecked": run_bookfs_unchecked,
-               "bookfs-noprobe": run_bookfs_noprobe,
+               "bookfs-noprobe": run_bookfs_noprobe, "bookfs-nopoll": run_bookfs_nopoll,
                "requests": run_requests, "direct": run_direct}
     if a.only:
         unknown = set(a.only.split(",")) - set(runners)
@@ -192,6 +199,7 @@ def main() -> int:
                         ("bookfs", "bookfs new/ (the commit rule, payloads checked)"),
                         ("bookfs-unchecked", "bookfs new/, -o unchecked_payloads"),
                         ("bookfs-noprobe", "bookfs new/, the rule's /proc probe skipped"),
+                        ("bookfs-nopoll", "bookfs new/, -o busy_poll=0"),
                         ("requests", "pyfuse3 answering the same requests, no I/O"),
                         ("direct", "plain files + fsync, no FUSE")):
         if name not in runners:

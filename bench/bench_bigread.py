@@ -9,6 +9,8 @@ large event of a Book log.  Each round reads it, in turn, from:
   bookfs-128k   the same with the mount's readahead set back to the kernel's 128 KiB
   bookfs-first  as bookfs, with no seal kept from an earlier read (formats/seals.py): the
                 first read ever, which checks the whole deed before serving a byte
+  bookfs-nopoll as bookfs, with ``-o busy_poll=0`` (the daemon sleeps as soon as no request
+                is queued: fs/daemon/mainloop.py, main_options)
   local         the same bytes as one file on the local disk
   constfs       ``bench/constfs.py --count 1 --size N``: pyfuse3 serving N constant bytes
                 from memory (the floor)
@@ -74,7 +76,7 @@ def main(argv=None) -> int:
     ev = os.path.join(mnt, "events", f"{2:012d}")
     const = os.path.join(mnt, "events", f"{1:012d}")
 
-    def bookfs(kb=None, first=False):
+    def bookfs(kb=None, first=False, opts="ro"):
         class Ctx:
             def __enter__(self):
                 if first:  # no seal kept from an earlier read: the whole deed is checked
@@ -82,7 +84,7 @@ def main(argv=None) -> int:
                     for name in os.listdir(cache) if os.path.isdir(cache) else ():
                         if name.endswith(".sums"):
                             os.unlink(os.path.join(cache, name))
-                self.m = mounted(log, mnt, "-o", "ro")
+                self.m = mounted(log, mnt, "-o", opts)
                 self.m.__enter__()
                 if kb is not None:
                     set_readahead(mnt, kb)
@@ -96,6 +98,7 @@ def main(argv=None) -> int:
         "bookfs": bookfs,
         "bookfs-128k": lambda: bookfs(128),
         "bookfs-first": lambda: bookfs(first=True),
+        "bookfs-nopoll": lambda: bookfs(opts="ro,busy_poll=0"),
         "local": lambda: At(local),
         "constfs": lambda: At(const, Proc([sys.executable, os.path.join(HERE, "constfs.py"),
                                             mnt, "--count", "1", "--size", str(size)], mnt,
@@ -126,9 +129,9 @@ def main(argv=None) -> int:
         for k, v in t[w].items():
             print(f"  {k:12} {min(v):.3f} / {statistics.median(v):.3f} / {max(v):.3f} s  "
                   f"({size / 1e6 / statistics.median(v):,.0f} MB/s at the median)")
-        for ref in ("local", "constfs", "bookfs-128k", "bookfs-first"):
+        for ref in ("local", "constfs", "bookfs-128k", "bookfs-first", "bookfs-nopoll"):
             r = [b and x / b for x, b in zip(t[w][ref], t[w]["bookfs"])]
-            print(f"  bookfs speed / {ref:11} {min(r):.2f} / {statistics.median(r):.2f} / "
+            print(f"  bookfs speed / {ref:13} {min(r):.2f} / {statistics.median(r):.2f} / "
                   f"{max(r):.2f}")
     return 0
 

@@ -11,6 +11,10 @@ process), in turn, from:
   constfs        ``bench/constfs.py --sizes``: pyfuse3 serving files of the same sizes from
                  memory with bookfs's caching choices (the floor: LOOKUP, OPEN, READ)
 
+``--poll`` adds ``bookfs-nopoll`` (``-o ro,busy_poll=0``: the daemon sleeps as soon as
+no request is queued) and ``constfs-poll`` (constfs with bookfs's default poll window),
+so that what the busy poll gives is measured apart from the rest.
+
 cold (a fresh mount, then ``drop_caches``) and then warm (the same list again).  Prints
 min / median / max reads per second and the ratios within each round, and the 1-minute
 load.  ``--variants`` instead times bookfs alone with different things cold when the
@@ -39,6 +43,7 @@ from bench_mount import (SMALL, At, Proc, drop_caches, make_sample, name,  # noq
 from tests.mounting import mounted  # noqa: E402
 
 from bookfs.formats.book import Book  # noqa: E402
+from bookfs.fs.daemon.options import DEFAULT_BUSY_POLL_US  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -49,6 +54,8 @@ def main(argv=None) -> int:
     p.add_argument("--reads", type=int, default=20_000, help="random small events (20000)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--dir", help="work directory (default: a new one under /tmp)")
+    p.add_argument("--poll", action="store_true",
+                   help="also bookfs-nopoll (-o busy_poll=0) and constfs-poll")
     p.add_argument("--variants", action="store_true",
                    help="instead: bookfs alone, in the cold variants of VARIANTS")
     a = p.parse_args(argv)
@@ -82,6 +89,12 @@ def main(argv=None) -> int:
                                           mnt, "--sizes", sizes_path], mnt,
                                          os.path.join(work, "constfs.log"))),
     }
+    if a.poll:
+        targets["bookfs-nopoll"] = lambda: At(mnt, mounted(src, mnt, "-o", "ro,busy_poll=0",
+                                                           log_file=log))
+        targets["constfs-poll"] = lambda: At(mnt, Proc(
+            [sys.executable, os.path.join(HERE, "constfs.py"), mnt, "--sizes", sizes_path,
+             "--busy-poll", str(DEFAULT_BUSY_POLL_US)], mnt, os.path.join(work, "constfs.log")))
     if a.variants:
         return variants(a, src, mnt, log, pick, psz)
     got = {w: {k: [] for k in targets} for w in ("cold", "warm")}
@@ -103,9 +116,13 @@ def main(argv=None) -> int:
         print(f"{w} (reads/s, min / median / max):")
         for k, v in per.items():
             print(f"  {k:14} {min(v):,.0f} / {statistics.median(v):,.0f} / {max(v):,.0f}")
-        for ref in ("constfs", "local"):
-            q = [x / b for x, b in zip(per["bookfs"], per[ref])]
-            print(f"  bookfs / {ref:8} {min(q):.2f} / {statistics.median(q):.2f} / "
+        pairs = [("bookfs", "constfs"), ("bookfs", "local")]
+        if a.poll:
+            pairs += [("bookfs", "bookfs-nopoll"), ("bookfs-nopoll", "constfs"),
+                      ("bookfs", "constfs-poll"), ("constfs-poll", "constfs")]
+        for top, ref in pairs:
+            q = [x / b for x, b in zip(per[top], per[ref])]
+            print(f"  {top} / {ref:13} {min(q):.2f} / {statistics.median(q):.2f} / "
                   f"{max(q):.2f}")
     return 0
 

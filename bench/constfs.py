@@ -194,6 +194,9 @@ def main(argv=None) -> int:
     p.add_argument("--untuned", action="store_true",
                    help="do not cache directories and answer getxattr with ENODATA "
                         "(bookfs's earlier choices; shows what caching them buys)")
+    p.add_argument("--busy-poll", type=int, default=0, metavar="US",
+                   help="poll /dev/fuse for up to US microseconds before sleeping, as bookfs "
+                        "does by default (the patched pyfuse3's busy_poll; default 0: never)")
     p.add_argument("--log", metavar="FILE",
                    help="append each new/ file's bytes to FILE on close, with one "
                         "fdatasync (the durable-append floor)")
@@ -221,7 +224,7 @@ def main(argv=None) -> int:
                         pyfuse3.terminate()
                         return
             nursery.start_soon(stop_on_signal)
-            await pyfuse3.main()
+            await pyfuse3.main(**({"busy_poll_us": a.busy_poll} if a.busy_poll else {}))
             nursery.cancel_scope.cancel()
 
     try:

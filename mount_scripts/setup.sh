@@ -48,7 +48,7 @@ patch_file="$here/mount_scripts/pyfuse3-3.5.0-bookfs.patch"
 patch_stamp="$venv/.pyfuse3-patched-$(sha256sum "$patch_file" | cut -c1-16)"
 need_pyfuse3=0
 if [ ! -f "$patch_stamp" ] || ! "$venv/bin/python" -c \
-        "import pyfuse3, sys; sys.exit('parallel_dirops' not in getattr(pyfuse3, 'FEATURES', ()))" \
+        "import pyfuse3, sys; sys.exit('busy_poll' not in getattr(pyfuse3, 'FEATURES', ()))" \
         2>/dev/null; then
     need_pyfuse3=1
 fi
@@ -102,7 +102,7 @@ fi
 if [ "$need_pyfuse3" = 1 ]; then
     if ! { wait "$build_pid" &&
            "$venv/bin/python" -m pip install --no-deps --force-reinstall "$build"/wheel/pyfuse3-*.whl &&
-           "$venv/bin/python" -c "import pyfuse3; assert 'parallel_dirops' in pyfuse3.FEATURES"
+           "$venv/bin/python" -c "import pyfuse3; assert 'busy_poll' in pyfuse3.FEATURES"
          } >>"$build_log" 2>&1; then
         tail -30 "$build_log" >&2
         echo "setup: building the patched pyfuse3 failed; full log in $build_log" >&2

@@ -29,6 +29,7 @@ import time
 from bookfs.errors import BookError, UsageError
 from bookfs.formats.fileio import private_dir
 from bookfs.fs.daemon.mountinfo import bookfs_mount_at, mount_at
+from bookfs.fs.daemon.mainloop import log_busy_poll, main_options, max_tasks
 from bookfs.fs.daemon.options import (DEFAULT_STALL_TIMEOUT, MountError, MountOptions, OptionError,
                                options_help, parse_options)
 
@@ -377,7 +378,8 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
             nursery.start_soon(date_pass, book)  # dates for listings (fs/dates.py)
             if ops.readonly:
                 nursery.start_soon(ops.watch_loop)
-            await pyfuse3.main(max_tasks=max_tasks())
+            await pyfuse3.main(**main_options(opts.busy_poll))
+            log_busy_poll()
             nursery.cancel_scope.cancel()
 
     try:
@@ -475,32 +477,6 @@ def _run_profiled(run, *args, suffix: str = "") -> None:
     finally:
         prof.dump_stats(path)
         log.info("profile of the event loop written to %s", path)
-
-
-def max_tasks() -> int:
-    """How many requests pyfuse3 may serve at once (its worker tasks; stock default 99).
-
-    A close of ``new/N`` waits in its FLUSH until N is committed, and it holds a worker
-    all that time.  With 99 workers, 99 waiting closes left none to read ``/dev/fuse``,
-    so the write that would let N commit was never served and the mount froze (issue
-    19, item 7).  Waiting requests must never starve the ones that let them finish, so
-    the bound is what the kernel can have in flight, not a guess: every request but the
-    background ones (readahead, async reads and writes, bounded by ``max_background``,
-    12 by default) is synchronous, sent by one task that waits for its answer
-    (``fs/fuse/dev.c``: ``__fuse_request_send()`` waits in ``request_wait_answer()``;
-    ``flush_bg_queue()`` holds background requests at ``max_background``), and FLUSH is
-    one of them (``fs/fuse/file.c``, ``fuse_flush()``: ``fuse_simple_request``).  So at
-    most one request per task in the system (``/proc/sys/kernel/threads-max``) plus the
-    background ones can be waiting.  A waiting worker costs a few KiB: the patched
-    pyfuse3 (``bounded_buffers``) frees its 1 MiB receive buffer while it waits.  The
-    same bound keeps lookups under ``follow/`` (which wait for an event, ``tail.py``)
-    from starving the appends and reads that let them finish."""
-    try:
-        with open("/proc/sys/kernel/threads-max") as f:
-            threads = int(f.read())
-    except (OSError, ValueError):
-        threads = 1 << 22  # the kernel's own ceiling (FUTEX_TID_MASK)
-    return min(threads + 1024, (1 << 31) - 1)
 
 
 def _mount_id(mountpoint: str) -> str | None:

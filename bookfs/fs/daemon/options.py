@@ -1,7 +1,8 @@
 """``-o`` mount options: every one falls in exactly one class, and is sorted by it.
 
 * **bookfs's own** (:data:`OWN_OPTIONS`): ``stall_timeout=``, ``follow_timeout=``, ``segment_mb=``,
-  ``index_dir=``, ``noindex_cache``, ``readdirplus=``, ``unchecked_payloads``;
+  ``index_dir=``, ``noindex_cache``, ``readdirplus=``, ``unchecked_payloads``,
+  ``busy_poll=``;
 * **implemented by bookfs** (:data:`IMPLEMENTED_OPTIONS`), because libfuse 3's low-level
   API no longer does: ``uid=``, ``gid=``, ``umask=``, ``nonempty``;
 * **read-only or read-write** (:data:`MODE_OPTIONS`): ``ro``, ``rw``;
@@ -27,6 +28,8 @@ from bookfs.fs.daemon.mountinfo import FSNAME_PREFIX, FUSE_SUBTYPE
 
 DEFAULT_STALL_TIMEOUT = 30.0  # seconds a new/ writer waits for a stalled predecessor
 DEFAULT_FOLLOW_TIMEOUT = 10.0  # seconds a follow/ lookup waits (fs/tail.py says why 10)
+#: microseconds the daemon polls /dev/fuse before it sleeps, at most (``mainloop.main_options``)
+DEFAULT_BUSY_POLL_US = 200
 
 
 class MountError(Exception):
@@ -50,6 +53,12 @@ def _positive_number(what: str):
             raise ValueError(f"expected a positive number of {what}")
         return x
     return parse
+
+
+def _microseconds(value: str) -> int:
+    if not value.isdigit() or int(value) > 1_000_000:
+        raise ValueError("expected a whole number of microseconds from 0 to 1000000")
+    return int(value)
 
 
 def _directory(value: str) -> str:
@@ -135,6 +144,11 @@ OWN_OPTIONS = {
                     "the kernel asks for attributes only while the lister stats as it "
                     "goes (ls -l), so find -type f runs at local-disk speed, but a tool "
                     "that stats after listing pays one lookup per entry"),
+    "busy_poll": (_microseconds, "US: before the daemon sleeps waiting for a request, it "
+                  "polls /dev/fuse for up to US microseconds (an adaptive window that "
+                  "shrinks to nothing while the mount is idle), so a request that follows "
+                  "soon is answered without a sleep and a wake-up; 0 never polls "
+                  f"(default {DEFAULT_BUSY_POLL_US})"),
     "unchecked_payloads": (None, "accept any bytes of 4 or more as a new/ event, not only "
                            "a 4-byte mug and a jam (or ram) that decodes exactly; for "
                            "logs that store something else (a ship cannot replay it)"),
@@ -183,6 +197,7 @@ class MountOptions:
     unchecked_payloads: bool = False  # new/ accepts any payload (no noun check)
     single_connection: bool = False  # no read-only companion (fs/daemon/companion.py)
     readdirplus: str = "always"  # or "auto" (fs/nodes/dirs.py, "Listings")
+    busy_poll: int = DEFAULT_BUSY_POLL_US  # µs polled before sleeping (mainloop.main_options)
     uid: int | None = None
     gid: int | None = None
     umask: int | None = None
@@ -208,7 +223,7 @@ class MountOptions:
         (``fs/daemon/companion.py``): read-only, the same segments, index, owner and FUSE
         options; its ``fsname=`` is bookfs's own, naming the source."""
         out = ["ro", f"segment_mb={self.segment_span / (1 << 20)!r}",
-               f"readdirplus={self.readdirplus}"]
+               f"readdirplus={self.readdirplus}", f"busy_poll={self.busy_poll}"]
         if self.index_dir:
             out.append(f"index_dir={self.index_dir}")
         if not self.index_cache:

@@ -19,6 +19,7 @@ from bookfs.formats.fleet import FLEET_FSNAME_PREFIX
 from bookfs.fs.daemon import mount as M
 from bookfs.fs.fleet.ahead import MAX_SHIPS
 from bookfs.fs.fleet.ops import IDLE_CLOSE, MAX_OPEN
+from bookfs.fs.daemon import mainloop
 from bookfs.fs.daemon.options import parse_options
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,8 @@ def _serve_fleet(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
             nursery.start_soon(stop_on_signal)
             nursery.start_soon(ops.loop)
             ready()
-            await pyfuse3.main(max_tasks=M.max_tasks())
+            await pyfuse3.main(**mainloop.main_options(opts.busy_poll))
+            mainloop.log_busy_poll()
             nursery.cancel_scope.cancel()
 
     try:
