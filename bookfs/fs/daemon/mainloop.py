@@ -12,14 +12,17 @@ log = logging.getLogger("bookfs.fs.daemon.mount")
 def main_options(busy_poll_us: int) -> dict:
     """``pyfuse3.main``'s arguments: :func:`max_tasks`, and ``-o busy_poll=``.
 
-    **Busy polling** (the patched pyfuse3's ``busy_poll``): whenever the event loop is
-    about to sleep for want of a request, it first polls ``/dev/fuse`` (no sleep, the CPU
-    yielded to any other runnable thread between polls) for up to an adaptive window of
-    at most ``busy_poll_us``.  A program that reads events one after another sends its
-    next request a few tens of microseconds after the last reply; without the poll the
-    daemon's thread has gone to sleep by then, and on a virtual machine each sleep is a
-    halt of the vCPU and each wake-up an exit to the host (``docs/benchmarks.md``, "A
-    daemon that polls before it sleeps").  The window follows the kernel's guest
+    **Busy polling** (the patched pyfuse3's ``busy_poll``): when the event loop is about
+    to sleep for want of work, just after answering a request, it first polls its epoll
+    set (``/dev/fuse``, and trio's wake-up socket, by which a worker thread's result
+    comes) for up to an adaptive window of at most ``busy_poll_us``.  The poll gives way
+    at once when more tasks are runnable than the daemon has CPUs (``/proc/loadavg``), so
+    it never takes a CPU another task waits for.  A program that reads events one after
+    another sends its next request a few tens of microseconds after the last reply;
+    without the poll the daemon's thread has gone to sleep by then, and on a virtual
+    machine each sleep is a halt of the vCPU and each wake-up an exit to the host
+    (``docs/benchmarks.md``, "A daemon that polls before it sleeps").  The window
+    follows the kernel's guest
     halt-polling rule (``drivers/cpuidle/governors/haltpoll.c``, ``adjust_poll_limit()``;
     ``Documentation/virt/guest-halt-polling.rst``): it grows (from a quarter of the
     maximum, doubling) after a sleep that the poll missed but that ended within the
