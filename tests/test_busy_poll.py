@@ -7,8 +7,9 @@ pyfuse3's ``busy_poll``), and only then.
 - a pyfuse3 without the feature is never asked to poll;
 - through real mounts of every daemon kind (a read-only UIP Book, a read-only pier, a
   read-write Book appended to through ``new/``, a fleet): requests that follow each other
-  are taken by the poll (the daemon's count of polls that found a request, logged at
-  unmount), every byte read is the log's, and ``busy_poll=0`` polls never;
+  are taken by the poll, or, when other tasks want the CPUs (a loaded machine), the poll
+  gives way to them (the daemon's counts, logged at unmount); every byte read is the
+  log's; and ``busy_poll=0`` polls never;
 - a mount left idle after a burst of reads spends (next to) no CPU: the window shrinks
   away while nothing comes.
 
@@ -71,17 +72,22 @@ def test_a_pyfuse3_without_the_feature_is_not_asked_to_poll(monkeypatch):
 # --- through real mounts ---------------------------------------------------------------------
 
 
-def _polls(log_file: Path, after: int) -> list[tuple[int, int]]:
-    """The ``(tries, hits)`` of each daemon that logged its polls at unmount, past byte
-    ``after`` of its log."""
-    text = log_file.read_text()[after:] if log_file.exists() else ""
-    return [(int(t), int(h)) for t, h in
-            re.findall(r"busy poll: tries (\d+), hits (\d+)", text)]
+def _polls(log_file: Path) -> list[tuple[int, int, int]]:
+    """The ``(tries, hits, gave_way)`` of each daemon that logged its polls at unmount."""
+    text = log_file.read_text() if log_file.exists() else ""
+    return [tuple(map(int, m)) for m in
+            re.findall(r"busy poll: tries (\d+), hits (\d+), gave_way (\d+)", text)]
 
 
-def _logged_polls(log_file: Path, after: int, daemons: int) -> list[tuple[int, int]]:
-    assert wait_for(lambda: len(_polls(log_file, after)) >= daemons, timeout=30)
-    return _polls(log_file, after)
+def _logged_polls(log_file: Path, daemons: int) -> list[tuple[int, int, int]]:
+    assert wait_for(lambda: len(_polls(log_file)) >= daemons, timeout=30)
+    return _polls(log_file)
+
+
+def _polled(tries: int, hits: int, gave_way: int) -> bool:
+    """The poll ran and did what it is for: it found requests, or, on a machine whose
+    CPUs other tasks wanted meanwhile (a loaded CI host), it gave way to them."""
+    return hits + gave_way <= tries and (hits > 0 or gave_way > 0)
 
 
 def _read_one_after_another(events: Path, expect: dict[int, bytes]) -> None:
@@ -106,11 +112,11 @@ def test_a_read_only_mount_takes_the_next_request_by_polling(book, tmp_path, bus
     with mounted(src, tmp_path / "mnt", "-o", f"ro,busy_poll={busy_poll}",
                  log_file=str(log_file)) as mnt:
         _read_one_after_another(Path(mnt) / "events", data)
-    [(tries, hits)] = _logged_polls(log_file, 0, 1)
+    [(tries, hits, gave_way)] = _logged_polls(log_file, 1)
     if busy_poll:
-        assert 0 < hits <= tries
+        assert _polled(tries, hits, gave_way)
     else:
-        assert tries == hits == 0
+        assert tries == hits == gave_way == 0
 
 
 def test_a_pier_mount_polls(tmp_path):
@@ -120,8 +126,8 @@ def test_a_pier_mount_polls(tmp_path):
     with mounted(src, tmp_path / "mnt", "-o", "ro", log_file=str(log_file)) as mnt:
         _read_one_after_another(Path(mnt) / "events",
                                 {n: payload(n, 40 if n <= 50 else 60) for n in range(1, 301)})
-    [(tries, hits)] = _logged_polls(log_file, 0, 1)
-    assert 0 < hits <= tries
+    [polls] = _logged_polls(log_file, 1)
+    assert _polled(*polls)
 
 
 def test_a_read_write_mount_and_its_companion_poll(tmp_path):
@@ -134,8 +140,8 @@ def test_a_read_write_mount_and_its_companion_poll(tmp_path):
         for n in range(2, 152):  # one writer: each append six requests, its close a commit
             (root / "new" / str(n)).write_bytes(payload(n, 50))
         _read_one_after_another(root / "events", {n: payload(n, 50) for n in range(1, 152)})
-    polls = _logged_polls(log_file, 0, 2)  # the read-write daemon and its companion
-    assert len(polls) == 2 and all(0 < hits <= tries for tries, hits in polls)
+    polls = _logged_polls(log_file, 2)  # the read-write daemon and its companion
+    assert len(polls) == 2 and all(_polled(*p) for p in polls)
     with Book.open(src) as b:
         assert b.count == 151 and b.read(151) == payload(151, 50)
 
@@ -151,8 +157,8 @@ def test_a_fleet_mount_polls(tmp_path):
             events = Path(mnt) / ship / "events"
             for name in sorted(os.listdir(events)):
                 assert (events / name).stat().st_size == len((events / name).read_bytes())
-    [(tries, hits)] = _logged_polls(log_file, 0, 1)
-    assert 0 < hits <= tries
+    [polls] = _logged_polls(log_file, 1)
+    assert _polled(*polls)
 
 
 def test_an_idle_mount_stops_polling(book, tmp_path):

@@ -13,9 +13,11 @@ def main_options(busy_poll_us: int) -> dict:
     """``pyfuse3.main``'s arguments: :func:`max_tasks`, and ``-o busy_poll=``.
 
     **Busy polling** (the patched pyfuse3's ``busy_poll``): when the event loop is about
-    to sleep for want of work, just after answering a request, it first polls its epoll
-    set (``/dev/fuse``, and trio's wake-up socket, by which a worker thread's result
-    comes) for up to an adaptive window of at most ``busy_poll_us``.  The poll gives way
+    to sleep for want of work, just after answering a request and with no request left
+    waiting on a worker thread or a commit (it then sleeps: the disk is what it waits
+    for), it first polls its epoll set (``/dev/fuse``, and trio's wake-up socket, by
+    which a worker thread's result comes) for up to an adaptive window of at most
+    ``busy_poll_us``.  The poll gives way
     at once when more tasks are runnable than the daemon has CPUs (``/proc/loadavg``), so
     it never takes a CPU another task waits for.  A program that reads events one after
     another sends its next request a few tens of microseconds after the last reply;
@@ -39,8 +41,8 @@ def main_options(busy_poll_us: int) -> dict:
 
 def log_busy_poll() -> None:
     """Log what the busy poll did over the mount's life (the patched pyfuse3's
-    ``busy_poll_stats()``: polls tried, polls that found a request, the window at the
-    end), at unmount."""
+    ``busy_poll_stats()``: polls tried, those that found a request, those that gave way
+    to another task wanting a CPU, the window at the end), at unmount."""
     import pyfuse3
 
     stats = getattr(pyfuse3, "busy_poll_stats", None)
