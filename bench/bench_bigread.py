@@ -54,6 +54,9 @@ def main(argv=None) -> int:
     p.add_argument("--mb", type=int, default=256, help="the event's size, MiB (256)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--dir", help="work directory (default: a new one under /tmp)")
+    p.add_argument("--only", metavar="NAMES",
+                   help="only these targets, comma-separated (default: all; the ratios need "
+                        "bookfs, and name only targets that ran)")
     a = p.parse_args(argv)
     work = a.dir or tempfile.mkdtemp(prefix="bench_bigread.")
     os.makedirs(work, exist_ok=True)
@@ -104,6 +107,11 @@ def main(argv=None) -> int:
                                             mnt, "--count", "1", "--size", str(size)], mnt,
                                            os.path.join(work, "constfs.log"))),
     }
+    if a.only:
+        unknown = set(a.only.split(",")) - set(targets)
+        if unknown or "bookfs" not in a.only.split(","):
+            p.error(f"--only: expected bookfs and some of {','.join(targets)}")
+        targets = {k: v for k, v in targets.items() if k in a.only.split(",")}
     ways = ("dd cold", "read cold", "dd warm", "read warm")
     t = {w: {k: [] for k in targets} for w in ways}
     load0 = os.getloadavg()[0]
@@ -130,6 +138,8 @@ def main(argv=None) -> int:
             print(f"  {k:12} {min(v):.3f} / {statistics.median(v):.3f} / {max(v):.3f} s  "
                   f"({size / 1e6 / statistics.median(v):,.0f} MB/s at the median)")
         for ref in ("local", "constfs", "bookfs-128k", "bookfs-first", "bookfs-nopoll"):
+            if ref not in targets:
+                continue
             r = [b and x / b for x, b in zip(t[w][ref], t[w]["bookfs"])]
             print(f"  bookfs speed / {ref:13} {min(r):.2f} / {statistics.median(r):.2f} / "
                   f"{max(r):.2f}")

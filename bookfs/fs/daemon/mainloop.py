@@ -30,7 +30,12 @@ def main_options(busy_poll_us: int) -> dict:
     maximum, doubling) after a sleep that the poll missed but that ended within the
     maximum, and halves after a sleep longer than the maximum, so a mount left idle
     stops polling after a few sleeps, having spent at most twice the maximum.  A pyfuse3
-    without the feature (:data:`bookfs.fs.ops.FEATURES`) never polls."""
+    without the feature (:data:`bookfs.fs.ops.FEATURES`) never polls.
+
+    A read-write daemon whose reads go through its companion is given 0: its requests
+    are appends, most of which wait on a commit, and polling there cost it up to 14% of
+    its appends a second in ``bench/bench_append.py`` (``docs/benchmarks.md``); its
+    companion, which serves the reads, polls."""
     from bookfs.fs import ops
 
     opts = {"max_tasks": max_tasks()}
@@ -39,15 +44,18 @@ def main_options(busy_poll_us: int) -> dict:
     return opts
 
 
-def log_busy_poll() -> None:
-    """Log what the busy poll did over the mount's life (the patched pyfuse3's
-    ``busy_poll_stats()``: polls tried, those that found a request, those that gave way
-    to another task wanting a CPU, the window at the end), at unmount."""
+def log_busy_poll(options: dict) -> None:
+    """At unmount, log what the busy poll did over the mount's life (the patched
+    pyfuse3's ``busy_poll_stats()``: polls tried, those that found a request, those that
+    gave way to another task wanting a CPU, the window at the end), or that it was off.
+    ``options``: what :func:`main_options` gave ``pyfuse3.main``."""
     import pyfuse3
 
-    stats = getattr(pyfuse3, "busy_poll_stats", None)
-    if stats is not None:
-        log.info("busy poll: %s", ", ".join(f"{k} {v}" for k, v in stats().items()))
+    if not options.get("busy_poll_us"):
+        log.info("busy poll: off")
+        return
+    stats = pyfuse3.busy_poll_stats()
+    log.info("busy poll: %s", ", ".join(f"{k} {v}" for k, v in stats.items()))
 
 
 def max_tasks() -> int:

@@ -378,8 +378,12 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
             nursery.start_soon(date_pass, book)  # dates for listings (fs/dates.py)
             if ops.readonly:
                 nursery.start_soon(ops.watch_loop)
-            await pyfuse3.main(**main_options(opts.busy_poll))
-            log_busy_poll()
+            # a read-write daemon whose reads go through its companion answers appends,
+            # which wait on commits: it does not poll (mainloop.main_options says why)
+            serves_reads = readonly or opts.single_connection or "read_inode" not in FEATURES
+            loop_options = main_options(opts.busy_poll if serves_reads else 0)
+            await pyfuse3.main(**loop_options)
+            log_busy_poll(loop_options)
             nursery.cancel_scope.cancel()
 
     try:
@@ -398,8 +402,8 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
 #: Environment variable: a file to write a :mod:`cProfile` of the daemon's event loop to at
 #: unmount (``pstats`` format; the event-loop thread's CPU time, so waiting in ``epoll``
 #: counts as nothing; a read-only mount writes it with ``.ro`` appended, so that a
-#: read-write mount's companion does not overwrite its daemon's), for benchmarks that say where a request's CPU goes
-#: (bench/bench_append.py --profile).
+#: read-write mount's companion does not overwrite its daemon's), for benchmarks that say
+#: where a request's CPU goes (bench/bench_append.py --profile).
 PROFILE_ENV = "BOOKFS_PROFILE"
 
 

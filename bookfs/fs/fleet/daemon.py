@@ -95,8 +95,9 @@ def _serve_fleet(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
             nursery.start_soon(stop_on_signal)
             nursery.start_soon(ops.loop)
             ready()
-            await pyfuse3.main(**mainloop.main_options(opts.busy_poll))
-            mainloop.log_busy_poll()
+            loop_options = mainloop.main_options(opts.busy_poll)
+            await pyfuse3.main(**loop_options)
+            mainloop.log_busy_poll(loop_options)
             nursery.cancel_scope.cancel()
 
     try:
