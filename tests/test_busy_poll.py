@@ -7,10 +7,10 @@ pyfuse3's ``busy_poll``), and only then.
 - a pyfuse3 without the feature is never asked to poll;
 - through real mounts of every daemon kind (a read-only UIP Book, a read-only pier, a
   read-write Book appended to through ``new/`` and read through its companion, a fleet;
-  the read-write daemon itself, which answers appends, never polls): requests that follow each other
-  are taken by the poll, or, when other tasks want the CPUs (a loaded machine), the poll
-  gives way to them (the daemon's counts, logged at unmount); every byte read is the
-  log's; and ``busy_poll=0`` polls never;
+  the read-write daemon itself, which answers appends, never polls): requests that
+  follow each other are taken by the poll, or, when other tasks want the CPUs (a loaded
+  machine), the poll gives way to them (the daemon's counts, logged at unmount); every
+  byte read is the log's; and ``busy_poll=0`` polls never;
 - a mount left idle after a burst of reads spends (next to) no CPU: the window shrinks
   away while nothing comes.
 

@@ -169,8 +169,9 @@ MODE_OPTIONS = {"ro": "read-only (follows the writer, takes no lock)",
 #: no effect.  (mount.fuse itself consumes setuid= and drop_privileges; given to bookfs
 #: directly they go to FUSE, which refuses them, rather than being silently dropped.)
 IGNORED_OPTIONS = {"defaults", "auto", "noauto", "user", "users", "nouser", "owner",
-                   "group", "_netdev", "nofail", "comment", "relatime", "norelatime", "strictatime", "nostrictatime", "lazytime",
-                   "nolazytime", "nodiratime", "diratime", "loud", "silent"}
+                   "group", "_netdev", "nofail", "comment", "relatime", "norelatime",
+                   "strictatime", "nostrictatime", "lazytime", "nolazytime", "nodiratime",
+                   "diratime", "loud", "silent"}
 IGNORED_PREFIXES = ("x-",)
 #: Options bookfs always gives FUSE (fsname= is added too: bookfs:<source>, unless given).
 ALWAYS_FUSE = ("subtype=" + FUSE_SUBTYPE, "default_permissions", "auto_unmount")
