@@ -17,20 +17,22 @@ def main_options(busy_poll_us: int) -> dict:
     waiting on a worker thread or a commit (it then sleeps: the disk is what it waits
     for), it first polls its epoll set (``/dev/fuse``, and trio's wake-up socket, by
     which a worker thread's result comes) for up to an adaptive window of at most
-    ``busy_poll_us``.  The poll gives way
-    at once when more tasks are runnable than the daemon has CPUs (``/proc/loadavg``), so
-    it never takes a CPU another task waits for.  A program that reads events one after
-    another sends its next request a few tens of microseconds after the last reply;
-    without the poll the daemon's thread has gone to sleep by then, and on a virtual
-    machine each sleep is a halt of the vCPU and each wake-up an exit to the host
-    (``docs/benchmarks.md``, "A daemon that polls before it sleeps").  The window
-    follows the kernel's guest
-    halt-polling rule (``drivers/cpuidle/governors/haltpoll.c``, ``adjust_poll_limit()``;
+    ``busy_poll_us``.  The poll gives way at once when more tasks are runnable than the
+    daemon has CPUs (``/proc/loadavg``), so it never takes a CPU another task waits for.
+
+    A program that reads events one after another sends its next request a few tens of
+    microseconds after the last reply; without the poll the daemon's thread has gone to
+    sleep by then, and on a virtual machine each sleep is a halt of the vCPU and each
+    wake-up an exit to the host (``docs/benchmarks.md``, "A daemon that polls before it
+    sleeps").  The window follows the kernel's guest halt-polling rule
+    (``drivers/cpuidle/governors/haltpoll.c``, ``adjust_poll_limit()``;
     ``Documentation/virt/guest-halt-polling.rst``): it grows (from a quarter of the
     maximum, doubling) after a sleep that the poll missed but that ended within the
-    maximum, and halves after a sleep longer than the maximum, so a mount left idle
-    stops polling after a few sleeps, having spent at most twice the maximum.  A pyfuse3
-    without the feature (:data:`bookfs.fs.ops.FEATURES`) never polls.
+    maximum, and halves after a sleep longer than the maximum.  A poll follows an
+    answered request only, so a mount left idle polls once, for at most the window, and
+    then sleeps; one asked a thing now and then, with long gaps, stops polling after a
+    few gaps.  A pyfuse3 without the feature (:data:`bookfs.fs.ops.FEATURES`) never
+    polls.
 
     A read-write daemon whose reads go through its companion is given 0: its requests
     are appends, most of which wait on a commit, and polling there cost it up to 14% of
