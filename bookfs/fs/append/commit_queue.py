@@ -421,10 +421,12 @@ class CommitQueue:
         return r.state == DONE
 
     def _checked_save(self, first: int, batch: list[Reservation], payloads: list,
-                      gate: dict, token, checked) -> tuple[list, int]:
+                      gate: dict) -> tuple[list, int]:
         """The commit thread's half of :meth:`_lead`: judge the batch in order up to the
         first that may not be saved, then save the ones before it, unless the loop gave
-        up on the checks meanwhile (``gate``)."""
+        up on the checks meanwhile (``gate``: ``saving`` set here, under its lock, once
+        the checks are done; ``abandoned`` set by the loop, under it, when they overran
+        the deadline first)."""
         verdicts, shared = [], {}
         for r in batch:
             verdicts.append(self._judge(r, shared))
@@ -435,7 +437,6 @@ class CommitQueue:
             if gate["abandoned"]:
                 return verdicts, 0
             gate["saving"] = True
-        token.run_sync_soon(checked.set)
         if n:
             self.log.save(first, payloads[:n], self._epoch())
         return verdicts, n
@@ -454,12 +455,12 @@ class CommitQueue:
             payloads = [r.staging.payload() for r in batch]
             self._saving = {r.number for r in batch}
             gate = {"lock": threading.Lock(), "abandoned": False, "saving": False}
-            checked = trio.Event()
-            done, box = self.saver.submit(self._checked_save, first, batch, payloads, gate,
-                                          trio.lowlevel.current_trio_token(), checked)
+            done, box = self.saver.submit(self._checked_save, first, batch, payloads, gate)
+            # one wake-up a batch, the save's: past the deadline the gate says whether the
+            # checks ended in time (the save then goes on) or not (the batch fails unsaved)
             with trio.move_on_after(self.check_deadline):
-                await checked.wait()
-            if not checked.is_set() and not done.is_set():
+                await done.wait()
+            if not done.is_set():
                 with gate["lock"]:
                     gate["abandoned"] = not gate["saving"]
                 if gate["abandoned"]:  # a check is stuck: nothing of the batch is saved
