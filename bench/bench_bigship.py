@@ -12,6 +12,12 @@ made by ``bench/make_ship.py``.  Steps, in order, each timed (wall clock):
  5. on fresh mounts after ``drop_caches``: ``find MNT/events -type f | wc -l``, then
     ``ls -l MNT/events > /dev/null``, the daemon's RSS after each; the same ``find`` with
     ``-o ro,readdirplus=auto``;
+ 5b. with ``--local DIR``: local disk's side of that ``find``, in ``--rounds``
+    interleaved rounds with the ``readdirplus=auto`` mount's (each after
+    ``drop_caches``): ``DIR`` holds one empty file per event, named as ``events/`` names
+    them (made there first if ``DIR`` does not exist, with a progress bar).  ``find
+    -type f`` reads a directory's names and types, never an inode, so the files' sizes
+    change nothing it does; ``--local-only`` runs this step and what it needs (1, 4);
  6. ``bookfs verify --nouns SHIP``: every CRC and every payload decoded, as MB/s;
  7. Spark over the mount: ``spark.read.format("bookfs").load(MNT).count()``, a full
     scan of every column into Spark's ``noop`` sink, and ``event`` and ``size`` alone
@@ -21,6 +27,7 @@ made by ``bench/make_ship.py``.  Steps, in order, each timed (wall clock):
 Prints a Markdown table.  MB = 10^6 bytes.  Needs root (drop_caches) and /dev/fuse.
 
     python bench/bench_bigship.py SHIP [--rounds 5] [--no-spark | --spark-only]
+                                      [--local DIR [--local-only]]
 """
 
 from __future__ import annotations
@@ -68,7 +75,14 @@ def main(argv=None) -> int:
     p.add_argument("--no-spark", action="store_true")
     p.add_argument("--spark-only", action="store_true",
                    help="only step 7, in --rounds interleaved rounds")
+    p.add_argument("--local", metavar="DIR",
+                   help="step 5b: local disk's find over DIR (one empty file per event, "
+                        "made first if DIR does not exist)")
+    p.add_argument("--local-only", action="store_true",
+                   help="only step 5b (and the index build and date pass it needs)")
     a = p.parse_args(argv)
+    if a.local_only and not a.local:
+        p.error("--local-only needs --local DIR")
     ship = os.path.abspath(a.ship)
     size = os.path.getsize(os.path.join(ship, "book.log"))
     work = tempfile.mkdtemp(prefix="bench_bigship.")
@@ -109,6 +123,10 @@ def main(argv=None) -> int:
         count = book.count
     row("date pass (first mount, in the background), events/s",
         [count / (time.perf_counter() - t)], "ev/s")
+    if a.local:
+        local_step(os.path.abspath(a.local), count, mnt, ship, a.rounds, row)
+        if a.local_only:
+            return report(ship, size, load0, rows, work)
     ready, rss_ready = [], []
     for _ in range(a.rounds):
         t = time.perf_counter()
@@ -142,6 +160,46 @@ def main(argv=None) -> int:
     if not a.no_spark:
         spark_step(ship, mnt, 1, row)
     return report(ship, size, load0, rows, work)
+
+
+def local_step(local: str, count: int, mnt: str, ship: str, rounds: int, row) -> None:
+    """Step 5b: ``find -type f | wc -l`` of ``local`` (``count`` empty files named as
+    ``events/`` names them, made now if ``local`` does not exist) and of a fresh
+    ``-o ro,readdirplus=auto`` mount's ``events/``, each after ``drop_caches``, in
+    ``rounds`` interleaved rounds (the order swapped every round)."""
+    from tqdm import tqdm
+
+    from bookfs.fs.inodes import event_name
+
+    if not os.path.exists(local):
+        os.makedirs(local)
+        for n in tqdm(range(1, count + 1), desc="local files", unit="file", unit_scale=True,
+                      mininterval=1.0):
+            os.close(os.open(os.path.join(local, event_name(n).decode()),
+                             os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    have = sum(1 for _ in os.scandir(local))
+    if have != count:
+        raise SystemExit(f"{local}: {have:,} files, expected {count:,} (one per event)")
+    times: dict[str, list[float]] = {"local": [], "bookfs": []}
+
+    def bookfs_find():
+        with mounted(ship, mnt, "-o", "ro,readdirplus=auto"):
+            drop_caches()
+            times["bookfs"].append(timed(f"find {mnt}/events -type f | wc -l"))
+
+    def local_find():
+        drop_caches()
+        times["local"].append(timed(f"find {local} -type f | wc -l"))
+
+    for k in range(rounds):
+        for step in ((local_find, bookfs_find) if k % 2 == 0 else (bookfs_find, local_find)):
+            step()
+    row("find, local disk (one empty file per event), after drop_caches", times["local"],
+        "s")
+    row("find, -o readdirplus=auto, fresh mount (interleaved with local disk)",
+        times["bookfs"], "s", "≤ local")
+    row("local disk / bookfs, within each round",
+        [lo / b for lo, b in zip(times["local"], times["bookfs"])], "×", "≥ 1")
 
 
 def spark_step(ship: str, mnt: str, rounds: int, row) -> None:
