@@ -5,9 +5,10 @@
   EINVAL for a gap or a name that is not a number).
 * ``commit`` (called from the **last** ``flush``, i.e. the close of the writer's last
   descriptor; see ``rule.py``) returns only when the event is durable and visible, or
-  raises :class:`~bookfs.errors.Refused` (with the errno the FUSE adapter answers).  It freezes the staged bytes first, so what is saved is an
-  immutable snapshot; a write that failed earlier (EFBIG, ENOSPC, EIO) has *poisoned* the
-  reservation, and then commit fails with that errno and saves nothing.  Commits happen
+  raises :class:`~bookfs.errors.Refused` (with the errno the FUSE adapter answers).  It
+  freezes the staged bytes first, so what is saved is an immutable snapshot; a write
+  that failed earlier (EFBIG, ENOSPC, EIO) has *poisoned* the reservation, and then
+  commit fails with that errno and saves nothing.  Commits happen
   strictly in event order.  The writer at the head of the queue becomes the *leader*: it
   takes every consecutive ready reservation and saves them with one ``Book.save`` (one
   write, one fdatasync) on the queue's own commit thread (a :class:`WorkerThread`), so
