@@ -124,3 +124,34 @@ def test_each_verdict_of_a_check_in_time(tmp_path, verdict, expect):
     assert book.count == (1 if expect == "saved" else 0)
     queue.saver.close()
     book.close()
+
+
+def test_a_commit_cancelled_from_outside_mid_batch_still_finishes_its_reservation(tmp_path):
+    """The daemon's shutdown cancels its tasks: a batch whose checks are running then
+    still goes on to disk (the commit thread does not stop), so its reservation must be
+    finished as saved, never left behind for ``shutdown`` to record as not committed."""
+    book, queue = _queue(tmp_path)
+    release, entered = threading.Event(), threading.Event()
+
+    def slow_check(shared):
+        entered.set()
+        release.wait(30)
+        return None  # the writer's last close: commit
+
+    async def main():
+        r = _ready(queue, 1)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(queue.commit, r, slow_check)
+            await trio.to_thread.run_sync(entered.wait, 30)
+            nursery.cancel_scope.cancel()  # the checks are running now
+            release.set()
+        return r.state
+
+    state = trio.run(main)
+    queue.saver.close()  # waits for the thread's last call: the save is over
+    queue.shutdown("the test ends")
+    book.refresh()
+    assert book.count == 1 and book.read(1) == PAYLOAD
+    assert state == "done"
+    assert "new/1" not in queue.refusals.render()  # never recorded as not committed
+    book.close()

@@ -458,8 +458,11 @@ class CommitQueue:
             gate = {"lock": threading.Lock(), "abandoned": False, "saving": False}
             done, box = self.saver.submit(self._checked_save, first, batch, payloads, gate)
             # one wake-up a batch, the save's: past the deadline the gate says whether the
-            # checks ended in time (the save then goes on) or not (the batch fails unsaved)
-            with trio.move_on_after(self.check_deadline):
+            # checks ended in time (the save then goes on) or not (the batch fails unsaved).
+            # Shielded: the batch may be saving already, and its bytes go to disk whatever
+            # happens to the request; the deadline alone ends this wait early
+            with trio.CancelScope(deadline=trio.current_time() + self.check_deadline,
+                                  shield=True):
                 await done.wait()
             if not done.is_set():
                 with gate["lock"]:
