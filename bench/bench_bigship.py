@@ -17,7 +17,7 @@ made by ``bench/make_ship.py``.  Steps, in order, each timed (wall clock):
     ``drop_caches``): ``DIR`` holds one empty file per event, named as ``events/`` names
     them (made there first if ``DIR`` does not exist, with a progress bar).  ``find
     -type f`` reads a directory's names and types, never an inode, so the files' sizes
-    change nothing it does; ``--local-only`` runs this step and what it needs (1, 4);
+    change nothing it does; ``--local-only`` runs this step after steps 1, 2 and 4;
  6. ``bookfs verify --nouns SHIP``: every CRC and every payload decoded, as MB/s;
  7. Spark over the mount: ``spark.read.format("bookfs").load(MNT).count()``, a full
     scan of every column into Spark's ``noop`` sink, and ``event`` and ``size`` alone
