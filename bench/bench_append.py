@@ -4,6 +4,12 @@ Four mounts, each on its own log file in the same directory (the same disk):
 
 * **floor**: ``bench/constfs.py --log FILE``: pyfuse3 plus one ``fdatasync`` per append,
   done inline in the FLUSH handler (no ordering, no group commit, no last-close check);
+* **group**: ``bench/constfs.py --log FILE --group-commit``: pyfuse3 plus bookfs's shape
+  of a durable append and nothing else: one committer task, one ``writev`` and one
+  ``fdatasync`` per group of closes on a worker thread (no ordering, no checks);
+* **group-probe**: the same with ``--probe``: the commit rule's ``/proc`` probe of each
+  closing task on that thread before the save (what a durable append that keeps the
+  commit rule costs at the least on pyfuse3 and trio);
 * **requests**: ``bench/constfs.py`` without ``--log``: the same requests answered at once
   with nothing saved, the ceiling pyfuse3 itself puts on appends (its daemon CPU per
   append is printed too);
@@ -135,6 +141,16 @@ def run_floor(work: Path, seconds: float, threads: int):
     return run_constfs(work, seconds, threads, "--log", str(work / "floor.log"))
 
 
+def run_group(work: Path, seconds: float, threads: int):
+    return run_constfs(work, seconds, threads, "--log", str(work / "group.log"),
+                       "--group-commit")
+
+
+def run_group_probe(work: Path, seconds: float, threads: int):
+    return run_constfs(work, seconds, threads, "--log", str(work / "group.log"),
+                       "--group-commit", "--probe")
+
+
 def run_requests(work: Path, seconds: float, threads: int):
     return run_constfs(work, seconds, threads)
 
@@ -159,7 +175,7 @@ def main() -> int:
     p.add_argument("--only", metavar="NAMES",
                    help="run only these sources, comma-separated (default: every one: "
                         "floor,bookfs,bookfs-unchecked,bookfs-noprobe,bookfs-nopoll,"
-                        "requests,direct)")
+                        "group,group-probe,requests,direct)")
     a = p.parse_args()
     work = Path(a.dir or tempfile.mkdtemp(prefix="bookfs-bench-append-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -168,7 +184,7 @@ def main() -> int:
     (work / "mnt-bookfs").mkdir(exist_ok=True)
     runners = {"floor": run_floor, "bookfs": run_bookfs, "bookfs-unchecked": run_bookfs_unchecked,
                "bookfs-noprobe": run_bookfs_noprobe, "bookfs-nopoll": run_bookfs_nopoll,
-               "requests": run_requests, "direct": run_direct}
+               "group": run_group, "group-probe": run_group_probe, "requests": run_requests, "direct": run_direct}
     if a.only:
         unknown = set(a.only.split(",")) - set(runners)
         if unknown:
@@ -200,6 +216,8 @@ def main() -> int:
                         ("bookfs-unchecked", "bookfs new/, -o unchecked_payloads"),
                         ("bookfs-noprobe", "bookfs new/, the rule's /proc probe skipped"),
                         ("bookfs-nopoll", "bookfs new/, -o busy_poll=0"),
+                        ("group", "group commit on pyfuse3: writev + fdatasync a group"),
+                        ("group-probe", "the same, each close probed as the rule does"),
                         ("requests", "pyfuse3 answering the same requests, no I/O"),
                         ("direct", "plain files + fsync, no FUSE")):
         if name not in runners:
@@ -242,6 +260,13 @@ def main() -> int:
               f" (target >= 0.8x); daemon CPU per append, bookfs / requests: "
               + ", ".join(f"{x:.2f}" for x in cper) + f"; median {statistics.median(cper):.2f}×"
               " (target <= 1.5x)")
+    for name in ("group", "group-probe"):  # issue 34, item 4: what binds it
+        if have(name, "requests"):
+            per = [g / r for g, r in zip(rates[(name, n)], rates[("requests", n)])]
+            cper = [g / r for g, r in zip(cpus[(name, n)], cpus[("requests", n)])]
+            print(f"{name} / requests with {n} writers: rate {statistics.median(per):.2f}× "
+                  f"({min(per):.2f}–{max(per):.2f}), daemon CPU per append "
+                  f"{statistics.median(cper):.2f}× ({min(cper):.2f}–{max(cper):.2f})")
     if a.profile is not None:
         profile(work, a.seconds, a.profile)
     return 0

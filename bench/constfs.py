@@ -8,7 +8,14 @@ has a writable ``new/`` whose files accept ``create``/``write``/``close`` and di
 data (no ordering, no durability), which gives pyfuse3's own floor for appends.  With
 ``--log FILE`` each file's bytes are appended to FILE on its close (FLUSH), followed by one
 ``fdatasync`` done right in the handler: the floor of a durable append (pyfuse3 plus one
-fdatasync per event, no ordering, no group commit).
+fdatasync per event, no ordering, no group commit).  With ``--log FILE --group-commit``
+the closes are saved in groups instead, as bookfs saves them: a close hands its bytes to
+one committer task, which writes every close handed over meanwhile with one ``writev``
+and one ``fdatasync`` on a worker thread (``trio.to_thread``) and then answers them all;
+``--probe`` adds the commit rule's ``/proc`` probe of each closing task on that thread
+(``bookfs.fs.append.rule``: its ``statm`` and its writable descriptors), as bookfs does
+before it saves.  These are the floors of a durable append on pyfuse3 and trio with
+bookfs's shape and none of its checks.
 
 Nothing is read from disk, so what a benchmark measures on it is the kernel, libfuse,
 pyfuse3 and trio: the per-request cost bookfs cannot go under.
@@ -47,9 +54,11 @@ class ConstFS(pyfuse3.Operations):
     supports_dot_lookup = False
     enable_writeback_cache = False
 
-    def __init__(self, sizes, tuned=True, log_fd=None):
+    def __init__(self, sizes, tuned=True, log_fd=None, group=None):
         super().__init__()
         self.log_fd = log_fd  # --log: closes append the file's bytes here and fdatasync
+        self.group = group  # --group-commit: a GroupCommit that saves the closes
+        self.request_owner = bool(group and group.probe)  # ctx with flush/write/release
         self.tuned = tuned  # cache directories too, answer getxattr with ENOSYS
         self.sizes = sizes  # sizes[k - 1] is the size of events/<k>
         self.count = len(sizes)
@@ -154,7 +163,7 @@ class ConstFS(pyfuse3.Operations):
         return (pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False),
                 await self.getattr(STAGING_BASE + fh))
 
-    async def write(self, fh, off, buf):
+    async def write(self, fh, off, buf, ctx=None):
         if fh not in self.staging:
             raise pyfuse3.FUSEError(errno.EBADF)
         self.staging[fh] = max(self.staging[fh], off + len(buf))
@@ -162,14 +171,18 @@ class ConstFS(pyfuse3.Operations):
             self.data[fh][off:off + len(buf)] = buf
         return len(buf)
 
-    async def flush(self, fh):
+    async def flush(self, fh, ctx=None):
         data = self.data.get(fh)
-        if data:
+        if data and self.group is not None:
+            await self.group.save(len(data).to_bytes(4, "little") + data,
+                                  ctx.pid if ctx is not None else 0)
+            data.clear()
+        elif data:
             os.write(self.log_fd, len(data).to_bytes(4, "little") + data)
             os.fdatasync(self.log_fd)
             data.clear()
 
-    async def release(self, fh):
+    async def release(self, fh, ctx=None):
         self.staging.pop(fh, None)
         self.data.pop(fh, None)
 
@@ -183,6 +196,43 @@ class ConstFS(pyfuse3.Operations):
         s.f_bsize = s.f_frsize = 4096
         s.f_namemax = 255
         return s
+
+
+class GroupCommit:
+    """One committer task saves every close handed over while it was busy: one ``writev``
+    and one ``fdatasync`` per group, on a worker thread; with ``probe``, each closing
+    task's ``statm`` and writable descriptors are read first, on that thread, as the
+    commit rule does (``bookfs.fs.append.rule``)."""
+
+    def __init__(self, fd: int, probe: bool):
+        self.fd, self.probe = fd, probe
+        self.pending: list[tuple[bytes, int, trio.Event]] = []
+        self.wake = trio.Event()
+
+    async def save(self, record: bytes, pid: int) -> None:
+        done = trio.Event()
+        self.pending.append((record, pid, done))
+        self.wake.set()
+        await done.wait()
+
+    def _save(self, group) -> None:
+        if self.probe:
+            from bookfs.fs.append.rule import _read, _writable
+            for _, pid, _ in group:
+                if pid > 0:
+                    _read(f"/proc/{pid}/statm")
+                    _writable(pid)
+        os.writev(self.fd, [record for record, _, _ in group])
+        os.fdatasync(self.fd)
+
+    async def run(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake = trio.Event()
+            group, self.pending = self.pending, []
+            await trio.to_thread.run_sync(self._save, group)
+            for _, _, done in group:
+                done.set()
 
 
 def main(argv=None) -> int:
@@ -200,7 +250,15 @@ def main(argv=None) -> int:
     p.add_argument("--log", metavar="FILE",
                    help="append each new/ file's bytes to FILE on close, with one "
                         "fdatasync (the durable-append floor)")
+    p.add_argument("--group-commit", action="store_true",
+                   help="with --log: save the closes in groups, one writev and one "
+                        "fdatasync per group on a worker thread, as bookfs does")
+    p.add_argument("--probe", action="store_true",
+                   help="with --group-commit: probe each closing task's /proc first, as "
+                        "bookfs's commit rule does")
     a = p.parse_args(argv)
+    if (a.group_commit and not a.log) or (a.probe and not a.group_commit):
+        p.error("--group-commit needs --log FILE, and --probe needs --group-commit")
     if a.sizes:
         sizes = array("Q")
         with open(a.sizes, "rb") as f:
@@ -212,7 +270,8 @@ def main(argv=None) -> int:
     log_fd = None
     if a.log:
         log_fd = os.open(a.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    fs = ConstFS(sizes, tuned=not a.untuned, log_fd=log_fd)
+    group = GroupCommit(log_fd, a.probe) if a.group_commit else None
+    fs = ConstFS(sizes, tuned=not a.untuned, log_fd=log_fd, group=group)
     opts = {"fsname=constfs", "subtype=constfs", "default_permissions", "auto_unmount"}
     pyfuse3.init(fs, a.mountpoint, opts)
 
@@ -224,6 +283,8 @@ def main(argv=None) -> int:
                         pyfuse3.terminate()
                         return
             nursery.start_soon(stop_on_signal)
+            if group is not None:
+                nursery.start_soon(group.run)
             await pyfuse3.main(**({"busy_poll_us": a.busy_poll} if a.busy_poll else {}))
             nursery.cancel_scope.cancel()
 
