@@ -101,6 +101,40 @@ def test_a_companion_that_dies_leaves_reads_on_the_writers_connection(small_src,
         assert not in_mountinfo(mnt)
 
 
+def test_the_companion_is_told_of_commits_and_each_is_seen_at_once(small_src, mnt):
+    """The companion runs ``-o ro,companion``: its follower looks at the log at most every
+    ``COMPANION_LOOK_BURST`` between requests (``fs/watch.py``), since the read-write
+    daemon drops the companion connection's attributes at each commit.  Every commit is
+    still seen through the mount as soon as its close returns: the new event's bytes,
+    ``events/``'s size (the event count) and its listing."""
+    with mounted(small_src, mnt):
+        with open(f"/proc/{companion_pid(mnt)}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        assert b"companion" in argv[argv.index(b"-o") + 1].split(b",")
+        before = os.stat(mnt / "events").st_size
+        for k in range(20):
+            n = append(mnt, b"x%d" % k)
+            assert os.stat(mnt / "events").st_size == before + k + 1
+            assert f"{n:012d}" in os.listdir(mnt / "events")
+            assert open(mnt / "events" / f"{n:012d}", "rb").read() == noun(b"x%d" % k)
+
+
+def test_the_companion_option_is_read_only_and_given_by_a_read_write_mount():
+    from bookfs.fs.daemon.options import OptionError, parse_options
+
+    assert parse_options("ro,busy_poll=75").companion_options().split(",")[:2] == \
+        ["ro", "companion"]
+    assert parse_options("ro,companion").companion
+    assert not parse_options("ro").companion
+    for bad in ("companion", "rw,companion", "ro,companion=1"):
+        try:
+            parse_options(bad)
+        except OptionError as e:
+            assert "\n" not in str(e) and "companion" in str(e)
+        else:
+            raise AssertionError(f"{bad!r} accepted")
+
+
 def test_single_connection_binds_nothing(small_src, mnt):
     with mounted(small_src, mnt, "-o", "single_connection"):
         assert not mounts_under(mnt)

@@ -45,8 +45,10 @@ stay on the read-write connection with every durability rule.
   companion, which reads the commit mark.  No wait on the companion: the kernel does it
   on the write.  Where the descriptor cannot be had, the companion's own follower drops
   them when inotify tells it of the commit: a millisecond or so later, or up to
-  ``LOOK_BURST`` (20 ms) in a burst of commits, which it takes together
-  (``fs/watch.py``).
+  ``COMPANION_LOOK_BURST`` (0.25 s) in a burst of commits, which it takes together
+  (``fs/watch.py``; the companion is mounted ``-o companion``, so that its follower,
+  whose looks serve no request while the read-write daemon tells the kernel of each
+  commit, does not wake 50 times a second on the CPUs the writers share).
 * **When the companion dies**, the read-write daemon (which watches it through a pidfd)
   detaches the binds, so the read-write connection's own ``events/`` shows through
   again: slower, never wrong.

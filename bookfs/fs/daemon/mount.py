@@ -305,6 +305,7 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
     from bookfs.formats.pier import open_source
     from bookfs.fs.daemon import readahead
     from bookfs.fs.dates import date_pass
+    from bookfs.fs.watch import COMPANION_LOOK_BURST
     from bookfs.fs.ops import FEATURES, LogOperations
 
     log_file = _setup_logging(log_file, debug, daemon)
@@ -332,6 +333,8 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
                              owner=(opts.uid, opts.gid), umask=opts.umask)
         ops.new_files.checked = not opts.unchecked_payloads  # -o unchecked_payloads
         ops.readdirplus_auto = opts.readdirplus == "auto" and "readdirplus_auto" in FEATURES
+        if opts.companion:  # told of commits by its read-write daemon: looks less often
+            ops.watch.look_burst = COMPANION_LOOK_BURST
         if opts.ignored:
             log.info("mount options accepted without effect: %s", ",".join(opts.ignored))
         _init_fuse(ops, mountpoint, opts.fuse_options(source, readonly))

@@ -2,7 +2,7 @@
 
 * **bookfs's own** (:data:`OWN_OPTIONS`): ``stall_timeout=``, ``follow_timeout=``, ``segment_mb=``,
   ``index_dir=``, ``noindex_cache``, ``readdirplus=``, ``unchecked_payloads``,
-  ``busy_poll=``;
+  ``busy_poll=``, ``companion``;
 * **implemented by bookfs** (:data:`IMPLEMENTED_OPTIONS`), because libfuse 3's low-level
   API no longer does: ``uid=``, ``gid=``, ``umask=``, ``nonempty``;
 * **read-only or read-write** (:data:`MODE_OPTIONS`): ``ro``, ``rw``;
@@ -152,6 +152,10 @@ OWN_OPTIONS = {
     "unchecked_payloads": (None, "accept any bytes of 4 or more as a new/ event, not only "
                            "a 4-byte mug and a jam (or ram) that decodes exactly; for "
                            "logs that store something else (a ship cannot replay it)"),
+    "companion": (None, "a read-only mount serving a read-write mount's reads (which "
+                  "gives it): the read-write daemon tells the kernel of each commit, so "
+                  "between requests this one looks at the log less often (fs/watch.py, "
+                  "COMPANION_LOOK_BURST)"),
 }
 #: Options libfuse 3's low-level API no longer implements, so bookfs does.
 IMPLEMENTED_OPTIONS = {
@@ -197,6 +201,7 @@ class MountOptions:
     index_cache: bool = True
     unchecked_payloads: bool = False  # new/ accepts any payload (no noun check)
     single_connection: bool = False  # no read-only companion (fs/daemon/companion.py)
+    companion: bool = False  # this mount is a read-write mount's companion
     readdirplus: str = "always"  # or "auto" (fs/nodes/dirs.py, "Listings")
     busy_poll: int = DEFAULT_BUSY_POLL_US  # µs polled before sleeping (mainloop.main_options)
     uid: int | None = None
@@ -223,7 +228,7 @@ class MountOptions:
         """The ``-o`` text of a read-write mount's read-only companion
         (``fs/daemon/companion.py``): read-only, the same segments, index, owner and FUSE
         options; its ``fsname=`` is bookfs's own, naming the source."""
-        out = ["ro", f"segment_mb={self.segment_span / (1 << 20)!r}",
+        out = ["ro", "companion", f"segment_mb={self.segment_span / (1 << 20)!r}",
                f"readdirplus={self.readdirplus}", f"busy_poll={self.busy_poll}"]
         if self.index_dir:
             out.append(f"index_dir={self.index_dir}")
@@ -261,6 +266,8 @@ def parse_options(text: str | None) -> MountOptions:
                     mo.unchecked_payloads = True
                 elif key == "single_connection":
                     mo.single_connection = True
+                elif key == "companion":
+                    mo.companion = True
                 continue  # nonempty
             if not eq:
                 raise OptionError(f"mount option {key!r} needs a value: {key}=...")
@@ -293,6 +300,8 @@ def parse_options(text: str | None) -> MountOptions:
             mo.fuse.append(item)
     if mo.readonly and mo.rw:
         raise OptionError("options ro and rw contradict each other; expected one of them")
+    if mo.companion and not mo.readonly:
+        raise OptionError("option companion needs ro: a companion serves reads only")
     if mo.index_dir and not mo.index_cache:
         raise OptionError("options index_dir and noindex_cache contradict each other")
     return mo
