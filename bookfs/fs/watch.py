@@ -46,8 +46,8 @@ LOOK_BURST = 0.02
 #: drops the companion connection's attributes at every commit itself
 #: (``ops._committed``), so its looks serve only what no request asks for, and each one
 #: woke a process on the CPUs the writers and the read-write daemon share (issue 34,
-#: item 4: 8 writers appended 8 % more a second, with 9 % less CPU an append, once the
-#: companion looked every 0.25 s)
+#: item 4: one writer appended 4 % more a second, with 6 % less CPU an append, once the
+#: companion looked every 0.25 s: docs/benchmarks.md)
 COMPANION_LOOK_BURST = 0.25
 
 

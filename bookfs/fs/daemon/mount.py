@@ -305,8 +305,8 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
     from bookfs.formats.pier import open_source
     from bookfs.fs.daemon import readahead
     from bookfs.fs.dates import date_pass
-    from bookfs.fs.watch import COMPANION_LOOK_BURST
     from bookfs.fs.ops import FEATURES, LogOperations
+    from bookfs.fs.watch import COMPANION_LOOK_BURST
 
     log_file = _setup_logging(log_file, debug, daemon)
     if ready_fd is not None:
