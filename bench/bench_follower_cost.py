@@ -31,8 +31,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
+
+from bench_append import cpu_seconds  # noqa: E402
 
 from bookfs.formats.book import Book  # noqa: E402
 from bookfs.noun import DA_UNIX_EPOCH, jam  # noqa: E402
@@ -49,12 +53,9 @@ def event(k: int) -> bytes:
 
 def usage(pid: int) -> tuple[float, int, int]:
     """CPU seconds (every thread), bytes read and bytes written by process ``pid``."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
     with open(f"/proc/{pid}/io") as f:
         io = dict(line.split(": ") for line in f.read().splitlines() if line)
-    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return cpu, int(io["rchar"]), int(io["wchar"])
+    return cpu_seconds(pid), int(io["rchar"]), int(io["wchar"])
 
 
 def one(ship: str, tree: Path, cache: Path, rate: float, seconds: float) -> tuple:
