@@ -18,6 +18,9 @@ Four mounts, each on its own log file in the same directory (the same disk):
 * **bookfs-noprobe**: the same with ``BOOKFS_BENCH_SKIP_PROBE=1``: the writer's closes
   commit without the rule's ``/proc`` probe (a benchmark-only setting), so the difference
   to **bookfs** is what the rule costs (issue 18: at most 5 % of the floor's rate);
+* **bookfs-frozen**: **bookfs** with its read-only companion stopped (``SIGSTOP``) while
+  the appends are timed: what the companion's work costs the writers on shared CPUs
+  (it serves no request of an append; its CPU is then left out);
 * **direct**: the same 1 KB events written to files of a plain directory with
   ``fsync`` (what the disk does without FUSE; context only).
 
@@ -37,6 +40,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -93,7 +97,8 @@ def companion_pid(mnt: Path) -> int | None:
     return None
 
 
-def run_bookfs(work: Path, seconds: float, threads: int, *options: str):
+def run_bookfs(work: Path, seconds: float, threads: int, *options: str,
+               freeze: bool = False):
     src, mnt = work / "log", work / "mnt-bookfs"
     with Book.open(src) as b:
         first = b.last + 1
@@ -101,13 +106,24 @@ def run_bookfs(work: Path, seconds: float, threads: int, *options: str):
                           *options], cwd=ROOT, check=True, capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
     pid = int(re.search(r"daemon pid (\d+)", out.stdout + out.stderr).group(1))
+    companion = companion_pid(mnt)
     try:
-        pids = (pid, companion_pid(mnt))
+        if freeze and companion:
+            os.kill(companion, signal.SIGSTOP)
+            return timed((pid,), f"{mnt}/new", first, seconds, threads)
+        pids = (pid, companion)
         return timed(tuple(p for p in pids if p), f"{mnt}/new", first, seconds, threads)
     finally:
+        if freeze and companion:
+            os.kill(companion, signal.SIGCONT)
         subprocess.run([sys.executable, "-m", "bookfs.cli", "umount", str(mnt)], cwd=ROOT,
                        check=True, capture_output=True,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def run_bookfs_frozen(work: Path, seconds: float, threads: int):
+    """The same mount, its companion stopped while the appends are timed."""
+    return run_bookfs(work, seconds, threads, freeze=True)
 
 
 def run_bookfs_unchecked(work: Path, seconds: float, threads: int):
@@ -174,8 +190,8 @@ def main() -> int:
                         "cProfile (BOOKFS_PROFILE): each daemon's CPU per append, by function")
     p.add_argument("--only", metavar="NAMES",
                    help="run only these sources, comma-separated (default: every one: "
-                        "floor,bookfs,bookfs-unchecked,bookfs-noprobe,bookfs-nopoll,"
-                        "group,group-probe,requests,direct)")
+                        "floor,bookfs,bookfs-unchecked,bookfs-noprobe,bookfs-frozen,"
+                        "bookfs-nopoll,group,group-probe,requests,direct)")
     a = p.parse_args()
     work = Path(a.dir or tempfile.mkdtemp(prefix="bookfs-bench-append-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -183,8 +199,10 @@ def main() -> int:
         b.save(1, [PAYLOAD])
     (work / "mnt-bookfs").mkdir(exist_ok=True)
     runners = {"floor": run_floor, "bookfs": run_bookfs, "bookfs-unchecked": run_bookfs_unchecked,
-               "bookfs-noprobe": run_bookfs_noprobe, "bookfs-nopoll": run_bookfs_nopoll,
-               "group": run_group, "group-probe": run_group_probe, "requests": run_requests, "direct": run_direct}
+               "bookfs-noprobe": run_bookfs_noprobe,
+               "bookfs-frozen": run_bookfs_frozen, "bookfs-nopoll": run_bookfs_nopoll,
+               "group": run_group, "group-probe": run_group_probe, "requests": run_requests,
+               "direct": run_direct}
     if a.only:
         unknown = set(a.only.split(",")) - set(runners)
         if unknown:
@@ -215,6 +233,7 @@ def main() -> int:
                         ("bookfs", "bookfs new/ (the commit rule, payloads checked)"),
                         ("bookfs-unchecked", "bookfs new/, -o unchecked_payloads"),
                         ("bookfs-noprobe", "bookfs new/, the rule's /proc probe skipped"),
+                        ("bookfs-frozen", "bookfs new/, its companion stopped (SIGSTOP)"),
                         ("bookfs-nopoll", "bookfs new/, -o busy_poll=0"),
                         ("group", "group commit on pyfuse3: writev + fdatasync a group"),
                         ("group-probe", "the same, each close probed as the rule does"),

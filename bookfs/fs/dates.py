@@ -107,24 +107,39 @@ def worth_saving(added: int, count: int) -> bool:
     return added > 0 and added >= count // SAVE_SHARE
 
 
-async def date_pass(log, *, idle: float = 1.0) -> None:
+async def date_pass(log, *, idle: float = 1.0, rest: bool = False) -> None:
     """The mount's date pass: while ``log`` (a Book: ``fill_dates``, ``persist_dates``)
     has published events past its date column's end, decode them in a worker thread,
     :data:`BATCH` at a time (the mount's requests go on between batches), and persist the
     index once caught up, when :func:`worth_saving` says so; then look again every
     ``idle`` seconds.  Runs until cancelled (the unmount).  A log without a column has no
-    pass.  A failure is logged and the pass ends: the dates are then decoded on demand."""
+    pass.  A failure is logged and the pass ends: the dates are then decoded on demand.
+
+    ``rest`` (a read-write mount's companion): decode only while the log rests, that is
+    when it has not grown since the pass last looked, ``idle`` seconds before, nor during
+    the last batch.  The companion's log is the one its own read-write daemon appends to,
+    on the CPUs the writers share, and that daemon has each event's date already (its
+    writer records them, ``Book._save``): decoding each event a second time as it is
+    committed cost one writer 5-7 % of its appends a second (docs/benchmarks.md).  While
+    the appends go on, a listing of the new events decodes their dates itself, and adds
+    them to the column (:meth:`EventDates.mtimes`); once the appends pause for ``idle``
+    seconds, the pass dates the rest."""
     import trio
 
     fill = getattr(log, "fill_dates", None)
     if fill is None:
         return
     pending = 0
+    seen = log.count
     try:
         while True:
+            if rest and log.count != seen:  # it grew: wait until it rests
+                seen = log.count
+                await trio.sleep(idle)
+                continue
             added = await trio.to_thread.run_sync(fill, BATCH)
             pending += added
-            if added:
+            if added and not (rest and log.count != seen):
                 continue
             if worth_saving(pending, log.count):
                 await trio.to_thread.run_sync(log.persist_dates)

@@ -3,13 +3,13 @@ stream never mixes two generations of the log.
 
 Read-only mounts follow the writer: :meth:`LogWatch.loop` checks the log every second
 (every 50 ms while a lookup under ``follow/`` waits for an event, ``tail.py``, which
-every change seen here wakes), and handlers look again (:meth:`LogWatch.look`) when asked for an event, a segment or a
-directory the mount has not seen yet.  When the log grew, the kernel is told to drop the
-attributes that changed (``CHANGING``: the root, ``events/``, the epochs' directories and
-the info files; a writer's append is not slowed by that notification: its directories
-may show the old size and mtime for up to 1 s).  When it shrank or was replaced (the
-log's ``generation`` changed) every cache is dropped, the kernel's too, and handles
-opened before answer ESTALE.
+every change seen here wakes), and handlers look again (:meth:`LogWatch.look`) when
+asked for an event, a segment or a directory the mount has not seen yet.  When the log
+grew, the kernel is told to drop the attributes that changed (``CHANGING``: the root,
+``events/``, the epochs' directories and the info files; a writer's append is not slowed
+by that notification: its directories may show the old size and mtime for up to 1 s).
+When it shrank or was replaced (the log's ``generation`` changed) every cache is
+dropped, the kernel's too, and handles opened before answer ESTALE.
 
 One read stream, one generation (issue 19, item 1): the slots that tell a file of the
 log's old generation from the new one's are ``generations.py``'s; what is here moves them
@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import os
 
 import trio
 
@@ -49,6 +50,19 @@ LOOK_BURST = 0.02
 #: item 4: one writer appended 4 % more a second, with 6 % less CPU an append, once the
 #: companion looked every 0.25 s: docs/benchmarks.md)
 COMPANION_LOOK_BURST = 0.25
+
+
+def _drain(fd: int) -> None:
+    """Empty the (non-blocking) inotify descriptor ``fd`` without decoding what it read:
+    a wake needs only to know that something changed.  (``inotify_simple``'s ``read``
+    makes a Python object of each event and decodes its name; a companion's 0.25 s of
+    commits queue hundreds of them, two a commit: the log and the commit mark.)"""
+    while True:
+        try:
+            if not os.read(fd, 65536):
+                return
+        except BlockingIOError:
+            return
 
 
 class LogWatch:
@@ -250,7 +264,7 @@ class LogWatch:
                         pass
                 self.watching = placed > 0
                 await trio.lowlevel.wait_readable(ino.fileno())
-                ino.read(timeout=0)  # drain: one wake for every change so far
+                _drain(ino.fileno())  # one wake for every change so far
                 looked = self.looked = trio.Event()
                 self.fs.tail.arrived.set()
                 await looked.wait()

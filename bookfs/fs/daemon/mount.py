@@ -378,7 +378,8 @@ def _serve(source, mountpoint, opts, readonly, debug, ready_fd, log_file,
 
             nursery.start_soon(stop_on_signal)
             nursery.start_soon(ops.tail.watch)  # follow/ waiters after a lazy unmount
-            nursery.start_soon(date_pass, book)  # dates for listings (fs/dates.py)
+            # dates for listings (fs/dates.py); a companion's only while the log rests
+            nursery.start_soon(functools.partial(date_pass, book, rest=opts.companion))
             if ops.readonly:
                 nursery.start_soon(ops.watch_loop)
             # a read-write daemon whose reads go through its companion answers appends,
