@@ -4,6 +4,8 @@
   indexes never leak between tests or into the user's cache.
 * ``make_book``: a factory that writes a real Book log under the test's ``tmp_path``.
 * ``payload``: deterministic payload bytes (mug ++ jam) for an event number and size.
+* ``signal_state_kept`` (autouse): a test leaves the signal state children inherit (the
+  signals ignored, the mask) as it found it.
 
 And one check of the whole run: every bookfs daemon its tests started has exited by the
 end (:func:`pytest_sessionfinish`), so a daemon that outlives its unmount (a hang) fails
@@ -15,6 +17,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import signal
 import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -80,6 +83,38 @@ def cache_dir(tmp_path_factory, monkeypatch) -> Path:
     index_mod.configure_cache()
     yield d
     index_mod.configure_cache()
+
+
+def _inherited_signal_state() -> tuple[frozenset, frozenset]:
+    """What a child of this process inherits across ``exec`` of its signal state: the
+    signals it ignores, and the main thread's mask (``signal(7)``: a caught signal is
+    reset to its default, an ignored one stays ignored, the mask is kept)."""
+    ignored = frozenset(s for s in signal.valid_signals()
+                        if signal.getsignal(s) is signal.SIG_IGN)
+    return ignored, frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+
+@pytest.fixture(autouse=True)
+def signal_state_kept():
+    """A test leaves what children inherit of this process's signal state (the signals
+    it ignores, the mask) as it found it; if not, it is put back and the test fails.
+    A leak would make a later test's child deaf to the signal that test sends it (``cat``
+    to the SIGINT of ``test_live_tail.py``'s Ctrl-C), in some orders of the run only.
+    (A handler a library installs, as pyspark's ``SparkContext`` does for SIGINT, is not
+    inherited, and is left alone.)"""
+    ignored, mask = _inherited_signal_state()
+    yield
+    now_ignored, now_mask = _inherited_signal_state()
+    changed = [f"{signal.Signals(s).name} {'now' if s in now_ignored else 'no longer'} "
+               "ignored" for s in sorted(ignored ^ now_ignored)]
+    changed += [f"{signal.Signals(s).name} {'now' if s in now_mask else 'no longer'} "
+                "blocked" for s in sorted(mask ^ now_mask)]
+    if changed:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for s in ignored ^ now_ignored:
+            signal.signal(s, signal.SIG_IGN if s in ignored else signal.SIG_DFL)
+        pytest.fail(f"the test changed the signal state children inherit: "
+                    f"{', '.join(changed)} (put back; a test must restore what it changes)")
 
 
 @pytest.fixture

@@ -155,7 +155,8 @@ OWN_OPTIONS = {
     "companion": (None, "a read-only mount serving a read-write mount's reads (which "
                   "gives it): the read-write daemon tells the kernel of each commit, so "
                   "between requests this one looks at the log less often (fs/watch.py, "
-                  "COMPANION_LOOK_BURST)"),
+                  "COMPANION_LOOK_BURST), and its date pass runs only while the log "
+                  "rests (fs/dates.py)"),
 }
 #: Options libfuse 3's low-level API no longer implements, so bookfs does.
 IMPLEMENTED_OPTIONS = {
