@@ -242,7 +242,7 @@ def test_the_date_pass_saves_once_caught_up_and_not_for_a_few_more():
 def test_a_companions_date_pass_rests_while_its_log_grows():
     """A read-write mount's companion decodes dates only while the log rests
     (``date_pass(rest=True)``): its read-write daemon has each date already, and decoding
-    every committed event a second time cost one writer 5-7 % of its appends a second.
+    every committed event a second time was most of what the companion cost the writers.
     While the log grows (here: an event every 0.3 s, the pass looking every 1 s) the pass
     decodes nothing; once it has not grown for a look, the pass dates every event.
     Virtual time, moved by the test (``MockClock``); the pass's worker thread answers in

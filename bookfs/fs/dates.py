@@ -119,8 +119,9 @@ async def date_pass(log, *, idle: float = 1.0, rest: bool = False) -> None:
     when it has not grown since the pass last looked, ``idle`` seconds before, nor during
     the last batch.  The companion's log is the one its own read-write daemon appends to,
     on the CPUs the writers share, and that daemon has each event's date already (its
-    writer records them, ``Book._save``): decoding each event a second time as it is
-    committed cost one writer 5-7 % of its appends a second (docs/benchmarks.md).  While
+    writer records them, ``Book._save``): decoding each event a second time as it was
+    committed was most of what the companion cost the writers (8 writers append 5 % more
+    a second without it: docs/benchmarks.md).  While
     the appends go on, a listing of the new events decodes their dates itself, and adds
     them to the column (:meth:`EventDates.mtimes`); once the appends pause for ``idle``
     seconds, the pass dates the rest."""
