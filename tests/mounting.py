@@ -121,6 +121,72 @@ def daemon_pid(mountpoint: str) -> int | None:
 _PIDS: dict[str, int] = {}
 
 
+def where_stuck(pids, mountpoint: str | None = None) -> str:
+    """For a failure's message: where each process of ``pids``, each of its descendants
+    and each bookfs daemon whose command line names ``mountpoint`` waits, thread by thread
+    (``/proc``: state, ``wchan``, the kernel stack, the signal masks).  Reads no file of
+    a mount, which may be what is stuck."""
+    def children(pid: int) -> list[int]:
+        out = []
+        for task in _listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/children") as f:
+                    out += [int(c) for c in f.read().split()]
+            except OSError:
+                pass
+        return out
+
+    todo, seen = list(pids), []
+    if mountpoint:
+        needle = os.path.abspath(mountpoint).encode()
+        for entry in _listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/cmdline", "rb") as f:
+                        argv = f.read().split(b"\0")
+                except OSError:
+                    continue
+                if b"mount" in argv and any(needle in a for a in argv):
+                    todo.append(int(entry))
+    while todo:
+        pid = todo.pop(0)
+        if pid not in seen:
+            seen.append(pid)
+            todo += children(pid)
+    lines = []
+    for pid in seen:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:120]
+        except OSError:
+            cmd = "(gone)"
+        lines.append(f"pid {pid}: {cmd}")
+        for task in _listdir(f"/proc/{pid}/task"):
+            info = []
+            for name in ("wchan", "stack"):
+                try:
+                    with open(f"/proc/{pid}/task/{task}/{name}") as f:
+                        info.append(" <- ".join(x.split("]")[-1].strip().split("+")[0]
+                                                for x in f.read().strip().splitlines()))
+                except OSError as e:
+                    info.append(str(e))
+            try:
+                with open(f"/proc/{pid}/task/{task}/status") as f:
+                    info += [" ".join(line.split()) for line in f
+                             if line.split(":")[0] in ("State", "SigPnd", "SigBlk", "SigIgn")]
+            except OSError:
+                pass
+            lines.append(f"  task {task}: " + "; ".join(info))
+    return "\n".join(lines)
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
 def daemons_left(mark: str, wait: float) -> list[tuple[int, str]]:
     """The bookfs daemons (``bookfs ... mount``) whose environment carries ``mark`` (this
     test run's: ``conftest.RUN_MARK``) still running after up to ``wait`` seconds."""

@@ -17,7 +17,7 @@ from bookfs.formats.book import Book
 from bookfs.formats.pier import Pier
 from lmdb_fixtures import make_pier, make_vere_epoch, meta_values, payloads
 from mount_fixtures import daemon_pid, mounted, payload, small_src, wait_for  # noqa: F401
-from mounting import BOOKFS, in_mountinfo, proc_gone, run_bookfs
+from mounting import BOOKFS, in_mountinfo, proc_gone, run_bookfs, where_stuck
 
 
 def later(delay: float, fn, *args) -> threading.Thread:
@@ -170,25 +170,6 @@ def test_killed_waiter_then_unmount(small_src, tmp_path):
         assert wait_for(lambda: proc_gone(pid), 10), "the daemon did not end"
 
 
-def _where(pid: int) -> str:
-    """Where process ``pid`` waits, and its signal state (for a failure's message)."""
-    out = []
-    for name in ("wchan", "stack"):
-        try:
-            with open(f"/proc/{pid}/{name}") as f:
-                out.append(f"{name}: {f.read().strip()!r}")
-        except OSError as e:
-            out.append(f"{name}: {e}")
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            out += [line.strip() for line in f
-                    if line.split(":")[0] in ("State", "SigPnd", "ShdPnd", "SigBlk",
-                                              "SigIgn", "SigCgt")]
-    except OSError as e:
-        out.append(f"status: {e}")
-    return "; ".join(out)
-
-
 def test_ctrl_c_ends_a_waiting_lookup_at_once(small_src, tmp_path):
     """With the patched pyfuse3's ``interrupts``, SIGINT to a process waiting in a
     follow/ lookup (cat follow/N) or readlink (readlink follow/next) ends it at once: the
@@ -211,8 +192,8 @@ def test_ctrl_c_ends_a_waiting_lookup_at_once(small_src, tmp_path):
             try:
                 assert proc.wait(timeout=30) != 0, cmd
             except subprocess.TimeoutExpired:
-                raise AssertionError(f"{cmd} still runs 30 s after its SIGINT: "
-                                     f"{_where(proc.pid)}") from None
+                raise AssertionError(f"{cmd} still runs 30 s after its SIGINT:\n"
+                                     f"{where_stuck([proc.pid], m)}") from None
             assert time.monotonic() - t < 10, cmd  # not the follow_timeout
         assert open(f"{m}/events/10", "rb").read() == payload(10, 4 + 370)
 

@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 from mount_fixtures import build_sample
-from mounting import BOOKFS, mounted, run_bookfs
+from mounting import BOOKFS, mounted, run_bookfs, where_stuck
 
 from bookfs.cli.sample import iter_sample_events
 from bookfs.formats.book import Book
@@ -107,7 +107,12 @@ def test_top_live_view_and_ctrl_c(src, tmp_path):
         _through_new(mnt)
         time.sleep(0.6)  # a refresh after the writes
         p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=60)
+        try:
+            out, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("bookfs top, or a child holding its output, still runs "
+                                 f"60 s after its SIGINT:\n{where_stuck([p.pid], mnt)}"
+                                 ) from None
     assert p.returncode == 0 and "Traceback" not in err, err
     assert "VANE" in out and "CARD" in out and "events/s" in out
 
