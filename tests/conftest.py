@@ -43,12 +43,28 @@ TEST_JIT = "-XX:TieredStopAtLevel=1"
 def pytest_configure(config):
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ[RUN_MARK] = uuid.uuid4().hex
+    hear_interrupts()
     # pyspark passes PYSPARK_SUBMIT_ARGS to spark-submit (its java_gateway.py), which
     # starts the driver; executors and the standalone daemons take their own settings
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-java-options {TEST_JIT} --conf "
                                                  f"spark.executor.extraJavaOptions={TEST_JIT} "
                                                  "pyspark-shell")
     os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", TEST_JIT)
+
+
+def hear_interrupts() -> None:
+    """Take SIGINT and SIGQUIT back from ``SIG_IGN``, in this process (the run's, and each
+    xdist worker's, whose children are the tests' children).  A run started in the
+    background of a non-interactive shell (``pytest &``, ``( ... ) &`` in a script: POSIX,
+    "Asynchronous Lists") inherits both ignored, Python then leaves SIGINT ignored
+    (``signal`` module docs: "if the parent process has not changed it"), and every
+    process a test starts inherits that across ``exec``: the Ctrl-C a test sends to
+    ``cat follow/N`` or ``bookfs top`` was lost, and the test timed out.  A handler is
+    reset to the default by ``exec``, so children hear the signal again."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def pytest_sessionfinish(session, exitstatus):
