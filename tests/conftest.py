@@ -110,6 +110,13 @@ def _inherited_signal_state() -> tuple[frozenset, frozenset]:
     return ignored, frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, []))
 
 
+def _signal_name(s: int) -> str:
+    try:
+        return signal.Signals(s).name
+    except ValueError:  # a real-time signal past SIGRTMIN
+        return f"signal {s}"
+
+
 @pytest.fixture(autouse=True)
 def signal_state_kept():
     """A test leaves what children inherit of this process's signal state (the signals
@@ -121,10 +128,10 @@ def signal_state_kept():
     ignored, mask = _inherited_signal_state()
     yield
     now_ignored, now_mask = _inherited_signal_state()
-    changed = [f"{signal.Signals(s).name} {'now' if s in now_ignored else 'no longer'} "
-               "ignored" for s in sorted(ignored ^ now_ignored)]
-    changed += [f"{signal.Signals(s).name} {'now' if s in now_mask else 'no longer'} "
-                "blocked" for s in sorted(mask ^ now_mask)]
+    changed = [f"{_signal_name(s)} {'now' if s in now_ignored else 'no longer'} ignored"
+               for s in sorted(ignored ^ now_ignored)]
+    changed += [f"{_signal_name(s)} {'now' if s in now_mask else 'no longer'} blocked"
+                for s in sorted(mask ^ now_mask)]
     if changed:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for s in ignored ^ now_ignored:
