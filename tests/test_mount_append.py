@@ -332,3 +332,30 @@ def test_sigkill_leaves_no_dead_mount(small_src, mnt):
             assert wait_for(lambda: not WriterLock.is_held(str(small_src / "book.lock")), 10)
     with mounted(small_src, mnt):
         assert len(os.listdir(f"{mnt}/events")) == 10
+
+
+def test_an_append_asks_nothing_of_the_root_again(small_src, mnt, tmp_path):
+    """A commit makes the kernel forget the attributes an append changed (``events/``'s
+    size is fresh at once), but not the root's (``ops.py``, ``_committed``): with
+    ``default_permissions`` the kernel would then ask for the root's attributes at the
+    next path walk through it, a GETATTR with every append.  Counted from the daemon's
+    request log, between two marker lookups; the root's attributes may still expire
+    (``CHANGING``, 1 s) on a slow machine, so each second taken allows one more."""
+    from bookfs.fs.nodes.base import CHANGING
+
+    daemon_log = tmp_path / "daemon.log"
+    appends = 20
+    with mounted(small_src, mnt, "--debug", log_file=str(daemon_log)):
+        os.stat(mnt)
+        assert not os.path.exists(f"{mnt}/meta/start-of-appends")
+        began = time.monotonic()
+        for n in range(11, 11 + appends):
+            append(mnt, n, payload(n, 100))
+            assert os.stat(f"{mnt}/events").st_size == n
+        took = time.monotonic() - began
+        assert not os.path.exists(f"{mnt}/meta/end-of-appends")
+    requests = daemon_log.read_text().split("start-of-appends", 1)[1]
+    requests = requests.split("end-of-appends", 1)[0]
+    assert requests.count("lookup(4, b'") == appends  # every append's walk was logged
+    root_asked = requests.count("getattr(1,")
+    assert root_asked <= 1 + int(took / CHANGING), (root_asked, took)

@@ -274,10 +274,12 @@ class LogWatch:
 
     # --- the kernel's caches -------------------------------------------------------------
 
-    def changing_inodes(self) -> list[int]:
+    def changing_inodes(self, root: bool = True) -> list[int]:
         """Inodes whose attributes an append changes and the kernel caches for
-        ``CHANGING`` (the root, ``events/``, every epoch's directories) and the info files."""
-        inos = [I.ROOT, I.EVENTS, I.INFO]
+        ``CHANGING`` (the root, ``events/``, every epoch's directories) and the info files;
+        without the root if not ``root`` (its mtime alone changes: see ``ops.py``,
+        ``_committed``)."""
+        inos = [I.ROOT, I.EVENTS, I.INFO] if root else [I.EVENTS, I.INFO]
         for k in range(len(self.fs.epochs)):
             inos += [I.epoch_inode(k, kind)
                      for kind in (I.EPOCH_DIR, I.EPOCH_EVENTS, I.EPOCH_INFO)]

@@ -8,7 +8,9 @@ on append and are cached for ``CHANGING`` (1 s); without attribute caching on
 directories, ``default_permissions`` would cost a round trip per directory on every path
 walk.  A read-only mount tells the kernel to drop them when it sees the log grow
 (:mod:`bookfs.fs.watch`; a writer's append is not slowed by that notification: its
-directories may show the old size and mtime for up to 1 s).
+directories may show the old size and mtime for up to 1 s).  A read-write mount drops
+them as each commit is answered, but the root's, whose mtime alone changes: dropped, they
+cost every writer's next path walk a GETATTR (``ops.py``, ``_committed``).
 
 The info files change as the log grows: attribute timeout ``GROWING`` (0), so every
 ``stat`` asks, and they are served with ``direct_io``, so their content is always
