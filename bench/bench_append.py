@@ -77,11 +77,16 @@ def timed(pids: tuple[int, ...], mnt: str, first: int, seconds: float, threads: 
     every process in ``pids`` (a read-write bookfs mount's daemon and its read-only
     companion, which follows each commit: ``fs/daemon/companion.py``)."""
     before = list(map(cpu_seconds, pids))
-    done, t = appends(mnt, first, seconds, threads, PAYLOAD, fsync=not pids)
+    calls: dict = {}
+    done, t = appends(mnt, first, seconds, threads, PAYLOAD, fsync=not pids, calls=calls)
     parts = [(cpu_seconds(p) - b) * 1e6 / done for p, b in zip(pids, before)]
     if len(parts) > 1:
         print(f"  daemon CPU per append: {' + '.join(f'{x:,.0f}' for x in parts)} µs "
               "(the read-write daemon + its companion)", file=sys.stderr)
+    if threads == 1 and calls.get("close"):
+        print("  the writer's calls, medians: " + ", ".join(
+            f"{name} {statistics.median(ns) / 1000:,.0f}" for name, ns in calls.items())
+            + " µs", file=sys.stderr)
     return done / t, sum(parts) if pids else None
 
 

@@ -203,14 +203,19 @@ def rss(pid: int) -> int:
 
 
 def appends(mnt: str, first: int, seconds: float, threads: int, payload: bytes,
-            fsync: bool = False) -> tuple[int, float]:
+            fsync: bool = False, calls: dict | None = None) -> tuple[int, float]:
     """Append 1 KB events to ``mnt``/new/ (or a plain directory) for ``seconds``;
     returns (events, elapsed).  With several threads, the next number is taken and the
-    file created under one lock; write and close happen outside it."""
+    file created under one lock; write and close happen outside it.  ``calls``: with
+    one thread, filled with each call's duration in ns (``open``, ``write``, ``close``:
+    lists), where the writer's time goes."""
     lock = threading.Lock()
     state = {"next": first, "done": 0, "err": None}
     stop = time.perf_counter() + seconds
     flags = os.O_CREAT | os.O_WRONLY | os.O_EXCL
+    clock = time.perf_counter_ns
+    if calls is not None:
+        calls.update(open=[], write=[], close=[])
 
     def one():
         try:
@@ -218,11 +223,19 @@ def appends(mnt: str, first: int, seconds: float, threads: int, payload: bytes,
                 with lock:
                     n = state["next"]
                     state["next"] = n + 1
+                    t0 = clock()
                     fd = os.open(f"{mnt}/{n}", flags, 0o644)
+                t1 = clock()
                 os.write(fd, payload)
                 if fsync:
                     os.fsync(fd)
+                t2 = clock()
                 os.close(fd)
+                t3 = clock()
+                if calls is not None and threads == 1:
+                    calls["open"].append(t1 - t0)
+                    calls["write"].append(t2 - t1)
+                    calls["close"].append(t3 - t2)
                 with lock:
                     state["done"] += 1
         except BaseException as e:  # report the first failure
