@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import re
 import subprocess
 import time
@@ -137,6 +138,49 @@ def test_single_connection_read_write_mount_sends_no_flush_for_reads(log, tmp_pa
         # superblock, which costs one GETATTR later
         assert counts == {"open": 1, "release": 1, "getattr": counts["getattr"]}
         assert counts["getattr"] <= 1
+
+
+@needs_patch
+def test_an_append_costs_the_kernels_requests_and_no_more(log, tmp_path):
+    """The requests of an append through ``new/``: one LOOKUP, CREATE, WRITE, FLUSH and
+    RELEASE each, and at most one GETATTR of ``new/`` (the kernel drops a directory's
+    attributes after a CREATE in it: ``fs/fuse/dir.c``, ``fuse_create_open()`` ->
+    ``fuse_dir_changed()``).  Nothing else: a commit makes the kernel forget the
+    attributes an append changed (``events/``'s size is fresh at once), but not the
+    root's (``ops.py``, ``_committed``), whose GETATTR every writer's next path walk
+    would pay (``default_permissions``).  The root's attributes may still expire
+    (``CHANGING``, 1 s) on a slow machine, so each second taken allows one more."""
+    from bookfs.fs import inodes as I
+    from bookfs.fs.nodes.base import CHANGING
+
+    appends = 20
+    with counted_mount(log, tmp_path) as (mnt, req):
+        nxt = int(re.search(r"^next: *(\d+)", cat(f"{mnt}/info").decode(), re.M)[1])
+        data = cat(f"{mnt}/events/6")  # a payload the check accepts
+        count = os.stat(f"{mnt}/events").st_size
+        req.take()
+        began = time.monotonic()
+        for k in range(appends):
+            fd = os.open(f"{mnt}/new/{nxt + k}", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+            assert os.stat(f"{mnt}/events").st_size == count + k + 1  # fresh at once
+        took = time.monotonic() - began
+        asked = collections.Counter(_CALL.findall(req._tail()))
+    kinds = collections.Counter()
+    for (kind, _), n in asked.items():
+        kinds[kind] += n
+    assert asked["lookup", str(I.NEW)] == appends, asked
+    for kind in ("create", "write", "flush", "release"):
+        assert kinds[kind] == appends, (kind, asked)
+    assert asked["getattr", str(I.NEW)] <= appends, asked
+    assert asked["getattr", str(I.EVENTS)] == appends, asked  # the loop's own stat
+    root = asked["getattr", str(I.ROOT)]
+    assert root <= 1 + int(took / CHANGING), (root, took)  # 20 when a commit dropped it
+    expected = 6 * appends + asked["getattr", str(I.NEW)] + root
+    assert sum(kinds.values()) - expected <= 1, asked  # a GETXATTR a kernel may ask once
 
 
 @pytest.mark.parametrize("mode", ["ro", "rw"])
