@@ -102,10 +102,25 @@ def companion_pid(mnt: Path) -> int | None:
     return None
 
 
+#: what the bookfs sources mount: ``log`` (a UIP Book directory), or ``pier`` (``--epochs``)
+SOURCE = "log"
+
+
+def make_pier_source(work: Path, epochs: int) -> None:
+    """``work/pier``: a pier of ``epochs`` epochs in vere's layout, five events each
+    (``--epochs``; appends go to the newest)."""
+    from tests.lmdb_fixtures import make_pier
+
+    if not (work / "pier").exists():
+        make_pier(work / "pier", [("vere", [PAYLOAD] * 5)] * epochs)
+
+
 def run_bookfs(work: Path, seconds: float, threads: int, *options: str,
                freeze: bool = False):
-    src, mnt = work / "log", work / "mnt-bookfs"
-    with Book.open(src) as b:
+    from bookfs.formats.pier import open_source
+
+    src, mnt = work / SOURCE, work / "mnt-bookfs"
+    with open_source(src) as b:
         first = b.last + 1
     out = subprocess.run([sys.executable, "-m", "bookfs.cli", "mount", str(src), str(mnt),
                           *options], cwd=ROOT, check=True, capture_output=True, text=True,
@@ -193,6 +208,9 @@ def main() -> int:
     p.add_argument("--profile", type=int, metavar="WRITERS", nargs="?", const=1,
                    help="then one more run of bookfs with WRITERS writers (default 1) under "
                         "cProfile (BOOKFS_PROFILE): each daemon's CPU per append, by function")
+    p.add_argument("--epochs", type=int, default=0, metavar="E",
+                   help="the bookfs sources mount a pier of E epochs (vere's layout, five "
+                        "events each; appends go to the newest) instead of a Book directory")
     p.add_argument("--only", metavar="NAMES",
                    help="run only these sources, comma-separated (default: every one: "
                         "floor,bookfs,bookfs-unchecked,bookfs-noprobe,bookfs-frozen,"
@@ -202,6 +220,10 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     with Book.open(work / "log", writable=True, create=True) as b:
         b.save(1, [PAYLOAD])
+    if a.epochs > 0:
+        global SOURCE
+        SOURCE = "pier"
+        make_pier_source(work, a.epochs)
     (work / "mnt-bookfs").mkdir(exist_ok=True)
     runners = {"floor": run_floor, "bookfs": run_bookfs, "bookfs-unchecked": run_bookfs_unchecked,
                "bookfs-noprobe": run_bookfs_noprobe,

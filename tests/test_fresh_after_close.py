@@ -73,3 +73,37 @@ def test_everything_about_events_includes_an_event_once_its_close_returned(
                 if _info_last(mnt) != n:
                     stale.append(f"append {k}: info last {_info_last(mnt)}, expected {n}")
     assert not stale, f"{len(stale)} of {APPENDS} appends: {stale[:5]}"
+
+
+@pytest.mark.parametrize("epochs", [1, 20])
+def test_a_commit_tells_the_kernel_of_four_inodes_however_many_epochs(tmp_path, epochs):
+    """What a commit makes the kernel forget before the close is answered (``ops.py``,
+    ``_committed``, driven directly on a writable pier): the attributes an append
+    changed other than mtimes, ``events/``'s and ``info``'s and the newest epoch's
+    ``events/`` and ``info``, four notices on each connection whatever the number of
+    epochs.  Before, every epoch's three inodes and the root were dropped too: on a
+    pier of 20 epochs, 64 notices before each close's answer, which appended at 0.6x a
+    pier of one (``docs/benchmarks.md``).  The test above holds the newest epoch's
+    ``events/`` fresh through a real mount."""
+    from bookfs.formats.pier import open_source
+    from bookfs.fs import inodes as I
+    from bookfs.fs.ops import LogOperations
+
+    src = make_pier(tmp_path / "pier", [("book", [payload(n, 30) for n in
+                                                  range(1 + 5 * k, 6 + 5 * k)])
+                                        for k in range(epochs)])
+    pier = open_source(src, writable=True)
+    try:
+        ops = LogOperations(pier)
+        told: list[tuple[int, bool]] = []
+        ops.mountpoint = str(tmp_path / "mnt")  # as a mount's: the commit tells its kernel
+        ops.invalidate_inode = lambda ino, attr_only=False: told.append((ino, attr_only))
+        last = 5 * epochs
+        pier.save(last + 1, [payload(last + 1, 30)])
+        ops._committed(last + 1, last + 1)
+        newest = epochs - 1
+        assert told == [(I.EVENTS, True), (I.INFO, True),
+                        (I.epoch_inode(newest, I.EPOCH_EVENTS), True),
+                        (I.epoch_inode(newest, I.EPOCH_INFO), True)]
+    finally:
+        pier.close()

@@ -274,12 +274,23 @@ class LogWatch:
 
     # --- the kernel's caches -------------------------------------------------------------
 
-    def changing_inodes(self, root: bool = True) -> list[int]:
-        """Inodes whose attributes an append changes and the kernel caches for
-        ``CHANGING`` (the root, ``events/``, every epoch's directories) and the info files;
-        without the root if not ``root`` (its mtime alone changes: see ``ops.py``,
-        ``_committed``)."""
-        inos = [I.ROOT, I.EVENTS, I.INFO] if root else [I.EVENTS, I.INFO]
+    def changing_inodes(self, whole: bool = True) -> list[int]:
+        """Inodes whose attributes an append changes and the kernel caches (the
+        directories for ``CHANGING``, the info files for ``GROWING``).  ``whole``: every
+        one, the root, ``events/``, ``info`` and each epoch's directory, ``events/`` and
+        ``info`` (a follower's look, which may span a roll).  Else those whose size or
+        content a commit changes: ``events/``, ``info`` and the newest epoch's
+        ``events/`` and ``info``, where a commit appends (``Pier.save``); the others'
+        mtime alone changes (every directory's is the newest event's), and may lag by up
+        to ``CHANGING`` (``ops.py``, ``_committed``).  So a commit's notices are four,
+        however many epochs the log has."""
+        if not whole:
+            inos = [I.EVENTS, I.INFO]
+            if self.fs.epochs:
+                k = len(self.fs.epochs) - 1
+                inos += [I.epoch_inode(k, I.EPOCH_EVENTS), I.epoch_inode(k, I.EPOCH_INFO)]
+            return inos
+        inos = [I.ROOT, I.EVENTS, I.INFO]
         for k in range(len(self.fs.epochs)):
             inos += [I.epoch_inode(k, kind)
                      for kind in (I.EPOCH_DIR, I.EPOCH_EVENTS, I.EPOCH_INFO)]
