@@ -340,15 +340,17 @@ def profile(work: Path, seconds: float, writers: int, top: int = 25) -> None:
     spends its CPU (the read-write daemon's, then its read-only companion's), in µs per
     append (cProfile's own overhead included, so the totals are above the unprofiled
     daemon CPU; the shares are what to read)."""
+    from bookfs.formats.pier import open_source
+
     path = work / "daemon.prof"
-    with Book.open(work / "log") as b:
+    with open_source(work / SOURCE) as b:
         before = b.last
     os.environ["BOOKFS_PROFILE"] = str(path)
     try:
         run_bookfs(work, seconds, writers)
     finally:
         os.environ.pop("BOOKFS_PROFILE", None)
-    with Book.open(work / "log") as b:
+    with open_source(work / SOURCE) as b:
         done = b.last - before
     print(f"\nprofile: {done} appends, {writers} writer(s) (thread CPU time of each event "
           "loop; the commit thread's pwrite and fdatasync are not in it)")

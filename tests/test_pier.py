@@ -25,11 +25,15 @@ from bookfs.formats.lmdb_log import LmdbLog
 from bookfs.formats.lock import WriterLock
 from bookfs.formats.epochs import epoch_kind
 from bookfs.formats.pier import Pier, open_book_dir, open_source
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from lmdb_fixtures import (
     make_book_epoch,
     make_lmdb_epoch,
     make_pier,
     make_top_meta,
+    make_vere_epoch,
     meta_values,
     payloads,
 )
@@ -299,3 +303,108 @@ def test_pier_with_vere_epoch(tmp_path):
         assert not (newest / "book.lock").exists()  # the pier's .vere.lock is the lock
     with open_source(root / ".urb" / "log" / "0i10") as log:
         assert log.gulf() == (11, 16)
+
+
+def _every_epoch(pier) -> tuple[int, int, int]:
+    """``(first, last, count)`` of ``pier``, from each epoch's own figures."""
+    first = last = count = 0
+    for e in pier.epochs:
+        if e.log.count:
+            first, last, count = first or e.log.first, e.log.last, count + e.log.count
+    return first, last, count
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kinds=st.lists(st.sampled_from(["lmdb", "vere", "book"]), min_size=1, max_size=5),
+       sizes=st.lists(st.integers(1, 4), min_size=5, max_size=5),
+       newest_empty=st.booleans(),
+       batches=st.lists(st.integers(1, 3), max_size=3),
+       rolls=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3)), max_size=3))
+def test_a_piers_figures_are_its_epochs_own(tmp_path_factory, kinds, sizes, newest_empty,
+                                            batches, rolls):
+    """A pier's ``gulf`` and ``count`` keep the figures of every epoch but the newest
+    (``Pier._older``); whatever the epochs, after appends to the newest (a writable
+    pier), and after a ship's appends and rolls that a reader takes (a read-only pier's
+    ``refresh``), they are what every epoch's own figures give."""
+    root = tmp_path_factory.mktemp("pier") / "p"
+    kinds = [*kinds, "vere"]  # a writable pier's newest epoch is a Book
+    epochs, first = [], 1
+    for k, kind in enumerate(kinds):
+        n = 0 if k == len(kinds) - 1 and newest_empty else sizes[k % len(sizes)]
+        epochs.append((kind, payloads(first, n)))
+        first += n
+    make_pier(root, epochs)
+    last = first - 1
+    with Pier.open(root, writable=True) as pier:
+        assert (*pier.gulf(), pier.count) == _every_epoch(pier) == (1, last, last)
+        for n in batches:
+            pier.save(last + 1, payloads(last + 1, n))
+            last += n
+            assert (*pier.gulf(), pier.count) == _every_epoch(pier) == (1, last, last)
+        newest = pier.newest.name
+    log_dir = root / ".urb" / "log"
+    with Pier.open(root) as reader:
+        for before, after in rolls:  # the ship appends, rolls, appends in the new epoch
+            if before:
+                with open_book_dir(str(log_dir / newest), writable=True) as book:
+                    book.save(last + 1, payloads(last + 1, before))
+                last += before
+            new = f"0i{last}"
+            if (log_dir / new).exists():  # the newest epoch is still empty
+                continue
+            make_vere_epoch(log_dir / new, last, payloads(last + 1, after),
+                            meta=meta_values())
+            (log_dir / new / "epoc.txt").write_text("3")
+            newest, last = new, last + after
+            reader.refresh()
+            assert reader.newest.name == newest  # taken, even within its look's clock tick
+            assert (*reader.gulf(), reader.count) == _every_epoch(reader) == (1, last, last)
+
+
+def test_a_roll_within_the_clock_tick_of_the_last_look_is_taken(tmp_path, monkeypatch):
+    """A reader skips listing ``.urb/log`` while its mtime is the one it last saw; a roll
+    made after that look but within the same tick of the filesystem's clock leaves the
+    mtime as it was.  The reader so remembers an mtime only once it is older than the
+    racy margin (``Pier._take_rolls``): here the look comes 1 ms after the directory's
+    change, a second epoch is added after it, and the directory's mtime is set back to
+    what the look saw (the same tick); the next look still takes the epoch.  Before, it
+    was missed until the next roll."""
+    import bookfs.formats.pier as pier_module
+
+    root = make_pier(tmp_path / "p", [("vere", payloads(1, 3))])
+    log_dir = root / ".urb" / "log"
+    with Pier.open(root) as reader:
+        make_vere_epoch(log_dir / "0i3", 3, payloads(4, 2), meta=meta_values())
+        (log_dir / "0i3" / "epoc.txt").write_text("3")
+        seen = os.stat(log_dir).st_mtime_ns
+        monkeypatch.setattr(pier_module.time, "time_ns", lambda: seen + 1_000_000)
+        assert reader.refresh() == 2 and reader.gulf() == (1, 5)
+        make_vere_epoch(log_dir / "0i5", 5, payloads(6, 4), meta=meta_values())
+        (log_dir / "0i5" / "epoc.txt").write_text("3")
+        os.utime(log_dir, ns=(seen, seen))  # the same tick as the look above
+        monkeypatch.undo()
+        assert reader.refresh() == 4 and reader.gulf() == (1, 9)
+        assert [e.name for e in reader.epochs] == ["0i0", "0i3", "0i5"]
+
+
+def test_a_piers_figures_read_only_its_newest_epoch(tmp_path):
+    """``gulf`` and ``count`` of a pier read its newest epoch alone once the older ones'
+    figures are kept (``Pier._older``): a commit asks for them a few times, and walking
+    every epoch each time made a pier of 20 epochs append at 0.9x one of one.  Here the
+    older epochs' logs are swapped for ones that fail when read."""
+
+    class Untouchable:
+        def __getattr__(self, name):
+            raise AssertionError(f"an older epoch's {name} was read")
+
+    root = make_pier(tmp_path / "p", [("vere", payloads(1 + 3 * k, 3)) for k in range(5)])
+    with Pier.open(root, writable=True) as pier:
+        assert (*pier.gulf(), pier.count) == (1, 15, 15)
+        real = [e.log for e in pier.epochs[:-1]]
+        pier.epochs[:-1] = [e._replace(log=Untouchable()) for e in pier.epochs[:-1]]
+        try:
+            pier.save(16, payloads(16, 2))
+            assert (*pier.gulf(), pier.count) == (1, 17, 17)
+        finally:
+            pier.epochs[:-1] = [e._replace(log=log) for e, log in zip(pier.epochs, real)]
