@@ -297,22 +297,22 @@ class LogOperations(pyfuse3.Operations):
         (``fs/daemon/companion.py``), so a ``stat`` right after the close returned asks again.
         Attributes only: no page, so nothing waits for a request in flight.
 
-        Only those whose size or content changed (:meth:`LogWatch.changing_inodes` with
-        ``whole=False``: ``events/``, ``info``, the newest epoch's ``events/`` and
-        ``info``), not the directories whose mtime alone did (the root, each epoch's
-        directory, the older epochs' ``events/``: every directory's mtime is the newest
-        event's), which may so lag by up to ``CHANGING`` (1 s), as a read-only mount's
-        may.  Two costs went with them.  The root's: with ``default_permissions`` the
-        kernel asks for the attributes of each directory a path walk crosses once they
-        are dropped (``fs/fuse/dir.c``, ``fuse_permission()``: ``fuse_perm_getattr()``
-        when the attribute time has passed or ``fi->inval_mask`` holds the mode, uid or
-        gid, which the notice sets: ``fuse_reverse_inval_inode()`` ->
-        ``fuse_invalidate_attr()``, ``STATX_BASIC_STATS``), so every writer's next
-        ``open("MNT/new/<N+1>")`` paid a GETATTR of the root: one request in seven of
-        an append.  The epochs': three notices an epoch on each connection, before the
-        close is answered: a pier of 20 epochs appended at 0.6x a pier of one."""
+        Only those whose size or content changed (:meth:`LogWatch.changing_inodes` of the
+        newest epoch, without ``mtimes``: ``events/``, ``info``, the newest epoch's
+        ``events/`` and ``info``), not the directories whose mtime alone did (the root,
+        each epoch's directory, the older epochs' ``events/``: every directory's mtime is
+        the newest event's), which may so lag by up to ``CHANGING`` (1 s), as a read-only
+        mount's may. Two costs went with them. The root's: with ``default_permissions`` the
+        kernel asks for the attributes of each directory a path walk crosses once they are
+        dropped (``fs/fuse/dir.c``, ``fuse_permission()``: ``fuse_perm_getattr()`` when the
+        attribute time has passed or ``fi->inval_mask`` holds the mode, uid or gid, which
+        the notice sets: ``fuse_reverse_inval_inode()`` -> ``fuse_invalidate_attr()``,
+        ``STATX_BASIC_STATS``), so every writer's next ``open("MNT/new/<N+1>")`` paid a
+        GETATTR of the root: one request in seven of an append. The epochs': three notices
+        an epoch on each connection, before the close is answered: a pier of 20 epochs
+        appended at 0.6x a pier of one."""
         self.tail.published()
-        inodes = self.watch.changing_inodes(whole=False)
+        inodes = self.watch.changing_inodes(since=len(self.epochs) - 1, mtimes=False)
         if self.companion is not None:
             self.companion.drop_attrs(inodes)
         if self.mountpoint:

@@ -103,6 +103,7 @@ class LogWatch:
         book = self.log
         if hasattr(book, "inline_sync"):
             book.inline_sync = inline_sync
+        grew_from = len(fs.epochs) - 1  # the newest epoch, and any a roll adds
         book.refresh()
         if getattr(book, "wants_sync", False) and not self._syncing:
             self.log.wants_sync = False
@@ -115,7 +116,7 @@ class LogWatch:
         if self.known != old or gen != gens.generation:
             fs.tail.published()  # lookups under follow/ look again (tail.py)
         if gen == gens.generation and self.known != old and fs.mountpoint:
-            trio.lowlevel.spawn_system_task(self._drop_attrs)  # it grew
+            trio.lowlevel.spawn_system_task(self._drop_attrs, grew_from)  # it grew
         if gen != gens.generation:
             old_slot = gens.move_on(gen)
             if gens.slot is None:
@@ -274,26 +275,22 @@ class LogWatch:
 
     # --- the kernel's caches -------------------------------------------------------------
 
-    def changing_inodes(self, whole: bool = True) -> list[int]:
-        """Inodes whose attributes an append changes and the kernel caches (the
-        directories for ``CHANGING``, the info files for ``GROWING``).  ``whole``: every
-        one, the root, ``events/``, ``info`` and each epoch's directory, ``events/`` and
-        ``info`` (a follower's look, which may span a roll).  Else those whose size or
-        content a commit changes: ``events/``, ``info`` and the newest epoch's
-        ``events/`` and ``info``, where a commit appends (``Pier.save``); the others'
-        mtime alone changes (every directory's is the newest event's), and may lag by up
-        to ``CHANGING`` (``ops.py``, ``_committed``).  So a commit's notices are four,
-        however many epochs the log has."""
-        if not whole:
-            inos = [I.EVENTS, I.INFO]
-            if self.fs.epochs:
-                k = len(self.fs.epochs) - 1
-                inos += [I.epoch_inode(k, I.EPOCH_EVENTS), I.epoch_inode(k, I.EPOCH_INFO)]
-            return inos
-        inos = [I.ROOT, I.EVENTS, I.INFO]
-        for k in range(len(self.fs.epochs)):
-            inos += [I.epoch_inode(k, kind)
-                     for kind in (I.EPOCH_DIR, I.EPOCH_EVENTS, I.EPOCH_INFO)]
+    def changing_inodes(self, since: int = 0, mtimes: bool = True) -> list[int]:
+        """Inodes whose attributes a change of the log's events changes and the kernel
+        caches (the directories for ``CHANGING``, the info files for ``GROWING``):
+        ``events/`` and ``info``, and ``events/`` and ``info`` of each epoch from number
+        ``since`` on, the epochs whose events may have changed (an older epoch no longer
+        changes: only the newest grows, ``Pier.refresh``; a commit appends to the newest,
+        ``Pier.save``); with ``mtimes``, also the directories whose mtime alone changed
+        (every directory's is the newest event's): the root and those epochs'
+        directories.  Where they are left out, their mtime may lag by up to
+        ``CHANGING``.  So the notices of a commit (``ops.py``, ``_committed``: four)
+        and of a follower's look that saw growth do not grow with the epochs a pier has;
+        a log replaced under the mount drops every one (``since`` 0)."""
+        inos = [I.ROOT, I.EVENTS, I.INFO] if mtimes else [I.EVENTS, I.INFO]
+        kinds = ((I.EPOCH_DIR,) if mtimes else ()) + (I.EPOCH_EVENTS, I.EPOCH_INFO)
+        for k in range(max(since, 0), len(self.fs.epochs)):
+            inos += [I.epoch_inode(k, kind) for kind in kinds]
         return inos
 
     def drop_attrs_now(self, inodes: list[int]) -> None:
@@ -303,11 +300,13 @@ class LogWatch:
             with contextlib.suppress(OSError):  # ENOENT: the kernel holds nothing of it
                 self.fs.invalidate_inode(ino, attr_only=True)
 
-    async def _drop_attrs(self) -> None:
-        """Make the kernel forget the attributes the log's growth changed (a worker
-        thread, as every notification: see ``_invalidate_kernel``)."""
+    async def _drop_attrs(self, since: int = 0) -> None:
+        """Make the kernel forget the attributes the log's growth changed, in the epochs
+        from number ``since`` on (:meth:`changing_inodes`; a worker thread, as every
+        notification: see ``_invalidate_kernel``)."""
         try:
-            await trio.to_thread.run_sync(self.drop_attrs_now, self.changing_inodes())
+            await trio.to_thread.run_sync(self.drop_attrs_now,
+                                          self.changing_inodes(since))
         except Exception:  # never let a system task kill the mount
             log.exception("invalidating the kernel's cached attributes failed")
 
