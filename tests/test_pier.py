@@ -12,7 +12,6 @@ import pytest
 
 from bookfs.formats.book import Book
 from bookfs.errors import (
-    BookError,
     ContiguityError,
     FormatError,
     LockHeld,
