@@ -6,8 +6,9 @@ Read-only mounts follow the writer: :meth:`LogWatch.loop` checks the log every s
 every change seen here wakes), and handlers look again (:meth:`LogWatch.look`) when
 asked for an event, a segment or a directory the mount has not seen yet.  When the log
 grew, the kernel is told to drop the attributes that changed (``CHANGING``: the root,
-``events/``, the epochs' directories and the info files; a writer's append is not slowed
-by that notification: its directories may show the old size and mtime for up to 1 s).
+``events/``, the directories of the epochs that grew and the info files:
+:meth:`LogWatch.changing_inodes`; a writer's append is not slowed by that notification:
+its directories may show the old size and mtime for up to 1 s).
 When it shrank or was replaced (the log's ``generation`` changed) every cache is
 dropped, the kernel's too, and handles opened before answer ESTALE.
 
