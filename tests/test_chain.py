@@ -180,3 +180,45 @@ def test_a_walk_of_small_deeds_goes_in_cache_sized_steps(tmp_path, monkeypatch):
         os.close(fd)
     assert len(steps) >= 3 and max(steps) <= 8 << 20
     assert min(steps[:-1]) // len(deed) <= 8192
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.integers(1, 40), min_size=1, max_size=200),
+       step_deeds=st.integers(1, 50), step_bytes=st.integers(1, 300), data=st.data())
+def test_a_walk_ahead_stays_within_one_step(sizes, step_deeds, step_bytes, data):
+    """``walk_ahead(offsets, i, count)``, how far a walk asked for deed ``i`` goes, against
+    the rule counted out deed by deed: on past ``i`` by as many deeds as fit in one step
+    (fewer than ``_WALK_DEEDS``, the next offset known, spanning at most ``_WALK_BYTES``
+    from deed ``i + 1``: each ``len_d`` is then read by the step's one ``pread``, never
+    alone, one seek each), never past the last deed."""
+    import pytest
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(framing, "_WALK_DEEDS", step_deeds)
+    mp.setattr(framing, "_WALK_BYTES", step_bytes)
+    try:
+        offsets = array("Q", [16])
+        for s in sizes:
+            offsets.append(offsets[-1] + s)
+        count = len(sizes)  # the last offset is the end of the log, not a deed
+        i = data.draw(st.integers(0, count - 1))
+        expected = i
+        for m in range(i + 1, min(count, i + 1 + step_deeds) - 1):
+            if offsets[m + 1] - offsets[i + 1] > step_bytes:
+                break
+            expected = m
+        got = framing.walk_ahead(offsets, i, count)
+        assert got == expected and i <= got <= count - 1 and got - i < step_deeds
+    finally:
+        mp.undo()
+
+
+def test_a_walk_ahead_of_deeds_larger_than_a_step_adds_none():
+    """Deeds of more than ``_WALK_BYTES`` have their ``len_d`` read one ``pread`` each, a
+    seek each from the disk: a walk goes no further than the deed asked for."""
+    big = framing._WALK_BYTES + 1
+    offsets = array("Q", [16 + k * big for k in range(6)])
+    assert [framing.walk_ahead(offsets, i, 5) for i in range(5)] == [0, 1, 2, 3, 4]
+    small = array("Q", [16 + k * 100 for k in range(20001)])
+    assert framing.walk_ahead(small, 0, 20000) == framing._WALK_DEEDS - 1
+    assert framing.walk_ahead(small, 19990, 20000) == 19998

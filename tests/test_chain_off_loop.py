@@ -108,6 +108,29 @@ def test_the_chain_is_confirmed_once_by_number(hinted):
     assert len(walks) == 1
 
 
+def test_lookups_in_order_hand_the_walk_over_once_a_step_not_once_an_event(hinted):
+    """A reader that goes forward through ``events/`` (a listing stat'ed in order, as
+    ``readdirplus=auto`` leaves Hadoop's ``listStatus`` to do; ``cat events/*``): each
+    lookup of an event past the confirmed chain hands a walk to a worker thread, about
+    100 µs of hand-off each on this machine.  The walk goes on past the event by one step
+    (``framing.walk_ahead``), so 600 lookups in order make one walk, not 600 (a liststat
+    of 100,000 events with ``readdirplus=auto`` went from 15.1 s to 5.1 s)."""
+    log, walks = hinted
+    ops = LogOperations(log)
+    first = log.first if log.first > 1 else 1
+
+    async def go():
+        sizes = []
+        for e in range(first, first + 600):
+            sizes.append((await ops.lookup(I.EVENTS, b"%012d" % e, CTX)).st_size)
+        return sizes
+
+    sizes = trio.run(go)
+    assert sizes == [log.payload_size(e) for e in range(first, first + 600)]
+    assert 1 <= len(walks) <= 2, f"{len(walks)} chain walks for 600 lookups in order"
+    assert not any(walks), "a chain walk ran on the event loop's thread"
+
+
 def test_through_a_mount_the_last_event_of_a_hinted_index(tmp_path):
     """Through a real read-only mount of a log opened from its persisted index: the
     last event's size and bytes (the walk run by the daemon's worker thread) and info."""
@@ -122,6 +145,26 @@ def test_through_a_mount_the_last_event_of_a_hinted_index(tmp_path):
             assert f.read() == payload(N, 40 + N % 50)
         with open(os.path.join(mnt, "info")) as f:
             assert parse(f.read())["events"] == str(N)
+
+
+def test_through_a_mount_a_listing_stated_in_order_and_read_in_order(tmp_path):
+    """Through a real ``-o ro,readdirplus=auto`` mount of a log opened from its persisted
+    index: the names listed first (plain READDIR builds no inode), then each event
+    stat'ed in order (a LOOKUP each, the walk going ahead of them), then each read in
+    order: every size and every byte is the event's own."""
+    from mounting import mounted
+
+    d = _book_dir(tmp_path)
+    Book.open(d).close()  # the index persisted
+    with mounted(d, tmp_path / "mnt", "-o", "ro,readdirplus=auto") as mnt:
+        events = os.path.join(mnt, "events")
+        names = sorted(os.listdir(events))
+        assert names == ["%012d" % e for e in range(1, N + 1)]
+        sizes = [os.stat(os.path.join(events, n)).st_size for n in names]
+        assert sizes == [len(payload(e, 40 + e % 50)) for e in range(1, N + 1)]
+        for e in range(1, N + 1, 7):
+            with open(os.path.join(events, "%012d" % e), "rb") as f:
+                assert f.read() == payload(e, 40 + e % 50)
 
 
 def test_a_segment_is_named_and_read_by_the_proved_index(tmp_path, monkeypatch):

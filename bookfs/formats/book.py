@@ -1,9 +1,8 @@
 """The Book storage engine: one append-only event log in the UIP's layout.
 
 A Book is a directory holding ``book.log`` and ``meta.bin`` (layouts in ``layout.py``).
-This module is the engine, :class:`Book`; its ``bookfs fsck`` is ``book_recovery.py``, and
-what it shares with vere's layout (opening, the published view, bad-region handling, meta,
-writes) is in ``logbase.py``.  This module knows nothing of FUSE, trio or Spark.
+Its ``bookfs fsck`` is ``book_recovery.py``; what it shares with vere's layout (opening,
+the published view, bad-region handling, meta, writes) is ``logbase.py``.  No FUSE here.
 
 Contract
 --------
@@ -19,8 +18,7 @@ Contract
 * **Recovery** on a writable open follows ``recovery.py``: a torn tail is cut, anything
   else past the valid prefix is quarantined first.  A writable open checks the CRC of
   every deed the persisted index has not seen verified (all of them on a cold open).
-* **Index**: offsets of every deed, 8 bytes per event, persisted outside the pier and
-  validated on open (``index.py``).  Event access is O(1).
+* **Index**: 8 bytes an event, persisted outside the pier, validated on open (``index.py``).
 * **Memory** does not grow with event size: ``read_slice`` and ``verify_event`` stream.
 """
 
@@ -42,7 +40,7 @@ from bookfs.formats.index import (FileStamp, OffsetIndex, discard_index, load_in
     save_index)
 from bookfs.formats.datecolumn import DateColumn, fill
 from bookfs.formats.deeds import UIP, BadDeed
-from bookfs.formats.framing import confirm_chain, newest_deeds
+from bookfs.formats.framing import confirm_chain, newest_deeds, walk_ahead
 from bookfs.formats.layout import (FIR_OFFSET, HEADER, HEADER_SIZE, LOG_NAME, MAGIC,
     META_NAME, VERSION)
 from bookfs.formats.detect import epoch_says_vere, identify_fd, looks_padded, slot_crc_ok
@@ -369,10 +367,14 @@ class Book(SingleFileLog):
 
     def confirm_to(self, event: int) -> None:
         """Walk the chain of deeds through ``event`` now (:meth:`_confirm_offset`: up to
-        the whole log, once an open), for a caller that runs it off its event loop
-        (``fs/nodes/events.py``).  :class:`NoSuchEvent` if it is not in the log."""
+        the whole log, once an open), and on past it by up to one step of the walk
+        (:func:`~bookfs.formats.framing.walk_ahead`), for a caller that runs it off its
+        event loop (``fs/nodes/events.py``), once a step rather than once an event of a
+        forward read.  :class:`NoSuchEvent` if it is not in the log."""
         self._locate(event)
-        self._confirm_offset(event, event - self._view[0])
+        i = event - self._view[0]
+        if not self._confirm_offset(event, i):  # (True: the lying index was rebuilt)
+            self._confirm_offset(event, walk_ahead(self._index.offsets, i, self._view[1]))
 
     def payload_size(self, event: int) -> int:
         """Bytes of ``event``'s payload (mug + jam), from the index, once the chain of deeds

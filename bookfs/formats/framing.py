@@ -14,6 +14,7 @@ says which); the pure loop here is the reference, held equal to it by
 
 from __future__ import annotations
 
+import bisect
 import os
 import sys
 import threading
@@ -201,6 +202,19 @@ _WALK_DEEDS = 1 << 13
 _WALK_BYTES = 8 << 20
 _WALK_ALONE = 256  # walks of fewer deeds than this: one pread a deed
 _WALK_FIRST = 1 << 20  # the walk's buffer at first; a larger step grows it (to _WALK_BYTES)
+
+
+def walk_ahead(offsets, i: int, count: int) -> int:
+    """How far a walk asked to confirm deed ``i`` goes: on past it by one step of
+    :func:`confirm_chain` at most (:data:`_WALK_DEEDS` deeds, the last starting within
+    :data:`_WALK_BYTES` of deed ``i + 1``; ``count`` deeds in all), so that a reader going
+    forward through a log (a listing stat'ed in order, ``cat events/*``) is handed one
+    walk a step, not one a deed; ``i`` itself for deeds larger than that, whose
+    ``len_d`` are read one ``pread`` each (from the disk, one seek each)."""
+    hi = min(count, i + 1 + _WALK_DEEDS)
+    if i + 1 >= hi:
+        return i
+    return max(i, bisect.bisect_right(offsets, offsets[i + 1] + _WALK_BYTES, i + 1, hi) - 2)
 
 
 def confirm_chain(fd: int, offsets, k: int, i: int, count: int, end: int,
