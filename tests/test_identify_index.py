@@ -290,6 +290,69 @@ def test_item4_mount_serves_the_right_bytes_after_a_crafted_index(tmp_path, mode
     assert _persisted_offsets(d / "book.log") == true
 
 
+def _crafted_with_dates(tmp_path: Path) -> tuple[Path, list[bytes]]:
+    """As :func:`_crafted`, but the lie made from the index a mount saved, with every
+    event's date: a fresh mount then has no date pass to run, which would read events by
+    number and find the lie before anything is listed."""
+    import struct
+    from zlib import crc32
+
+    d = tmp_path / "log"
+    events = _sample_log(d, N4)
+    with mounted(d, tmp_path / "mnt", "-o", "ro"):
+        pass  # its date pass saves every date with the index
+    log = d / "book.log"
+    idx = Path(index_mod._index_path(str(log), os.stat(log)))
+    raw, head = idx.read_bytes(), index_mod._FILE_HEAD
+    fields = list(head.unpack_from(raw))
+    count, ndates = fields[4], fields[10]
+    assert ndates == count  # (the dates sit between the offsets and the rest)
+    offs = raw[head.size : head.size + 8 * count]
+    dates = raw[head.size + 8 * count : head.size + 16 * count]
+    rest = raw[head.size + 16 * count : -4]
+    k = 8 * (LIE - 1)  # event LIE's offset and date dropped
+    fields[4], fields[10] = count - 1, ndates - 1
+    body = head.pack(*fields) + offs[:k] + offs[k + 8:] + dates[:k] + dates[k + 8:] + rest
+    idx.write_bytes(body + struct.pack("<I", crc32(body)))
+    with Book.open(d) as book:
+        assert book.count == N4 - 1  # the lie, as loaded (the load's sample missed it)
+    return d, events
+
+
+@pytest.mark.parametrize("opts", [["-o", "ro"], [], ["-o", "ro,readdirplus=auto"]],
+                         ids=["ro", "rw", "ro-auto"])
+def test_item4_a_listing_hands_out_only_proved_sizes_after_a_crafted_index(tmp_path, opts):
+    """A listing of ``events/`` with its attributes (READDIRPLUS) hands the kernel each
+    event's size, which it keeps and cuts every later read to: it takes them from the
+    chain of deeds proved through the batch (``EventFiles.confirmed``), as a lookup
+    does, never from the persisted index alone.  On the old code, 41 sizes listed were
+    the lie's, and ``events/14000`` read back 91 of its 791 bytes."""
+    d, events = _crafted_with_dates(tmp_path)
+    with mounted(d, tmp_path / "mnt", *opts) as mnt:
+        ev = Path(mnt) / "events"
+        names = sorted(os.listdir(ev))
+        if "readdirplus=auto" not in " ".join(opts):
+            assert names == [f"{e:012d}" for e in range(1, N4 + 1)]
+        # (with readdirplus=auto the batches after the first are plain READDIRs: names
+        # and types from the index, no size; each stat below is a lookup, which proves)
+        wrong = [n for n in names if os.stat(ev / n).st_size != len(events[int(n) - 1])]
+        assert not wrong, f"{len(wrong)} sizes listed from the lying index: {wrong[:3]}"
+        for e in (LIE - 1, LIE, LIE + 1, LIE + 2, N4 - 1, N4):
+            assert _read(ev / f"{e:012d}") == events[e - 1], f"events/{e}: wrong bytes"
+
+
+def test_item4_segments_are_listed_by_the_proved_chain_after_a_crafted_index(tmp_path):
+    """``segments/`` lists each segment under its first deed's event number: from the
+    proved chain, so that a lying index names none of them wrongly."""
+    d, events = _crafted_with_dates(tmp_path)
+    with mounted(d, tmp_path / "mnt", "-o", "ro,segment_mb=1") as mnt:
+        listed = sorted(os.listdir(Path(mnt) / "segments"))
+    with mounted(d, tmp_path / "mnt", "-o", "ro,noindex_cache,segment_mb=1") as mnt:
+        truth = sorted(os.listdir(Path(mnt) / "segments"))  # from the log alone
+    assert sum(int(n) > LIE for n in truth) > 3  # segments named by events past the lie
+    assert listed == truth
+
+
 # --- #6: a stale "verified" mark ------------------------------------------------------------
 
 

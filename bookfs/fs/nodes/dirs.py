@@ -31,9 +31,11 @@ plain READDIR otherwise (``fuse_use_readdirplus()``; ``fs/fuse/dir.c``,
 every entry's attributes with its name, ``find -type f`` gets names and types only (no
 inode per entry: 5x faster), but a tool that lists the whole directory before its first
 ``stat`` (Hadoop's and so Spark's listing, ``tar``, ``cp -r``) then pays a LOOKUP per
-entry (10x slower); docs/benchmarks.md has the figures.  ``events/`` lists every event
-(its dates from the log's date column, ``fs/dates.py``; each READDIRPLUS entry counted as
-a lookup, :meth:`~bookfs.fs.generations.Generations.entry`, a READDIR entry not); ``new/``,
+entry (5x slower); docs/benchmarks.md has the figures.  ``events/`` lists every event
+(its dates from the log's date column, ``fs/dates.py``; its sizes, which the kernel keeps
+and cuts reads to, only from the chain of deeds proved through each batch, as a lookup's:
+``EventFiles.confirmed``; each READDIRPLUS entry counted as a lookup,
+:meth:`~bookfs.fs.generations.Generations.entry`, a READDIR entry not); ``new/``,
 ``pretty/`` and ``follow/`` list as empty (write-only; reached by name; a listing of
 ``follow/`` would make walks wait or count events twice).  Errors: a file opened as a
 directory is ENOTDIR, a directory opened as a file EISDIR, an info file opened for
@@ -292,43 +294,23 @@ class Directories(Kind):
         if fh == I.EVENTS or (I.is_epoch(fh) and I.inode_epoch(fh)[1] == I.EPOCH_EVENTS):
             # cookie = position in the log + 1 (an off_t: event numbers may pass 2^63)
             log = self.log if fh == I.EVENTS else fs.epochs[I.inode_epoch(fh)[0]].log
-            first, last = log.gulf()
-            if not last:
-                return
-            event = first + start_id
-            if event > last:
-                return
             plus = getattr(token, "plus", True)  # False: READDIR, names and types only
-            if self._run_ok(log):  # a batch per call (patched pyfuse3: readdir_run)
-                event, full = self._list_runs(token, log, event, first, last, plus)
-                if full or event > last:
+            first, last = log.gulf()
+            event = first + start_id
+            while last and event <= last:
+                stop = last
+                if plus and not log.chain_confirmed(last):
+                    # a size is served from the proved chain only (EventFiles.confirmed:
+                    # a walk a step, in a worker thread), a listing as much as a lookup:
+                    # the kernel keeps the sizes it is handed
+                    stop = min(last, event + LISTED - 1)
+                    if not log.chain_confirmed(stop):
+                        await fs.event_files.confirmed(stop)
+                        first, last = log.gulf()  # a lying index was rebuilt meanwhile
+                        stop = min(stop, last)
+                event, full = self._list_events(token, log, event, first, stop, plus)
+                if full:
                     return
-            if not plus:
-                a = fs.event_files.plain_attrs
-                reply, name, inode, slot = fs.readdir_reply, I.event_name, I.event_inode, \
-                    fs.generations.slot
-                for event in range(event, last + 1):
-                    a.st_ino = inode(event, slot)
-                    if not reply(token, name(event), a, event - first + 1):
-                        return
-                return
-            # readdir_reply copies the attributes into the reply buffer, so one object is
-            # reused and only the fields that differ are set
-            a = fs.event_files.event_attrs(event)
-            reply, name, inode = fs.readdir_reply, I.event_name, I.event_inode
-            size_of, mtimes = log.payload_size, fs.event_files.dates.mtimes
-            slot, refs = fs.generations.slot, fs.generations.slot_refs
-            while event <= last:  # the dates in batches: one pread each (fs/dates.py)
-                for ns in mtimes(event, min(LISTED, last - event + 1)):
-                    size = size_of(event)
-                    a.st_ino = inode(event, slot)
-                    a.st_size = size
-                    a.st_blocks = (size + 511) >> 9
-                    a.st_mtime_ns = a.st_ctime_ns = a.st_atime_ns = ns
-                    if not reply(token, name(event), a, event - first + 1):
-                        return
-                    refs[slot] += 1  # an entry the kernel links (readdirplus): Generations.entry
-                    event += 1
             return
         if fh in (I.PRETTY, I.FOLLOW):
             # lists as empty: pretty/N is reached by name.  A listing would make every
@@ -337,7 +319,7 @@ class Directories(Kind):
             return
         if fh == I.SEGMENTS:  # cookie = segment index + 1
             for k in range(start_id, fs.segments.slots()):
-                seg = fs.segments.get(k)
+                seg = await fs.segment_files.confirmed(k)  # named by the proved chain
                 if seg is None:
                     continue
                 attrs = fs.segment_files.seg_attrs(seg)
@@ -352,6 +334,41 @@ class Directories(Kind):
             if not fs.readdir_reply(token, name, await fs.attrs_of(ino), i + 1):
                 return
 
+    def _list_events(self, token, log, event: int, first: int, stop: int,
+                     plus: bool) -> tuple[int, bool]:
+        """List ``log``'s events ``event .. stop``; returns the next event to list and
+        whether the reply is full."""
+        fs = self.fs
+        if self._run_ok(log):  # a batch per call (patched pyfuse3: readdir_run)
+            event, full = self._list_runs(token, log, event, first, stop, plus)
+            if full or event > stop:
+                return event, full
+        reply, name, inode = fs.readdir_reply, I.event_name, I.event_inode
+        if not plus:
+            a, slot = fs.event_files.plain_attrs, fs.generations.slot
+            for event in range(event, stop + 1):
+                a.st_ino = inode(event, slot)
+                if not reply(token, name(event), a, event - first + 1):
+                    return event, True
+            return stop + 1, False
+        # readdir_reply copies the attributes into the reply buffer, so one object is
+        # reused and only the fields that differ are set
+        a = fs.event_files.event_attrs(event)
+        size_of, mtimes = log.payload_size, fs.event_files.dates.mtimes
+        slot, refs = fs.generations.slot, fs.generations.slot_refs
+        while event <= stop:  # the dates in batches: one pread each (fs/dates.py)
+            for ns in mtimes(event, min(LISTED, stop - event + 1)):
+                size = size_of(event)
+                a.st_ino = inode(event, slot)
+                a.st_size = size
+                a.st_blocks = (size + 511) >> 9
+                a.st_mtime_ns = a.st_ctime_ns = a.st_atime_ns = ns
+                if not reply(token, name(event), a, event - first + 1):
+                    return event, True
+                refs[slot] += 1  # an entry the kernel links (readdirplus): Generations.entry
+                event += 1
+        return event, False
+
     def _list_runs(self, token, log, event: int, first: int, last: int,
                    plus: bool) -> tuple[int, bool]:
         """List ``log``'s events from ``event`` a batch per call; returns the next event
@@ -362,7 +379,7 @@ class Directories(Kind):
         while event <= last:
             n = min(LISTED, last - event + 1)
             if (event % I.EVENT_SPAN) + n > I.EVENT_SPAN:
-                return event
+                return event, False
             slot = fs.generations.slot
             # a READDIR entry carries no times: none are read (nor decoded)
             mtimes = fs.event_files.dates.mtimes(event, n) if plus else array("q", bytes(8 * n))
