@@ -131,6 +131,36 @@ def test_lookups_in_order_hand_the_walk_over_once_a_step_not_once_an_event(hinte
     assert not any(walks), "a chain walk ran on the event loop's thread"
 
 
+def test_a_walk_under_way_is_waited_for_not_walked_again(hinted, monkeypatch):
+    """A listing starts the walk of its next step in the background
+    (``EventFiles.walk_soon``); a request that needs an event within it meanwhile waits
+    for that walk rather than walking the same deeds in a second thread, and one past it
+    walks on from where it ended: no deed is walked twice."""
+    log, walks = hinted
+    ef = LogOperations(log).event_files
+    first = log.first if log.first > 1 else 11  # (the pier's Book epoch starts at 11)
+    spans = []
+    inner = book_module.confirm_chain
+
+    def spanned(fd, offsets, k, i, *rest):
+        spans.append((k, i))
+        return inner(fd, offsets, k, i, *rest)
+
+    monkeypatch.setattr(book_module, "confirm_chain", spanned)
+
+    async def go():
+        ef.walk_soon(first + 100)  # a listing's next step
+        ef.walk_soon(first + 200)  # one under way already: nothing more
+        await ef.confirmed(first + 50)
+        assert log.chain_confirmed(first + 100)
+        await ef.confirmed(log.last)
+
+    trio.run(go)
+    assert spans and not any(walks), "a chain walk ran on the event loop's thread"
+    assert all(a[1] < b[0] for a, b in zip(spans, spans[1:])), f"deeds walked twice: {spans}"
+    assert log.chain_confirmed(log.last)
+
+
 def test_through_a_mount_the_last_event_of_a_hinted_index(tmp_path):
     """Through a real read-only mount of a log opened from its persisted index: the
     last event's size and bytes (the walk run by the daemon's worker thread) and info."""

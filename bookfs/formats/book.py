@@ -365,15 +365,15 @@ class Book(SingleFileLog):
         return not 0 <= event - self._view[0] < self._view[1] or \
             event - self._view[0] < self._chain_ok
 
-    def confirm_to(self, event: int) -> None:
+    def confirm_to(self, event: int, ahead: bool = True) -> None:
         """Walk the chain of deeds through ``event`` now (:meth:`_confirm_offset`: up to
-        the whole log, once an open), and on past it by up to one step of the walk
-        (:func:`~bookfs.formats.framing.walk_ahead`), for a caller that runs it off its
-        event loop (``fs/nodes/events.py``), once a step rather than once an event of a
-        forward read.  :class:`NoSuchEvent` if it is not in the log."""
+        the whole log, once an open), and ``ahead``, on past it by up to one step of the
+        walk (:func:`~bookfs.formats.framing.walk_ahead`), for a caller that runs it off
+        its event loop (``fs/nodes/events.py``), once a step rather than once an event of
+        a forward read.  :class:`NoSuchEvent` if it is not in the log."""
         self._locate(event)
         i = event - self._view[0]
-        if not self._confirm_offset(event, i):  # (True: the lying index was rebuilt)
+        if not self._confirm_offset(event, i) and ahead:  # (True: the index was rebuilt)
             self._confirm_offset(event, walk_ahead(self._index.offsets, i, self._view[1]))
 
     def payload_size(self, event: int) -> int:

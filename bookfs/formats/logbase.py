@@ -99,7 +99,7 @@ class LogMixin:
         Book opened from a persisted index has one to walk: ``Book.confirm_to``)."""
         return True
 
-    def confirm_to(self, event: int) -> None:
+    def confirm_to(self, event: int, ahead: bool = True) -> None:
         """Do now what a read of ``event`` by number would do first (``Book.confirm_to``);
         nothing for a log whose index is built from the log itself."""
 

@@ -341,8 +341,8 @@ class Pier(LogMixin):
         e = self._holding(event)
         return e is None or e.log.chain_confirmed(event)
 
-    def confirm_to(self, event: int) -> None:
-        self.epoch_of(event).log.confirm_to(event)
+    def confirm_to(self, event: int, ahead: bool = True) -> None:
+        self.epoch_of(event).log.confirm_to(event, ahead)
 
     def prefetch(self, event: int) -> None:
         e = self._holding(event)

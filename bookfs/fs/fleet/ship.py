@@ -122,9 +122,10 @@ class ShipOperations(LogOperations):
 
     @property
     def in_use(self) -> bool:
-        """A request in flight or a file or directory held open (stock pyfuse3's handles
-        name this log's objects): the log is not closed then."""
-        return bool(self.busy or self._handles)
+        """A request in flight, a file or directory held open (stock pyfuse3's handles
+        name this log's objects) or a chain walk under way (a listing's, in the
+        background: ``EventFiles.walk_soon``): the log is not closed then."""
+        return bool(self.busy or self._handles or self.event_files.walking)
 
     def source_here(self) -> bool:
         """The ship's directory is still the one the fleet found (a directory renamed

@@ -65,6 +65,9 @@ from bookfs.fs.nodes.base import CHANGING, FOREVER, GROWING, BytesHandle, Kind
 #: Dates read at a time by a listing: about what one READDIRPLUS reply holds (a reply
 #: that fills early leaves the rest unread; a date past the column is decoded).
 LISTED = 256
+#: How far past the batch it lists a listing with attributes has the chain walked in the
+#: background (``EventFiles.walk_soon``): a step of the walk (``framing._WALK_DEEDS``).
+WALK_LEAD = 1 << 13
 
 _ROOT_ENTRIES = [(b"events", I.EVENTS), (b"meta", I.META), (b"new", I.NEW), (b"info", I.INFO)]
 
@@ -305,9 +308,12 @@ class Directories(Kind):
                     # the kernel keeps the sizes it is handed
                     stop = min(last, event + LISTED - 1)
                     if not log.chain_confirmed(stop):
-                        await fs.event_files.confirmed(stop)
+                        await fs.event_files.confirmed(stop, ahead=False)
                         first, last = log.gulf()  # a lying index was rebuilt meanwhile
                         stop = min(stop, last)
+                    if event > first:  # (not a listing's first batch, which is
+                        # READDIRPLUS with readdirplus=auto too, before plain READDIRs)
+                        fs.event_files.walk_soon(min(last, stop + WALK_LEAD))  # next step
                 event, full = self._list_events(token, log, event, first, stop, plus)
                 if full:
                     return

@@ -78,6 +78,7 @@ class EventFiles(Kind):
         #: a plain READDIR entry's attributes: only its inode number and type are sent
         self.plain_attrs = pyfuse3.EntryAttributes()
         self.plain_attrs.st_mode = stat.S_IFREG | 0o444
+        self._walking: trio.Event | None = None  # set when the chain walk under way ends
 
     def drop(self) -> None:
         """Forget every checked event: the log changed under the mount."""
@@ -115,15 +116,52 @@ class EventFiles(Kind):
 
     # --- checking ------------------------------------------------------------------------
 
-    async def confirmed(self, event: int) -> None:
+    async def confirmed(self, event: int, ahead: bool = True) -> None:
         """Before ``event``'s size or bytes are answered from the log's index: a persisted
         index is a hint until the chain of deeds from the header proves it, which its
         first read by number walks (``Book.confirm_to``: up to the whole log, once an
         open; the last event of a 10-million-event log: 1.0 s from the page cache, 4.5 s
         from the disk).  That walk runs in a worker thread, so the event loop answers
-        every other request meanwhile."""
-        if not self.log.chain_confirmed(event):
-            await trio.to_thread.run_sync(self.log.confirm_to, event)
+        every other request meanwhile, and goes a step further (``ahead``; a listing,
+        which has the next step walked in the background, :meth:`walk_soon`, does not
+        wait for it).  One walk at a time: a request that finds one under way waits for
+        it, then walks on from where it ended if it must."""
+        while not self.log.chain_confirmed(event):
+            if self._walking is not None:
+                await self._walking.wait()
+            else:
+                await self._walk(event, self._start_walk(), ahead)
+
+    def walk_soon(self, event: int) -> None:
+        """Start the walk through ``event`` in the background, unless the chain is proved
+        that far or a walk is under way: a listing proves its next step while it lists
+        this one, so its disk reads overlap the listing (``fs/nodes/dirs.py``)."""
+        if self._walking is None and not self.log.chain_confirmed(event):
+            trio.lowlevel.spawn_system_task(self._walk_quietly, event, self._start_walk())
+
+    @property
+    def walking(self) -> bool:
+        """A chain walk is under way (its thread reads the log)."""
+        return self._walking is not None
+
+    def _start_walk(self) -> trio.Event:
+        self._walking = trio.Event()
+        return self._walking
+
+    async def _walk(self, event: int, done: trio.Event, ahead: bool = True) -> None:
+        try:
+            await trio.to_thread.run_sync(self.log.confirm_to, event, ahead)
+        finally:
+            if self._walking is done:
+                self._walking = None
+            done.set()
+
+    async def _walk_quietly(self, event: int, done: trio.Event) -> None:
+        try:
+            await self._walk(event, done)
+        except Exception as e:  # a system task that raised would end the mount; a request
+            # that needs this walk walks again, and answers its error
+            log.info("events/%d: a chain walk ahead of a listing failed: %s", event, e)
 
     async def check(self, event: int) -> bytes | Seal | None:
         """Check ``event`` before any of its bytes are served: a small one is read whole,
