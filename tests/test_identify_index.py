@@ -290,18 +290,14 @@ def test_item4_mount_serves_the_right_bytes_after_a_crafted_index(tmp_path, mode
     assert _persisted_offsets(d / "book.log") == true
 
 
-def _crafted_with_dates(tmp_path: Path) -> tuple[Path, list[bytes]]:
-    """As :func:`_crafted`, but the lie made from the index a mount saved, with every
-    event's date: a fresh mount then has no date pass to run, which would read events by
-    number and find the lie before anything is listed."""
+def _lie_in_saved_index(log_dir: Path, k: int) -> None:
+    """Rewrite the persisted index of ``log_dir/book.log`` (saved with every event's date)
+    without the offset and date of its ``k``-th deed, its checksum valid: every later
+    event is then served one deed too far, and the deed before it two deeds long."""
     import struct
     from zlib import crc32
 
-    d = tmp_path / "log"
-    events = _sample_log(d, N4)
-    with mounted(d, tmp_path / "mnt", "-o", "ro"):
-        pass  # its date pass saves every date with the index
-    log = d / "book.log"
+    log = log_dir / "book.log"
     idx = Path(index_mod._index_path(str(log), os.stat(log)))
     raw, head = idx.read_bytes(), index_mod._FILE_HEAD
     fields = list(head.unpack_from(raw))
@@ -310,29 +306,55 @@ def _crafted_with_dates(tmp_path: Path) -> tuple[Path, list[bytes]]:
     offs = raw[head.size : head.size + 8 * count]
     dates = raw[head.size + 8 * count : head.size + 16 * count]
     rest = raw[head.size + 16 * count : -4]
-    k = 8 * (LIE - 1)  # event LIE's offset and date dropped
     fields[4], fields[10] = count - 1, ndates - 1
-    body = head.pack(*fields) + offs[:k] + offs[k + 8:] + dates[:k] + dates[k + 8:] + rest
+    at = 8 * k
+    body = head.pack(*fields) + offs[:at] + offs[at + 8:] + dates[:at] + dates[at + 8:] + rest
     idx.write_bytes(body + struct.pack("<I", crc32(body)))
-    with Book.open(d) as book:
-        assert book.count == N4 - 1  # the lie, as loaded (the load's sample missed it)
+
+
+def _crafted_with_dates(tmp_path: Path, kind: str = "book") -> tuple[Path, list[bytes]]:
+    """As :func:`_crafted`, but the lie made in the index a mount saved, with every
+    event's date: a fresh mount then has no date pass to run, which would read events by
+    number and find the lie before anything is listed.  ``kind``: a UIP Book directory,
+    or a pier whose second epoch is a UIP Book (events 11 on; the lie in its index)."""
+    from bookfs.cli.sample import iter_sample_payloads
+    from lmdb_fixtures import make_pier
+
+    if kind == "book":
+        d = log_dir = tmp_path / "log"
+        events = _sample_log(d, N4)
+    else:
+        events = list(iter_sample_payloads(N4, 0))
+        d = make_pier(tmp_path / "pier", [("lmdb", events[:10]), ("book", events[10:])])
+        log_dir = d / ".urb" / "log" / "0i10"
+    with mounted(d, tmp_path / "mnt", "-o", "ro"):
+        pass  # its date pass saves every date with the index
+    first = 1 if kind == "book" else 11
+    _lie_in_saved_index(log_dir, LIE - first)
     return d, events
 
 
-@pytest.mark.parametrize("opts", [["-o", "ro"], [], ["-o", "ro,readdirplus=auto"]],
-                         ids=["ro", "rw", "ro-auto"])
-def test_item4_a_listing_hands_out_only_proved_sizes_after_a_crafted_index(tmp_path, opts):
+@pytest.mark.parametrize("kind,opts,listing", [
+    ("book", ["-o", "ro"], "events"), ("book", [], "events"),
+    ("book", ["-o", "ro,readdirplus=auto"], "events"),
+    ("pier", ["-o", "ro"], "events"), ("pier", ["-o", "ro"], "epochs/0i10/events"),
+    ("pier", [], "events")],
+    ids=["book-ro", "book-rw", "book-ro-auto", "pier-ro", "pier-ro-epoch", "pier-rw"])
+def test_item4_a_listing_hands_out_only_proved_sizes_after_a_crafted_index(
+        tmp_path, kind, opts, listing):
     """A listing of ``events/`` with its attributes (READDIRPLUS) hands the kernel each
     event's size, which it keeps and cuts every later read to: it takes them from the
     chain of deeds proved through the batch (``EventFiles.confirmed``), as a lookup
-    does, never from the persisted index alone.  On the old code, 41 sizes listed were
-    the lie's, and ``events/14000`` read back 91 of its 791 bytes."""
-    d, events = _crafted_with_dates(tmp_path)
+    does, never from the persisted index alone; through a UIP Book directory and a pier
+    whose UIP Book epoch's index lied, its ``events/`` and the epoch's.  On the old code,
+    41 sizes listed were the lie's, and ``events/14000`` read back 91 of its 791 bytes."""
+    d, events = _crafted_with_dates(tmp_path, kind)
     with mounted(d, tmp_path / "mnt", *opts) as mnt:
-        ev = Path(mnt) / "events"
+        ev = Path(mnt) / listing
         names = sorted(os.listdir(ev))
+        listed = range(1 if listing == "events" else 11, N4 + 1)
         if "readdirplus=auto" not in " ".join(opts):
-            assert names == [f"{e:012d}" for e in range(1, N4 + 1)]
+            assert names == [f"{e:012d}" for e in listed]
         # (with readdirplus=auto the batches after the first are plain READDIRs: names
         # and types from the index, no size; each stat below is a lookup, which proves)
         wrong = [n for n in names if os.stat(ev / n).st_size != len(events[int(n) - 1])]
