@@ -104,3 +104,24 @@ def test_an_unknown_readdirplus_value_is_refused(tmp_path):
     assert res.returncode == 2
     assert "readdirplus='sometimes'" in res.stderr and "expected always or auto" in res.stderr
     assert not os.path.ismount(mnt)
+
+
+@pytest.mark.parametrize("mode", ["ro", "ro,readdirplus=auto"])
+def test_a_listing_across_the_wrap_of_the_event_inodes(tmp_path, mode):
+    """Event inode numbers wrap every ``inodes.EVENT_SPAN`` event numbers (a generation
+    slot's span), so a batch of the listing that would cross a wrap is listed one by one:
+    a log whose events run from 20 before the wrap to 280 after it lists every event with
+    its size.  (The batch path returned a bare number there, which the listing could not
+    unpack: the listing answered EIO.)"""
+    from bookfs.fs import inodes as I
+
+    first = I.EVENT_SPAN - 20
+    events = [payload(i) for i in range(1, 301)]
+    with Book.open(tmp_path / "log", writable=True, create=True) as b:
+        b.save(first, events, epoch=first - 1)
+    with mounted(tmp_path / "log", tmp_path / "mnt", "-o", mode) as mnt:
+        ev = Path(mnt) / "events"
+        names = sorted(os.listdir(ev))
+        assert names == [f"{first + k:012d}" for k in range(300)]
+        sizes = [os.stat(ev / n).st_size for n in names]
+        assert sizes == [len(p) for p in events]
